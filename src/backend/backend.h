@@ -1,0 +1,97 @@
+// The kernel set a Llama-family transformer needs, per device. Backends know no model: the
+// model layer composes these calls, and never branches on which backend runs them.
+//
+// Conventions for every kernel:
+// - Tensors are contiguous row-major views in this backend's memory (Tensor::device matches).
+// - Activations are f32. Weights may be f32, bf16 or f16. Ids, positions and indices are i32.
+// - "Rows" of a tensor are its leading dimensions flattened; the last dimension is the row.
+// - Batch invariance: a row's result never depends on which other rows are in the call or on
+//   how many there are (the reduction order for one output is fixed). The CPU backend always
+//   honours this; a GPU backend honours it when created with batch_invariant = true.
+// - Calls are ordered (a backend may run them asynchronously; synchronize() waits).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace specdec {
+
+// One forward's ragged batch, as the attention kernels see it: R rows, T new tokens in all.
+// Row r owns tokens [row_starts[r], row_starts[r+1]) and, after kv_write, its cache holds
+// row_lens[r] positions; its token t (at absolute position positions[t]) attends causally to
+// cache positions [0, positions[t]]. All tensors are i32 in the backend's memory.
+struct AttentionBatch {
+  Tensor positions;    // [T]
+  Tensor slots;        // [T]: pool slot = block_id * block_size + offset, where token t's K/V go
+  Tensor row_starts;   // [R + 1]
+  Tensor row_lens;     // [R]
+  Tensor block_table;  // [R, max_blocks]: block ids of each row's cache, in order
+  int rows = 0;
+  int tokens = 0;
+  int max_blocks = 0;
+  int block_size = 16;
+  int max_row_len = 0;  // max of row_lens (sizes split-K work on GPUs)
+  int max_row_tokens = 0;  // max new tokens of one row
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  // e.g. "cpu-avx512 (2 threads)" or "cuda H200"
+  virtual std::string name() const = 0;
+  // Element type of the KV pools this backend's attention reads and writes.
+  virtual DType kv_dtype() const = 0;
+
+  virtual Buffer allocate(size_t bytes) = 0;
+  // Copies src to dst (same dtype and element count); either may be host memory (Device::cpu).
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  virtual void synchronize() = 0;
+
+  // out[t, :] = table[ids[t], :] converted to f32. table [V, H], ids [T], out [T, H].
+  virtual void embedding(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
+  // out = x / sqrt(mean(x^2) + eps) * weight over the last dimension. weight [D]; in place allowed.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) = 0;
+  // out[M, N] = x[M, K] · weight[N, K]ᵀ (+ bias[N]). out must not alias x.
+  virtual void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) = 0;
+  // Rotates x [T, heads, head_dim] in place, Hugging Face "rotate_half" layout: for i < d/2,
+  // angle = positions[t] * inv_freq[i] (f32 product), (x_i, x_{i+d/2}) rotated by it, then
+  // scaled by attention_scaling. inv_freq [head_dim / 2] f32.
+  virtual void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_scaling) = 0;
+  // out = silu(gate) * up, all [M, I]; in place into gate allowed.
+  virtual void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // out = a + b, same shapes; in place allowed.
+  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out[i, :] = x[indices[i], :]. x [T, H], indices [n], out [n, H].
+  virtual void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) = 0;
+
+  // Writes k, v [T, kv_heads, head_dim] (f32) into the pools at batch.slots.
+  // Pools are [num_blocks, block_size, kv_heads, head_dim] of kv_dtype().
+  virtual void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
+                        const AttentionBatch& batch) = 0;
+  // Causal attention of q [T, heads, head_dim] over each row's cached K/V (grouped-query:
+  // head h reads kv head h / (heads / kv_heads)); softmax(q·kᵀ · scale) · v into out [T, heads, head_dim].
+  virtual void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch,
+                         float scale, const Tensor& out) = 0;
+
+  // out[i] = argmax of logits[i, :] (lowest index on ties). logits [n, V] f32, out [n] i32.
+  virtual void argmax(const Tensor& logits, const Tensor& out) = 0;
+};
+
+struct BackendOptions {
+  Device device = Device::cpu;
+  size_t threads = 0;           // CPU: 0 = all hardware threads
+  bool batch_invariant = true;  // GPU: use the batch-invariant kernels
+  size_t memory_limit = 0;      // GPU: cap on the memory pool in bytes, 0 = from free memory
+  std::string cpu_isa;          // CPU: "", "avx512", "avx2" or "scalar" (empty = best available)
+};
+
+// Creates a backend; throws specdec::Error naming what is missing (e.g. no CUDA device).
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+// True when this build has the CUDA backend and a device is present.
+bool cuda_available();
+
+}  // namespace specdec

@@ -1,0 +1,59 @@
+// Tensor views and host buffers.
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <sstream>
+
+namespace specdec {
+
+Tensor::Tensor(void* ptr, DType type, std::initializer_list<int64_t> shape, Device dev)
+    : data(ptr), dtype(type), device(dev), rank(static_cast<int>(shape.size())) {
+  SPECDEC_CHECK(shape.size() <= dims.size(), "tensor rank ", shape.size(), " exceeds 4");
+  size_t i = 0;
+  for (int64_t d : shape) dims[i++] = d;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= dims[static_cast<size_t>(i)];
+  return rank == 0 ? 0 : n;
+}
+
+Tensor Tensor::reshape(std::initializer_list<int64_t> shape) const {
+  Tensor t(data, dtype, shape, device);
+  SPECDEC_CHECK(t.numel() == numel(), "cannot reshape ", shape_string(), " to ", t.shape_string());
+  return t;
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t count) const {
+  SPECDEC_CHECK(rank >= 1 && begin >= 0 && count >= 0 && begin + count <= dims[0], "rows [", begin, ", ",
+                begin + count, ") outside ", shape_string());
+  Tensor t = *this;
+  const int64_t row_elems = dims[0] == 0 ? 0 : numel() / dims[0];
+  t.data = static_cast<char*>(data) + static_cast<size_t>(begin * row_elems) * dtype_size(dtype);
+  t.dims[0] = count;
+  return t;
+}
+
+std::string Tensor::shape_string() const {
+  std::ostringstream out;
+  out << dtype_name(dtype) << '[';
+  for (int i = 0; i < rank; ++i) out << (i ? ", " : "") << dims[static_cast<size_t>(i)];
+  out << ']';
+  return out.str();
+}
+
+Tensor Buffer::view(DType dtype, std::initializer_list<int64_t> shape) const {
+  Tensor t(data_, dtype, shape, device_);
+  SPECDEC_CHECK(t.bytes() <= bytes_, "view ", t.shape_string(), " exceeds buffer of ", bytes_, " bytes");
+  return t;
+}
+
+Buffer Buffer::host(size_t bytes) {
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+  SPECDEC_CHECK(p || rounded == 0, "out of host memory allocating ", bytes, " bytes");
+  return Buffer(p, bytes, Device::cpu, [](void* q) { std::free(q); });
+}
+
+}  // namespace specdec

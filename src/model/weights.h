@@ -1,0 +1,75 @@
+// Safetensors checkpoints: memory-mapped files (single or sharded through
+// model.safetensors.index.json), validated headers, and the tensor names each architecture needs.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace specdec {
+
+// One memory-mapped .safetensors file. Its header is validated on open: JSON well formed,
+// known dtypes (F32, BF16, F16, I32), shape × dtype size == byte span, spans inside the data
+// section and not overlapping. Errors name the file and the tensor.
+class SafetensorsFile {
+ public:
+  static std::unique_ptr<SafetensorsFile> open(const std::filesystem::path& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // Host views into the mapping (zero copy), by tensor name.
+  const std::map<std::string, Tensor>& tensors() const { return tensors_; }
+
+ private:
+  SafetensorsFile() = default;
+  std::filesystem::path path_;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  std::map<std::string, Tensor> tensors_;
+};
+
+struct WeightSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool required = true;
+};
+
+// The tensors a Llama-family model of this config reads (names as in Hugging Face checkpoints,
+// e.g. "model.layers.3.self_attn.q_proj.weight"), with their shapes.
+std::vector<WeightSpec> llama_weight_specs(const ModelConfig& config);
+
+// All tensors of a checkpoint folder: model.safetensors, or the shards listed by
+// model.safetensors.index.json (every shard named there must exist and hold what it lists).
+class WeightStore {
+ public:
+  static WeightStore open(const std::filesystem::path& dir);
+
+  bool has(const std::string& name) const;
+  // Throws naming the tensor (and the folder) when absent.
+  const Tensor& get(const std::string& name) const;
+  // The file a tensor came from, for messages.
+  std::filesystem::path file_of(const std::string& name) const;
+  // Checks every spec: present when required, shape as expected. Errors name the file, the
+  // tensor, the expected and the actual shape.
+  void validate(const std::vector<WeightSpec>& specs) const;
+  size_t total_bytes() const;
+  size_t parameter_count() const;
+  const std::map<std::string, Tensor>& all() const { return index_; }
+
+ private:
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Tensor> index_;
+  std::map<std::string, size_t> file_index_;
+  std::filesystem::path dir_;
+};
+
+}  // namespace specdec
