@@ -1,0 +1,267 @@
+// The Llama-family forward: embedding, L pre-norm decoder layers (GQA attention over the paged KV,
+// SwiGLU MLP), final norm, LM head only at the returned positions. All rows' tokens go through the
+// linear layers as one matrix; attention is per row, over that row's cache.
+#include "model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace specdec {
+
+namespace {
+
+// Offsets inside scratch buffers are rounded to 256 bytes (alignment for every kernel).
+size_t align_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Lays out consecutive regions of one memory block. With a null base it only measures, so the
+// same code sizes a scratch buffer and then hands out views into it.
+class Carver {
+ public:
+  Carver(void* base, size_t bytes, Device device) : base_(static_cast<char*>(base)), bytes_(bytes), device_(device) {}
+  static Carver measure() { return Carver(nullptr, 0, Device::cpu); }
+  Tensor take(DType dtype, std::initializer_list<int64_t> shape) {
+    Tensor t(base_ ? base_ + offset_ : nullptr, dtype, shape, device_);
+    offset_ += align_up(t.bytes());
+    SPECDEC_CHECK(!base_ || offset_ <= bytes_, "scratch layout of ", offset_, " bytes exceeds ", bytes_);
+    return t;
+  }
+  size_t size() const { return offset_; }
+
+ private:
+  char* base_;
+  size_t bytes_;
+  Device device_;
+  size_t offset_ = 0;
+};
+
+Carver carve(const Buffer& b) { return Carver(b.data(), b.bytes(), b.device()); }
+
+// The plan's i32 arrays, packed so that one copy uploads them all.
+struct MetaViews {
+  Tensor ids, positions, slots, row_starts, row_lens, block_table, out_index;
+  MetaViews(Carver& m, const ForwardPlan& p)
+      : ids(m.take(DType::i32, {p.tokens})),
+        positions(m.take(DType::i32, {p.tokens})),
+        slots(m.take(DType::i32, {p.tokens})),
+        row_starts(m.take(DType::i32, {p.rows + 1})),
+        row_lens(m.take(DType::i32, {p.rows})),
+        block_table(m.take(DType::i32, {p.rows, p.max_blocks})),
+        out_index(m.take(DType::i32, {std::max(p.outputs, 1)})) {}
+};
+
+// Per-token activations of one forward.
+struct ActivationViews {
+  Tensor x, h, q, k, v, attn, gate, up;
+  ActivationViews(Carver& a, const ModelConfig& c, int64_t T)
+      : x(a.take(DType::f32, {T, c.hidden_size})),
+        h(a.take(DType::f32, {T, c.hidden_size})),
+        q(a.take(DType::f32, {T, int64_t{c.num_heads} * c.head_dim})),
+        k(a.take(DType::f32, {T, int64_t{c.num_kv_heads} * c.head_dim})),
+        v(a.take(DType::f32, {T, int64_t{c.num_kv_heads} * c.head_dim})),
+        attn(a.take(DType::f32, {T, int64_t{c.num_heads} * c.head_dim})),
+        gate(a.take(DType::f32, {T, c.intermediate_size})),
+        up(a.take(DType::f32, {T, c.intermediate_size})) {}
+};
+
+// Per-output rows: the final normed hidden (LM head input), the logits, and tapped hiddens.
+struct OutputViews {
+  Tensor final_hidden, logits;
+  std::vector<Tensor> taps;
+  OutputViews(Carver& o, const ModelConfig& c, int64_t N, size_t tap_count)
+      : final_hidden(o.take(DType::f32, {N, c.hidden_size})), logits(o.take(DType::f32, {N, c.vocab_size})) {
+    for (size_t j = 0; j < tap_count; ++j) taps.push_back(o.take(DType::f32, {N, c.hidden_size}));
+  }
+};
+
+void put(const std::vector<int32_t>& src, const Tensor& dst) { std::copy(src.begin(), src.end(), dst.ptr<int32_t>()); }
+
+}  // namespace
+
+LlamaModel::LlamaModel(ModelConfig config, WeightStore store, Backend& backend)
+    : config_(std::move(config)), store_(std::move(store)), backend_(backend) {
+  const ModelConfig& c = config_;
+  embed_ = bind("model.embed_tokens.weight");
+  final_norm_ = bind("model.norm.weight");
+  lm_head_ = c.tie_word_embeddings ? embed_ : bind("lm_head.weight");
+  layers_.resize(static_cast<size_t>(c.num_layers));
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = str_cat("model.layers.", i, ".");
+    Layer& l = layers_[static_cast<size_t>(i)];
+    l.input_norm = bind(p + "input_layernorm.weight");
+    l.post_norm = bind(p + "post_attention_layernorm.weight");
+    l.q_proj = bind(p + "self_attn.q_proj.weight");
+    l.k_proj = bind(p + "self_attn.k_proj.weight");
+    l.v_proj = bind(p + "self_attn.v_proj.weight");
+    l.o_proj = bind(p + "self_attn.o_proj.weight");
+    if (c.attention_bias) {
+      l.q_bias = bind(p + "self_attn.q_proj.bias");
+      l.k_bias = bind(p + "self_attn.k_proj.bias");
+      l.v_bias = bind(p + "self_attn.v_proj.bias");
+    }
+    if (c.o_proj_bias) l.o_bias = bind(p + "self_attn.o_proj.bias");
+    if (c.qk_norm) {
+      l.q_norm = bind(p + "self_attn.q_norm.weight");
+      l.k_norm = bind(p + "self_attn.k_norm.weight");
+    }
+    l.gate_proj = bind(p + "mlp.gate_proj.weight");
+    l.up_proj = bind(p + "mlp.up_proj.weight");
+    l.down_proj = bind(p + "mlp.down_proj.weight");
+  }
+
+  const std::vector<float> inv_freq = rope_inv_freq(c);
+  SPECDEC_CHECK(static_cast<int>(inv_freq.size()) * 2 == c.head_dim, "RoPE inverse frequencies (", inv_freq.size(),
+                ") do not cover head_dim ", c.head_dim);
+  inv_freq_buffer_ = backend_.allocate(inv_freq.size() * sizeof(float));
+  inv_freq_ = inv_freq_buffer_.view(DType::f32, {static_cast<int64_t>(inv_freq.size())});
+  backend_.copy(Tensor(const_cast<float*>(inv_freq.data()), DType::f32, {static_cast<int64_t>(inv_freq.size())}),
+                inv_freq_);
+  backend_.synchronize();  // the host vector dies at the end of this scope
+  rope_scaling_ = rope_attention_scaling(c);
+  attn_scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+}
+
+Tensor LlamaModel::bind(const std::string& name) {
+  const Tensor& host = store_.get(name);
+  parameter_count_ += static_cast<size_t>(host.numel());
+  weight_bytes_ += host.bytes();
+  if (host.device == backend_.device()) return host;  // zero copy: the backend reads host memory
+  uploads_.push_back(backend_.allocate(host.bytes()));
+  Tensor dev = host;
+  dev.data = uploads_.back().data();
+  dev.device = uploads_.back().device();
+  backend_.copy(host, dev);
+  return dev;
+}
+
+void LlamaModel::ensure(Buffer& buffer, size_t bytes) {
+  if (buffer.bytes() >= bytes && buffer.data()) return;
+  // Grow by half again so a slowly rising batch size reallocates rarely.
+  const size_t want = std::max(bytes, buffer.bytes() + buffer.bytes() / 2);
+  backend_.synchronize();  // queued kernels may still read the old buffer
+  buffer = Buffer();
+  buffer = backend_.allocate(want);
+}
+
+void LlamaModel::forward(const ForwardPlan& plan, const std::vector<int>& tap_layers, KvCache& cache,
+                         ForwardResult& result) {
+  const ModelConfig& c = config_;
+  const int64_t T = plan.tokens, N = plan.outputs;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  const int64_t nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
+  const size_t taps = tap_layers.size();
+
+  // Sizes a scratch buffer for a layout (growing it if needed), then lays the views out in it.
+  auto scratch = [this](Buffer& buffer, auto make) {
+    Carver measure = Carver::measure();
+    make(measure);
+    ensure(buffer, measure.size());
+    Carver in_buffer = carve(buffer);
+    return make(in_buffer);
+  };
+
+  // ---- the plan's i32 arrays: laid out in a host staging vector, uploaded in one copy ----
+  const auto meta_of = [&plan](Carver& m) { return MetaViews(m, plan); };
+  const MetaViews meta = scratch(meta_, meta_of);
+  meta_host_.assign(meta_.bytes() / sizeof(int32_t), 0);
+  Carver staging(meta_host_.data(), meta_host_.size() * sizeof(int32_t), Device::cpu);
+  const MetaViews host = meta_of(staging);
+  put(plan.ids, host.ids);
+  put(plan.positions, host.positions);
+  put(plan.slots, host.slots);
+  put(plan.row_starts, host.row_starts);
+  put(plan.row_lens, host.row_lens);
+  put(plan.block_table, host.block_table);
+  put(plan.out_index, host.out_index);
+  const int64_t meta_elems = static_cast<int64_t>(meta_host_.size());
+  backend_.copy(Tensor(meta_host_.data(), DType::i32, {meta_elems}),
+                Tensor(meta_.data(), DType::i32, {meta_elems}, meta_.device()));
+
+  AttentionBatch batch;
+  batch.positions = meta.positions;
+  batch.slots = meta.slots;
+  batch.row_starts = meta.row_starts;
+  batch.row_lens = meta.row_lens;
+  batch.block_table = meta.block_table;
+  batch.rows = plan.rows;
+  batch.tokens = plan.tokens;
+  batch.max_blocks = plan.max_blocks;
+  batch.block_size = plan.block_size;
+  batch.max_row_len = plan.max_row_len;
+  batch.max_row_tokens = plan.max_row_tokens;
+
+  // ---- scratch ----
+  const ActivationViews act = scratch(activations_, [&](Carver& a) { return ActivationViews(a, c, T); });
+  const int64_t n_alloc = std::max<int64_t>(N, 1);
+  const OutputViews out = scratch(outputs_, [&](Carver& o) { return OutputViews(o, c, n_alloc, taps); });
+
+  result.vocab = static_cast<int>(V);
+  result.hidden = static_cast<int>(H);
+  result.row_offsets = plan.row_offsets;
+  result.logits.assign(static_cast<size_t>(N * V), 0.0f);
+  result.taps.assign(taps, std::vector<float>(static_cast<size_t>(N * H), 0.0f));
+  // Copies the hidden at the returned positions into every tap that asked for this layer.
+  // `gathered`: source already holds only those rows.
+  auto tap = [&](int layer, const Tensor& source, bool gathered) {
+    if (N == 0) return;
+    for (size_t j = 0; j < taps; ++j) {
+      if (tap_layers[j] != layer) continue;
+      Tensor rows = source;
+      if (!gathered) {
+        rows = out.taps[j].rows(0, N);
+        backend_.gather_rows(source, meta.out_index.rows(0, N), rows);
+      }
+      backend_.copy(rows, Tensor(result.taps[j].data(), DType::f32, {N, H}));
+    }
+  };
+
+  // ---- the decoder ----
+  const float eps = c.rms_norm_eps;
+  backend_.embedding(embed_, meta.ids, act.x);
+  const Tensor q3 = act.q.reshape({T, nh, hd});
+  const Tensor k3 = act.k.reshape({T, nkv, hd});
+  const Tensor v3 = act.v.reshape({T, nkv, hd});
+  const Tensor attn3 = act.attn.reshape({T, nh, hd});
+  for (int i = 0; i < c.num_layers; ++i) {
+    const Layer& l = layers_[static_cast<size_t>(i)];
+    backend_.rms_norm(act.x, l.input_norm, eps, act.h);
+    backend_.linear(act.h, l.q_proj, l.q_bias.empty() ? nullptr : &l.q_bias, act.q);
+    backend_.linear(act.h, l.k_proj, l.k_bias.empty() ? nullptr : &l.k_bias, act.k);
+    backend_.linear(act.h, l.v_proj, l.v_bias.empty() ? nullptr : &l.v_bias, act.v);
+    if (!l.q_norm.empty()) {
+      // Qwen3: RMSNorm over head_dim of every head, before RoPE.
+      const Tensor qh = act.q.reshape({T * nh, hd});
+      const Tensor kh = act.k.reshape({T * nkv, hd});
+      backend_.rms_norm(qh, l.q_norm, eps, qh);
+      backend_.rms_norm(kh, l.k_norm, eps, kh);
+    }
+    backend_.rope(q3, meta.positions, inv_freq_, rope_scaling_);
+    backend_.rope(k3, meta.positions, inv_freq_, rope_scaling_);
+    backend_.kv_write(k3, v3, cache.k_pool(i), cache.v_pool(i), batch);
+    backend_.attention(q3, cache.k_pool(i), cache.v_pool(i), batch, attn_scale_, attn3);
+    backend_.linear(act.attn, l.o_proj, l.o_bias.empty() ? nullptr : &l.o_bias, act.h);
+    backend_.add(act.x, act.h, act.x);
+    backend_.rms_norm(act.x, l.post_norm, eps, act.h);
+    backend_.linear(act.h, l.gate_proj, nullptr, act.gate);
+    backend_.linear(act.h, l.up_proj, nullptr, act.up);
+    backend_.silu_mul(act.gate, act.up, act.gate);
+    backend_.linear(act.gate, l.down_proj, nullptr, act.h);
+    backend_.add(act.x, act.h, act.x);
+    tap(i, act.x, false);
+  }
+
+  // ---- the LM head, only at the returned positions (a row's norm does not depend on others) ----
+  if (N > 0) {
+    const Tensor g = out.final_hidden.rows(0, N);
+    backend_.gather_rows(act.x, meta.out_index.rows(0, N), g);
+    backend_.rms_norm(g, final_norm_, eps, g);
+    tap(c.num_layers, g, true);
+    const Tensor logits = out.logits.rows(0, N);
+    backend_.linear(g, lm_head_, nullptr, logits);
+    backend_.copy(logits, Tensor(result.logits.data(), DType::f32, {N, V}));
+  }
+  backend_.synchronize();
+}
+
+}  // namespace specdec

@@ -1,0 +1,69 @@
+// LlamaModel: the Llama-family decoder (Llama, Mistral, Qwen2 q/k/v biases, Qwen3 q/k norms,
+// tied or separate LM head) bound to one backend, and its layer-by-layer ragged forward.
+// Pure composition of Backend kernels: nothing here depends on which device runs them.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/kv_cache.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/model_batch.h"
+#include "model/weights.h"
+
+namespace specdec {
+
+class LlamaModel {
+ public:
+  // The store must hold every tensor of llama_weight_specs(config) (validated by the caller).
+  LlamaModel(ModelConfig config, WeightStore store, Backend& backend);
+
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() const { return backend_; }
+  size_t parameter_count() const { return parameter_count_; }
+  size_t weight_bytes() const { return weight_bytes_; }
+
+  // Runs a validated plan; fills result (logits, taps) and writes the rows' K/V into the cache.
+  // Does not change the cache's lengths.
+  void forward(const ForwardPlan& plan, const std::vector<int>& tap_layers, KvCache& cache, ForwardResult& result);
+
+ private:
+  struct Layer {
+    Tensor input_norm, post_norm;
+    Tensor q_proj, k_proj, v_proj, o_proj;
+    Tensor q_bias, k_bias, v_bias;  // empty unless config.attention_bias
+    Tensor o_bias;                  // empty unless config.o_proj_bias
+    Tensor q_norm, k_norm;          // empty unless config.qk_norm
+    Tensor gate_proj, up_proj, down_proj;
+  };
+
+  // Device-side view of one checkpoint tensor: zero copy when the store's memory is the
+  // backend's (CPU), otherwise an uploaded copy owned by this model.
+  Tensor bind(const std::string& name);
+  // Grows `buffer` to at least `bytes` (never shrinks), so steady-state forwards allocate nothing.
+  void ensure(Buffer& buffer, size_t bytes);
+
+  ModelConfig config_;
+  WeightStore store_;  // keeps the mappings the CPU views point into alive
+  Backend& backend_;
+  std::vector<Buffer> uploads_;
+  Tensor embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  Buffer inv_freq_buffer_;
+  Tensor inv_freq_;
+  float rope_scaling_ = 1.0f;
+  float attn_scale_ = 1.0f;
+  size_t parameter_count_ = 0;
+  size_t weight_bytes_ = 0;
+
+  // Scratch, reused across forwards.
+  Buffer meta_;         // the plan's i32 arrays
+  Buffer activations_;  // per-token activations
+  Buffer outputs_;      // per-output rows: gathered hidden, logits, taps
+  std::vector<int32_t> meta_host_;
+};
+
+}  // namespace specdec

@@ -1,0 +1,41 @@
+// Model: loading (config + validated weights) and the public forward, which checks the request
+// into a ForwardPlan, runs the architecture, then advances the sequences' KV lengths.
+#include "model/model.h"
+
+#include "model/llama.h"
+#include "model/model_batch.h"
+#include "model/weights.h"
+
+namespace specdec {
+
+Model::Model(std::unique_ptr<LlamaModel> impl) : impl_(std::move(impl)) {}
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, Backend& backend) {
+  ModelConfig config = load_model_config(dir);
+  WeightStore store = WeightStore::open(dir);
+  store.validate(llama_weight_specs(config));
+  auto impl = std::make_unique<LlamaModel>(std::move(config), std::move(store), backend);
+  return std::unique_ptr<Model>(new Model(std::move(impl)));
+}
+
+const ModelConfig& Model::config() const { return impl_->config(); }
+Backend& Model::backend() const { return impl_->backend(); }
+size_t Model::parameter_count() const { return impl_->parameter_count(); }
+size_t Model::weight_bytes() const { return impl_->weight_bytes(); }
+
+std::unique_ptr<KvCache> Model::make_cache(int num_blocks) const {
+  const ModelConfig& c = config();
+  return std::make_unique<KvCache>(backend(), c.num_layers, c.num_kv_heads, c.head_dim, num_blocks);
+}
+
+ForwardResult Model::forward(const ForwardRequest& request, KvCache& cache) {
+  const ForwardPlan plan = plan_forward(request, cache, config());
+  ForwardResult result;
+  impl_->forward(plan, request.tap_layers, cache, result);
+  for (size_t r = 0; r < request.rows.size(); ++r)
+    cache.set_length(request.rows[r].seq, plan.row_lens[r]);
+  return result;
+}
+
+}  // namespace specdec

@@ -1,0 +1,69 @@
+// Model: a loaded Llama-family transformer (llama, mistral, qwen2, qwen3) and its ragged forward.
+// One forward runs the "mixed iteration": prefill chunks, single decode tokens and verify windows
+// of many sequences together, reading and extending their paged KV.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/kv_cache.h"
+#include "model/config.h"
+
+namespace specdec {
+
+struct SequenceInput {
+  KvCache::SeqId seq = 0;
+  std::vector<int32_t> tokens;     // new tokens, at positions length(seq) .. length(seq)+n-1
+  std::vector<int32_t> logits_at;  // indices into tokens whose logits are returned
+};
+
+struct ForwardRequest {
+  std::vector<SequenceInput> rows;
+  // Hidden states returned at the logits_at positions: i in [0, L) = residual stream after
+  // layer i; L = the final normed hidden (the LM head's input).
+  std::vector<int> tap_layers;
+};
+
+struct ForwardResult {
+  int vocab = 0;
+  int hidden = 0;
+  std::vector<float> logits;             // [total logits_at, vocab], rows in request order
+  std::vector<int> row_offsets;          // size rows+1: row r's logits rows are [row_offsets[r], row_offsets[r+1])
+  std::vector<std::vector<float>> taps;  // per tap layer: [total logits_at, hidden]
+
+  // Logits row i (of the total), vocab floats.
+  const float* logits_row(int i) const { return logits.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab); }
+};
+
+class LlamaModel;
+
+class Model {
+ public:
+  // Reads dir/config.json and the safetensors, validated against llama_weight_specs.
+  static std::unique_ptr<Model> load(const std::filesystem::path& dir, Backend& backend);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const;
+  Backend& backend() const;
+  size_t parameter_count() const;
+  size_t weight_bytes() const;
+  // A KV cache shaped for this model, with num_blocks blocks of 16 positions.
+  std::unique_ptr<KvCache> make_cache(int num_blocks) const;
+
+  // One ragged forward over all rows. Each row's KV must already be reserved for length+n
+  // (throws otherwise, before any work). Afterwards length(seq) += n for every row. Input is
+  // checked completely before anything is computed: on error the cache is unchanged.
+  ForwardResult forward(const ForwardRequest& request, KvCache& cache);
+
+ private:
+  explicit Model(std::unique_ptr<LlamaModel> impl);
+  std::unique_ptr<LlamaModel> impl_;
+};
+
+}  // namespace specdec
