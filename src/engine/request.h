@@ -1,0 +1,68 @@
+// What a client asks of the engine and what it gets back: the request (prompt, sampling, stop
+// criteria, speculative options), the streamed events and the final result with its figures.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sampling/sampling.h"
+#include "speculative/telemetry.h"
+
+namespace specdec {
+
+enum class SpecMode { exact, rejection };
+
+struct SpecOptions {
+  std::string method;     // registered draft method name; empty = plain decoding
+  int max_depth = 0;      // 0 = the method's default
+  bool adaptive = true;   // adapt the depth to measured acceptance and cost; pause when it does not pay
+  SpecMode mode = SpecMode::exact;
+};
+
+struct StopCriteria {
+  int max_tokens = 256;
+  std::vector<int32_t> eos_ids;
+  bool ignore_eos = false;
+  std::vector<std::string> stop_strings;  // generation ends before the first occurrence
+};
+
+enum class FinishReason { none, length, stop, eos, cancelled, error };
+const char* finish_reason_name(FinishReason reason);
+
+struct StreamEvent {
+  int64_t id = 0;
+  std::string text;               // new text (never a broken UTF-8 sequence)
+  std::vector<int32_t> tokens;    // new tokens
+  FinishReason finish = FinishReason::none;
+};
+
+struct Request {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  StopCriteria stop;
+  SpecOptions spec;
+  std::function<void(const StreamEvent&)> on_event;  // called from the engine's thread
+};
+
+struct RequestStats {
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  double queue_seconds = 0;    // submit → admitted
+  double prefill_seconds = 0;  // admitted → first token
+  double decode_seconds = 0;   // first token → finished
+  double ttft_seconds = 0;     // submit → first token
+  SpecTelemetry speculative;   // empty when the request did not speculate
+};
+
+struct RequestResult {
+  int64_t id = 0;
+  std::vector<int32_t> tokens;  // generated tokens (the stop string's tokens included, text excludes it)
+  std::string text;
+  FinishReason finish = FinishReason::none;
+  std::string error;  // when finish == error
+  RequestStats stats;
+};
+
+}  // namespace specdec

@@ -1,0 +1,128 @@
+// The speculative seam: a DraftMethod (lives as long as the server, holds weights and policy)
+// opens DraftRows groups that mirror the target batch's speculating rows. Drafts are only
+// proposals: the verifier and the target decide every emitted token, so a method can change
+// speed, never output.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sampling/sampling.h"
+
+namespace specdec {
+
+class Model;
+
+// A row's draft state between rounds. It lines up exactly with the target's KV prefix of
+// `processed_tokens` tokens; restoring it into a group of another namespace is refused.
+struct Checkpoint {
+  int64_t processed_tokens = 0;
+  std::string ns;
+  nlohmann::json metadata;
+  std::vector<int32_t> tokens;                        // token history the state was built from
+  std::map<std::string, std::vector<float>> tensors;  // method-specific state
+};
+
+// Build-aside / swap-in membership change: commit() applies it, destruction without commit
+// drops it. A failed prepare throws and leaves the group exactly as it was.
+class PreparedChange {
+ public:
+  PreparedChange() = default;
+  PreparedChange(std::function<void()> commit, std::function<void()> dispose)
+      : commit_(std::move(commit)), dispose_(std::move(dispose)) {}
+  PreparedChange(PreparedChange&& o) noexcept : commit_(std::move(o.commit_)), dispose_(std::move(o.dispose_)) {
+    o.commit_ = nullptr;
+    o.dispose_ = nullptr;
+  }
+  PreparedChange& operator=(PreparedChange&&) = delete;
+  PreparedChange(const PreparedChange&) = delete;
+  ~PreparedChange() {
+    if (dispose_) dispose_();
+  }
+  void commit() {
+    if (commit_) commit_();
+    commit_ = nullptr;
+    dispose_ = nullptr;
+  }
+
+ private:
+  std::function<void()> commit_;
+  std::function<void()> dispose_;
+};
+
+// The ports a target offers a method. A method needing a port the target lacks fails at open().
+struct TargetView {
+  const Model* model = nullptr;
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int num_layers = 0;
+};
+
+// One row of a draft() call: draft up to `depth` tokens after `pending` (the last emitted token,
+// not yet in the target's KV), whose absolute position is `position`.
+struct DraftRequestRow {
+  int row = 0;
+  int32_t pending = 0;
+  int depth = 0;
+  int64_t position = 0;
+  const SamplingParams* sampling = nullptr;  // the request's params; draft i samples at key position+1+i
+  bool want_q = false;                       // rejection mode: also return the draft distributions
+};
+
+struct DraftProposal {
+  std::vector<int32_t> tokens;        // 0..depth tokens; 0 means a plain target step
+  std::vector<std::vector<float>> q;  // per token, the full draft distribution (when asked)
+};
+
+// What the target verified for one row this round.
+struct RowCommit {
+  int row = 0;
+  int32_t pending = 0;             // the token that opened the round's window
+  int accepted = 0;                // drafts accepted (0..drafted)
+  std::vector<int32_t> emitted;    // accepted drafts followed by the target's own token
+  int drafted = 0;                 // drafts proposed this round
+};
+
+class DraftRows {
+ public:
+  virtual ~DraftRows() = default;
+  virtual int row_count() const = 0;
+  // New rows join at the end, each from a checkpoint or empty (nullptr).
+  virtual PreparedChange prepare_append(std::span<const Checkpoint* const> checkpoints) = 0;
+  // Keeps rows `keep` (ascending indices into the current rows), in that order.
+  virtual void filter_rows(std::span<const int> keep) = 0;
+  // A block of prompt tokens the target has processed for `row` (tail split: never the last
+  // prompt token, which stays pending).
+  virtual void prefill(int row, std::span<const int32_t> tokens) = 0;
+  // Drafts for the listed rows, batched; result[i] belongs to rows[i].
+  virtual std::vector<DraftProposal> draft(std::span<const DraftRequestRow> rows) = 0;
+  // The verified outcome of the round for the listed rows (every row that took part in the
+  // target forward, drafted or not), so the method's state tracks the target's.
+  virtual void commit(std::span<const RowCommit> commits) = 0;
+  // The row's state between rounds.
+  virtual Checkpoint capture(int row) const = 0;
+};
+
+class DraftMethod {
+ public:
+  virtual ~DraftMethod() = default;
+  virtual std::string name() const = 0;
+  // Schema and every policy knob, e.g. "ngram-history-v1:3:1:10".
+  virtual std::string checkpoint_namespace() const = 0;
+  // Throws a clear Error if the target lacks a port this method needs.
+  virtual std::unique_ptr<DraftRows> open(const TargetView& target) = 0;
+  // Default maximum draft depth for this method.
+  virtual int default_depth() const = 0;
+};
+
+// Refuses a checkpoint from another namespace or one that does not line up with the tokens.
+void check_checkpoint(const Checkpoint& checkpoint, const std::string& ns);
+
+}  // namespace specdec

@@ -1,0 +1,172 @@
+// DraftModelRows: per row, `known` = the tokens before its pending token, and a draft KV that
+// holds a prefix of known + pending + drafts. Drafting first feeds whatever the KV lacks (the
+// re-feed rule falls out of this: after a full accept the last draft was never fed, so the next
+// round feeds it together with the new pending token, a width-2 input), then one token a step.
+#include "speculative/methods/draft_model.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "sampling/sampling.h"
+
+namespace specdec {
+
+namespace {
+
+struct DraftRowState {
+  std::vector<int32_t> known;  // tokens before the pending one
+  KvCache::SeqId seq = 0;
+  std::vector<int32_t> fed;    // tokens in the draft KV (a prefix of known + pending + drafts)
+};
+
+class DraftModelRows : public DraftRows {
+ public:
+  DraftModelRows(std::shared_ptr<Model> model, std::string ns, int kv_blocks)
+      : model_(std::move(model)), ns_(std::move(ns)), cache_(model_->make_cache(kv_blocks)) {}
+  ~DraftModelRows() override {
+    for (auto& r : rows_) cache_->release(r.seq);
+  }
+
+  int row_count() const override { return static_cast<int>(rows_.size()); }
+
+  PreparedChange prepare_append(std::span<const Checkpoint* const> checkpoints) override {
+    auto added = std::make_shared<std::vector<DraftRowState>>();
+    for (const Checkpoint* cp : checkpoints) {
+      if (cp) check_checkpoint(*cp, ns_);
+      DraftRowState row;
+      row.seq = cache_->create();
+      if (cp) row.known = cp->tokens;  // the KV is rebuilt lazily from the tokens
+      added->push_back(std::move(row));
+    }
+    auto cache = cache_.get();
+    return PreparedChange(
+        [this, added] {
+          for (auto& r : *added) rows_.push_back(std::move(r));
+          added->clear();
+        },
+        [added, cache] {
+          for (auto& r : *added) cache->release(r.seq);
+        });
+  }
+
+  void filter_rows(std::span<const int> keep) override {
+    std::vector<DraftRowState> next;
+    std::vector<bool> kept(rows_.size(), false);
+    for (int i : keep) {
+      kept.at(static_cast<size_t>(i)) = true;
+      next.push_back(std::move(rows_[static_cast<size_t>(i)]));
+    }
+    for (size_t i = 0; i < rows_.size(); ++i)
+      if (!kept[i]) cache_->release(rows_[i].seq);
+    rows_ = std::move(next);
+  }
+
+  void prefill(int row, std::span<const int32_t> tokens) override {
+    auto& r = rows_.at(static_cast<size_t>(row));
+    r.known.insert(r.known.end(), tokens.begin(), tokens.end());
+  }
+
+  std::vector<DraftProposal> draft(std::span<const DraftRequestRow> asks) override {
+    std::vector<DraftProposal> out(asks.size());
+    const int max_position = model_->config().max_position;
+    std::vector<size_t> live;
+    for (size_t i = 0; i < asks.size(); ++i) {
+      auto& r = rows_.at(static_cast<size_t>(asks[i].row));
+      // Roll the KV back to the longest prefix of what is now known, then feed the rest.
+      std::vector<int32_t> want = r.known;
+      want.push_back(asks[i].pending);
+      size_t common = 0;
+      while (common < r.fed.size() && common < want.size() && r.fed[common] == want[common]) ++common;
+      if (common == want.size()) --common;  // always feed at least the pending token for its logits
+      cache_->truncate(r.seq, static_cast<int>(common));
+      r.fed.resize(common);
+      if (static_cast<int>(want.size()) + asks[i].depth > max_position) continue;  // no room: no drafts
+      live.push_back(i);
+    }
+    std::vector<std::vector<int32_t>> feeds(asks.size());
+    for (size_t i : live) {
+      auto& r = rows_[static_cast<size_t>(asks[i].row)];
+      feeds[i].assign(r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()), r.known.end());
+      feeds[i].push_back(asks[i].pending);
+    }
+    for (int step = 0; !live.empty(); ++step) {
+      ForwardRequest req;
+      for (size_t i : live) {
+        auto& r = rows_[static_cast<size_t>(asks[i].row)];
+        SPECDEC_CHECK(cache_->reserve(r.seq, static_cast<int>(r.fed.size() + feeds[i].size())),
+                      "the draft model's KV cache is full");
+        SequenceInput in;
+        in.seq = r.seq;
+        in.tokens = feeds[i];
+        in.logits_at = {static_cast<int32_t>(feeds[i].size()) - 1};
+        req.rows.push_back(std::move(in));
+      }
+      ForwardResult res = model_->forward(req, *cache_);
+      std::vector<size_t> next;
+      for (size_t j = 0; j < live.size(); ++j) {
+        const size_t i = live[j];
+        auto& r = rows_[static_cast<size_t>(asks[i].row)];
+        r.fed.insert(r.fed.end(), feeds[i].begin(), feeds[i].end());
+        std::span<const float> logits(res.logits_row(res.row_offsets[j]), static_cast<size_t>(res.vocab));
+        const SamplingParams& params = *asks[i].sampling;
+        std::span<const int32_t> generated(out[i].tokens);
+        const uint64_t position = static_cast<uint64_t>(asks[i].position) + 1 + static_cast<uint64_t>(step);
+        const int32_t token = sample(logits, params, r.known, generated, position);
+        if (asks[i].want_q) out[i].q.push_back(probabilities(logits, params, r.known, generated));
+        out[i].tokens.push_back(token);
+        feeds[i] = {token};
+        if (static_cast<int>(out[i].tokens.size()) < asks[i].depth) next.push_back(i);
+      }
+      live = std::move(next);
+    }
+    return out;
+  }
+
+  void commit(std::span<const RowCommit> commits) override {
+    for (const RowCommit& c : commits) {
+      auto& r = rows_.at(static_cast<size_t>(c.row));
+      r.known.push_back(c.pending);
+      r.known.insert(r.known.end(), c.emitted.begin(), c.emitted.end() - 1);
+    }
+  }
+
+  Checkpoint capture(int row) const override {
+    const auto& r = rows_.at(static_cast<size_t>(row));
+    Checkpoint cp;
+    cp.ns = ns_;
+    cp.tokens = r.known;
+    cp.processed_tokens = static_cast<int64_t>(r.known.size());
+    return cp;
+  }
+
+ private:
+  std::shared_ptr<Model> model_;
+  std::string ns_;
+  std::unique_ptr<KvCache> cache_;
+  std::vector<DraftRowState> rows_;
+};
+
+}  // namespace
+
+DraftModelMethod::DraftModelMethod(std::shared_ptr<Model> draft, std::string id, DraftModelOptions options)
+    : draft_(std::move(draft)), id_(std::move(id)), options_(options) {
+  SPECDEC_CHECK(draft_ != nullptr, "no draft model");
+  SPECDEC_CHECK(options_.num_draft >= 1, "draft depth must be at least 1, got ", options_.num_draft);
+}
+
+std::string DraftModelMethod::checkpoint_namespace() const {
+  return str_cat("draft-model-v1:", id_, ":", draft_->config().vocab_size);
+}
+
+std::unique_ptr<DraftRows> DraftModelMethod::open(const TargetView& target) {
+  const ModelConfig& c = draft_->config();
+  SPECDEC_CHECK(c.vocab_size == target.vocab_size, "the draft model's vocabulary (", c.vocab_size,
+                " tokens) does not match the target's (", target.vocab_size,
+                "): a draft model must share the target's tokenizer");
+  int blocks = options_.kv_blocks;
+  if (blocks <= 0) blocks = 32 * ((c.max_position + 15) / 16 + 1);
+  return std::make_unique<DraftModelRows>(draft_, checkpoint_namespace(), blocks);
+}
+
+}  // namespace specdec

@@ -1,0 +1,36 @@
+// The draft-model method: a second, smaller checkpoint with the target's vocabulary drafts
+// autoregressively, batched across rows, on its own paged KV. In exact mode it samples each
+// draft with the target's key for that position (a coupled draw), so a draft close to the
+// target matches often at any temperature; it supplies q for rejection mode.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+
+#include "speculative/draft.h"
+
+namespace specdec {
+
+class Model;
+
+struct DraftModelOptions {
+  int num_draft = 4;
+  int kv_blocks = 0;  // 0 = enough for 32 rows of the draft's full context
+};
+
+class DraftModelMethod : public DraftMethod {
+ public:
+  // The method shares ownership of the draft model; `id` names it in the checkpoint namespace.
+  DraftModelMethod(std::shared_ptr<Model> draft, std::string id, DraftModelOptions options = {});
+  std::string name() const override { return "draft"; }
+  std::string checkpoint_namespace() const override;
+  std::unique_ptr<DraftRows> open(const TargetView& target) override;
+  int default_depth() const override { return options_.num_draft; }
+
+ private:
+  std::shared_ptr<Model> draft_;
+  std::string id_;
+  DraftModelOptions options_;
+};
+
+}  // namespace specdec

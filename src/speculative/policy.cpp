@@ -1,0 +1,90 @@
+// Depth choice: with per-position acceptance a, a window of k drafts emits on average
+// (1 - a^(k+1)) / (1 - a) tokens; its cost is the row's verify width k + 1 plus k drafts.
+#include "speculative/policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace specdec {
+
+namespace {
+constexpr double kDecay = 0.97;     // forgetting factor of the cost fit
+constexpr double kAlphaRate = 0.2;  // EMA rate of the acceptance estimate
+constexpr double kMinGain = 1.03;   // speculate only when it is expected to pay by 3 %
+
+double expected_emitted(double alpha, int k) {
+  if (alpha >= 0.999) return k + 1;
+  return (1.0 - std::pow(alpha, k + 1)) / (1.0 - alpha);
+}
+}  // namespace
+
+void CostModel::observe_forward(int tokens, double seconds) {
+  sw_ = sw_ * kDecay + 1;
+  sx_ = sx_ * kDecay + tokens;
+  sy_ = sy_ * kDecay + seconds;
+  sxx_ = sxx_ * kDecay + double(tokens) * tokens;
+  sxy_ = sxy_ * kDecay + double(tokens) * seconds;
+  ++samples_;
+  const double var = sw_ * sxx_ - sx_ * sx_;
+  if (var > 1e-9 * sw_ * sw_) {
+    per_token_ = std::max(0.0, (sw_ * sxy_ - sx_ * sy_) / var);
+    fixed_ = std::max(0.0, (sy_ - per_token_ * sx_) / sw_);
+  } else {
+    // All iterations had the same width: attribute the cost to the fixed part (weights read
+    // once per iteration dominate a memory-bound forward).
+    fixed_ = sy_ / sw_;
+    per_token_ = 0.02 * fixed_ / std::max(1.0, sx_ / sw_);
+  }
+}
+
+void CostModel::observe_draft(int drafted_tokens, double seconds) {
+  if (drafted_tokens <= 0) return;
+  const double per = seconds / drafted_tokens;
+  per_draft_ = draft_seen_ ? 0.8 * per_draft_ + 0.2 * per : per;
+  draft_seen_ = true;
+}
+
+double CostModel::row_cost(int width, int rows) const {
+  return fixed_ / std::max(1, rows) + per_token_ * width;
+}
+
+DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
+    : max_depth_(std::max(0, max_depth)), adaptive_(adaptive), alpha_(prior_acceptance) {}
+
+int DepthPolicy::next_depth(const CostModel& costs, int rows) {
+  if (!adaptive_ || max_depth_ == 0) return max_depth_;
+  if (paused_ > 0) {
+    --paused_;
+    return paused_ == 0 ? 1 : 0;  // probe with one draft when the pause ends
+  }
+  if (!costs.calibrated()) return max_depth_;
+  const double plain = costs.row_cost(1, rows);
+  double best_rate = 1.0 / plain;
+  int best = 0;
+  for (int k = 1; k <= max_depth_; ++k) {
+    const double cost = costs.row_cost(k + 1, rows) + costs.draft_cost(k);
+    const double rate = expected_emitted(alpha_, k) / cost;
+    if (rate > best_rate * (best == 0 ? kMinGain : 1.0)) {
+      best_rate = rate;
+      best = k;
+    }
+  }
+  if (best == 0) {
+    paused_ = backoff_;
+    backoff_ = std::min(backoff_ * 2, 64);
+  } else {
+    backoff_ = 4;
+  }
+  return best;
+}
+
+void DepthPolicy::observe(int drafted, int accepted) {
+  if (drafted <= 0) return;
+  // positions tried: the accepted ones plus the first rejected one, if any
+  const int tried = accepted + (accepted < drafted ? 1 : 0);
+  const double rate = double(accepted) / tried;
+  const double weight = 1.0 - std::pow(1.0 - kAlphaRate, tried);
+  alpha_ = std::clamp(alpha_ + weight * (rate - alpha_), 0.0, 0.999);
+}
+
+}  // namespace specdec

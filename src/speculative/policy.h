@@ -1,0 +1,47 @@
+// The "never slower" policy: per row, pick the draft depth that maximises expected tokens per
+// second from the measured acceptance and the measured costs of drafting and verifying, and
+// pause speculation for a row where no depth beats a plain step.
+#pragma once
+
+#include <cstdint>
+
+namespace specdec {
+
+// Iteration costs, fitted online: a target forward of T tokens over R rows costs about
+// fixed + per_token * T seconds; drafting costs per_draft seconds per drafted token.
+class CostModel {
+ public:
+  void observe_forward(int tokens, double seconds);
+  void observe_draft(int drafted_tokens, double seconds);
+  // Marginal cost of one row's window of `width` tokens in an iteration of `rows` rows.
+  double row_cost(int width, int rows) const;
+  double draft_cost(int tokens) const { return per_draft_ * tokens; }
+  bool calibrated() const { return samples_ >= 4; }
+
+ private:
+  // Exponentially weighted least squares of seconds on tokens.
+  double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  double fixed_ = 0, per_token_ = 0, per_draft_ = 0;
+  int samples_ = 0;
+  bool draft_seen_ = false;
+};
+
+class DepthPolicy {
+ public:
+  DepthPolicy(int max_depth, bool adaptive, double prior_acceptance = 0.6);
+  // Depth for the next round (0 = a plain target step this round).
+  int next_depth(const CostModel& costs, int rows);
+  // The round's outcome: drafts proposed and accepted (proposed 0 = nothing to learn).
+  void observe(int drafted, int accepted);
+  double acceptance() const { return alpha_; }
+  int max_depth() const { return max_depth_; }
+
+ private:
+  int max_depth_;
+  bool adaptive_;
+  double alpha_;      // per-position acceptance estimate
+  int paused_ = 0;    // rounds left before speculation is probed again
+  int backoff_ = 4;   // length of the next pause
+};
+
+}  // namespace specdec
