@@ -89,7 +89,8 @@ TEST(Philox, StreamsAreUncorrelated) {
     sx += x, sy += y, sxy += x * y, sxx += x * x, syy += y * y;
   }
   const double cov = sxy / n - (sx / n) * (sy / n);
-  const double corr = cov / std::sqrt((sxx / n - (sx / n) * (sx / n)) * (syy / n - (sy / n) * (sy / n)));
+  const double corr =
+      cov / std::sqrt((sxx / n - (sx / n) * (sx / n)) * (syy / n - (sy / n) * (sy / n)));
   EXPECT_LT(std::abs(corr), 0.02);  // ~6 standard errors of 1/sqrt(n)
 }
 

@@ -1,0 +1,236 @@
+// The logits-processor stages and the (seed, position)-keyed sampler. Every loop that sums walks
+// tokens in id order, so results do not depend on threads, batches or neighbours.
+#include "sampling/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/error.h"
+#include "sampling/philox.h"
+
+namespace specdec {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void check_tokens(std::span<const int32_t> tokens, size_t vocab, const char* what) {
+  for (int32_t t : tokens) {
+    SPECDEC_CHECK(t >= 0 && static_cast<size_t>(t) < vocab, "sampling: ", what, " token ", t,
+                  " is outside the vocabulary of ", vocab);
+  }
+}
+
+std::vector<int32_t> sorted_copy(std::span<const int32_t> tokens) {
+  std::vector<int32_t> out(tokens.begin(), tokens.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+void SamplingParams::validate(int64_t vocab_size) const {
+  SPECDEC_CHECK(std::isfinite(temperature) && temperature >= 0.0f,
+                "sampling: temperature must be finite and >= 0 (0 = greedy), got ", temperature);
+  SPECDEC_CHECK(top_k >= 0, "sampling: top_k must be >= 0 (0 = off), got ", top_k);
+  SPECDEC_CHECK(top_p > 0.0f && top_p <= 1.0f, "sampling: top_p must be in (0, 1], got ", top_p);
+  SPECDEC_CHECK(min_p >= 0.0f && min_p <= 1.0f, "sampling: min_p must be in [0, 1], got ", min_p);
+  SPECDEC_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f,
+                "sampling: repetition_penalty must be finite and > 0 (1 = off), got ",
+                repetition_penalty);
+  SPECDEC_CHECK(presence_penalty >= -2.0f && presence_penalty <= 2.0f,
+                "sampling: presence_penalty must be in [-2, 2], got ", presence_penalty);
+  SPECDEC_CHECK(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f,
+                "sampling: frequency_penalty must be in [-2, 2], got ", frequency_penalty);
+  for (const auto& [token, bias] : logit_bias) {
+    SPECDEC_CHECK(token >= 0, "sampling: logit_bias token ", token, " is negative");
+    SPECDEC_CHECK(vocab_size <= 0 || token < vocab_size, "sampling: logit_bias token ", token,
+                  " is outside the vocabulary of ", vocab_size);
+    SPECDEC_CHECK(bias >= -100.0f && bias <= 100.0f, "sampling: logit_bias for token ", token,
+                  " must be in [-100, 100], got ", bias);
+  }
+}
+
+LogitsProcessor::LogitsProcessor(const SamplingParams& params) : params_(params) {
+  params_.validate();
+}
+
+void LogitsProcessor::apply_penalties(std::span<float> logits, const TokenHistory& history) const {
+  const size_t vocab = logits.size();
+  check_tokens(history.prompt, vocab, "prompt");
+  check_tokens(history.generated, vocab, "generated");
+
+  const float rep = params_.repetition_penalty;
+  if (rep != 1.0f) {
+    std::vector<int32_t> seen(history.prompt.begin(), history.prompt.end());
+    seen.insert(seen.end(), history.generated.begin(), history.generated.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (int32_t t : seen) {
+      float& l = logits[static_cast<size_t>(t)];
+      l = l < 0.0f ? l * rep : l / rep;
+    }
+  }
+
+  const float presence = params_.presence_penalty, frequency = params_.frequency_penalty;
+  if (presence != 0.0f || frequency != 0.0f) {
+    const std::vector<int32_t> gen = sorted_copy(history.generated);
+    for (size_t i = 0; i < gen.size();) {
+      size_t j = i;
+      while (j < gen.size() && gen[j] == gen[i]) ++j;
+      const auto count = static_cast<float>(j - i);
+      logits[static_cast<size_t>(gen[i])] -= presence + frequency * count;
+      i = j;
+    }
+  }
+}
+
+void LogitsProcessor::apply_logit_bias(std::span<float> logits) const {
+  for (const auto& [token, bias] : params_.logit_bias) {
+    SPECDEC_CHECK(static_cast<size_t>(token) < logits.size(), "sampling: logit_bias token ", token,
+                  " is outside the vocabulary of ", logits.size());
+    logits[static_cast<size_t>(token)] += bias;
+  }
+}
+
+void LogitsProcessor::apply_temperature(std::span<float> logits) const {
+  const float t = params_.temperature;
+  if (t == 0.0f || t == 1.0f) return;
+  for (float& l : logits) l /= t;
+}
+
+void LogitsProcessor::apply_top_k(std::span<float> logits) const {
+  const auto k = static_cast<size_t>(params_.top_k);
+  if (k == 0 || k >= logits.size()) return;
+  std::vector<float> values(logits.begin(), logits.end());
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                   values.end(), std::greater<float>());
+  const float kth = values[k - 1];
+  for (float& l : logits) {
+    if (l < kth) l = kNegInf;
+  }
+}
+
+void LogitsProcessor::apply_top_p(std::span<float> logits) const {
+  if (params_.top_p >= 1.0f) return;
+  std::vector<float> probs(logits.begin(), logits.end());
+  softmax_in_place(probs);
+  std::vector<int32_t> order;
+  order.reserve(probs.size());
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] > 0.0f) order.push_back(static_cast<int32_t>(i));
+  }
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const float pa = probs[static_cast<size_t>(a)], pb = probs[static_cast<size_t>(b)];
+    return pa != pb ? pa > pb : a < b;
+  });
+  // A token stays while the mass strictly before it (in this order) is below top_p: the same
+  // set HF's TopPLogitsWarper keeps, and never empty.
+  double before = 0.0;
+  size_t keep = 0;
+  while (keep < order.size() && before < params_.top_p) {
+    before += probs[static_cast<size_t>(order[keep])];
+    ++keep;
+  }
+  for (size_t r = keep; r < order.size(); ++r) logits[static_cast<size_t>(order[r])] = kNegInf;
+  // Tokens whose probability underflowed to 0 are beyond any top_p < 1 boundary as well.
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] == 0.0f) logits[i] = kNegInf;
+  }
+}
+
+void LogitsProcessor::apply_min_p(std::span<float> logits) const {
+  if (params_.min_p <= 0.0f) return;
+  std::vector<float> probs(logits.begin(), logits.end());
+  softmax_in_place(probs);
+  const float scaled = params_.min_p * *std::max_element(probs.begin(), probs.end());
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] < scaled) logits[i] = kNegInf;
+  }
+}
+
+void LogitsProcessor::apply(std::span<float> logits, const TokenHistory& history) const {
+  apply_penalties(logits, history);
+  apply_logit_bias(logits);
+  if (params_.greedy()) return;  // the filters keep the argmax, so greedy needs none of them
+  apply_temperature(logits);
+  apply_top_k(logits);
+  apply_top_p(logits);
+  apply_min_p(logits);
+}
+
+int32_t argmax(std::span<const float> values) {
+  SPECDEC_CHECK(!values.empty(), "sampling: argmax of an empty row");
+  size_t best = 0;
+  for (size_t i = 1; i < values.size(); ++i) {
+    if (values[i] > values[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+void softmax_in_place(std::span<float> logits) {
+  SPECDEC_CHECK(!logits.empty(), "sampling: softmax of an empty row");
+  float max = kNegInf;
+  for (float l : logits) {
+    SPECDEC_CHECK(!std::isnan(l), "sampling: logits contain NaN");
+    max = std::max(max, l);
+  }
+  SPECDEC_CHECK(std::isfinite(max), "sampling: no token has a finite logit (max is ", max, ")");
+  double sum = 0.0;
+  for (float& l : logits) {
+    l = std::exp(l - max);
+    sum += l;
+  }
+  const auto inv = static_cast<float>(1.0 / sum);
+  for (float& l : logits) l *= inv;
+}
+
+int32_t sample_from_weights(std::span<const float> weights, float u) {
+  double total = 0.0;
+  for (float w : weights) {
+    if (w > 0.0f) total += w;
+  }
+  SPECDEC_CHECK(total > 0.0, "sampling: every token has zero probability (", weights.size(),
+                " tokens)");
+  // The cumulative sum below repeats the total's additions in the same order, so the last
+  // positive token's cumulative equals total > u * total: the loop always returns.
+  const double target = static_cast<double>(u) * total;
+  double cum = 0.0;
+  int32_t last = -1;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (!(weights[i] > 0.0f)) continue;
+    cum += weights[i];
+    last = static_cast<int32_t>(i);
+    if (cum > target) return last;
+  }
+  return last;
+}
+
+std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params,
+                                 std::span<const int32_t> prompt,
+                                 std::span<const int32_t> generated) {
+  SPECDEC_CHECK(!logits.empty(), "sampling: empty logits row");
+  const LogitsProcessor processor(params);
+  std::vector<float> p(logits.begin(), logits.end());
+  processor.apply(p, TokenHistory{prompt, generated});
+  if (params.greedy()) {
+    const int32_t best = argmax(p);
+    std::fill(p.begin(), p.end(), 0.0f);
+    p[static_cast<size_t>(best)] = 1.0f;
+    return p;
+  }
+  softmax_in_place(p);
+  return p;
+}
+
+int32_t sample(std::span<const float> logits, const SamplingParams& params,
+               std::span<const int32_t> prompt, std::span<const int32_t> generated,
+               uint64_t position) {
+  const std::vector<float> p = probabilities(logits, params, prompt, generated);
+  if (params.greedy()) return argmax(p);
+  return sample_from_weights(
+      p, uniform01(params.seed, position, static_cast<uint32_t>(RandomStream::token)));
+}
+
+}  // namespace specdec
