@@ -36,6 +36,7 @@ struct ModelConfig {
   RopeConfig rope;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v biases (qwen2 always; llama when attention_bias)
+  bool o_proj_bias = false;     // o_proj bias (llama / qwen3 when attention_bias; never qwen2)
   bool qk_norm = false;         // per-head RMSNorm of q and k (qwen3)
   DType dtype = DType::bf16;    // declared torch_dtype / dtype (informational)
   std::optional<int32_t> bos_token_id;

@@ -19,8 +19,14 @@ namespace specdec {
 // known dtypes (F32, BF16, F16, I32), shape × dtype size == byte span, spans inside the data
 // section and not overlapping. Errors name the file and the tensor.
 class SafetensorsFile {
+  // Only open() can make one (passkey: the constructor is public for make_unique only).
+  struct Key {
+    explicit Key() = default;
+  };
+
  public:
   static std::unique_ptr<SafetensorsFile> open(const std::filesystem::path& path);
+  explicit SafetensorsFile(Key) {}
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
