@@ -1,0 +1,148 @@
+// Paged KV writes and causal attention on the CPU. Each (token, head) output is computed alone,
+// with the same operation sequence whatever else is in the batch: scores for cache positions
+// 0..p in order, their max, the sum of exponentials in order, then the weighted sum of V in
+// order. So a row's output does not depend on its neighbours or on how its tokens were chunked.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace specdec::cpu {
+namespace {
+
+void check_pool(const Tensor& pool, const AttentionBatch& batch, const char* op, const char* name) {
+  check_dtype(pool, DType::f32, op, name);
+  SPECDEC_CHECK(pool.rank == 4, op, ": ", name, " must be [num_blocks, block_size, kv_heads, head_dim], got ",
+                pool.shape_string());
+  SPECDEC_CHECK(pool.dim(1) == batch.block_size, op, ": ", name, " ", pool.shape_string(), " has block size ",
+                pool.dim(1), " but the batch says ", batch.block_size);
+}
+
+void check_same_pool_shape(const Tensor& k_pool, const Tensor& v_pool, const char* op) {
+  for (int i = 0; i < 4; ++i) {
+    SPECDEC_CHECK(k_pool.dim(i) == v_pool.dim(i), op, ": k_pool ", k_pool.shape_string(), " and v_pool ",
+                  v_pool.shape_string(), " differ");
+  }
+}
+
+}  // namespace
+
+void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
+              const AttentionBatch& batch) {
+  const char* op = "kv_write";
+  check_dtype(k, DType::f32, op, "k");
+  check_dtype(v, DType::f32, op, "v");
+  check_pool(k_pool, batch, op, "k_pool");
+  check_pool(v_pool, batch, op, "v_pool");
+  check_same_pool_shape(k_pool, v_pool, op);
+  check_dtype(batch.slots, DType::i32, op, "batch.slots");
+  const int64_t T = batch.tokens, slots = k_pool.dim(0) * k_pool.dim(1);
+  const int64_t entry = k_pool.dim(2) * k_pool.dim(3);  // floats per slot
+  SPECDEC_CHECK(batch.slots.numel() == T, op, ": batch.slots ", batch.slots.shape_string(), " must have ", T,
+                " elements");
+  SPECDEC_CHECK(k.numel() == T * entry && v.numel() == T * entry && k.dim(0) == T && v.dim(0) == T, op, ": k ",
+                k.shape_string(), " and v ", v.shape_string(), " must be [", T, ", ", k_pool.dim(2), ", ",
+                k_pool.dim(3), "]");
+  const int32_t* slot = batch.slots.ptr<int32_t>();
+  for (int64_t t = 0; t < T; ++t) {
+    SPECDEC_CHECK(slot[t] >= 0 && slot[t] < slots, op, ": slot ", slot[t], " of token ", t, " outside the pool of ",
+                  slots, " slots");
+    const size_t bytes = static_cast<size_t>(entry) * sizeof(float);
+    std::memcpy(k_pool.ptr<float>() + slot[t] * entry, k.ptr<float>() + t * entry, bytes);
+    std::memcpy(v_pool.ptr<float>() + slot[t] * entry, v.ptr<float>() + t * entry, bytes);
+  }
+}
+
+void attention(ThreadPool& pool, const Kernels& kernels, const Tensor& q, const Tensor& k_pool,
+               const Tensor& v_pool, const AttentionBatch& batch, float scale, const Tensor& out) {
+  const char* op = "attention";
+  check_dtype(q, DType::f32, op, "q");
+  check_dtype(out, DType::f32, op, "out");
+  check_pool(k_pool, batch, op, "k_pool");
+  check_pool(v_pool, batch, op, "v_pool");
+  check_same_pool_shape(k_pool, v_pool, op);
+  for (const Tensor* t : {&batch.positions, &batch.row_starts, &batch.row_lens, &batch.block_table}) {
+    check_dtype(*t, DType::i32, op, "batch tensor");
+  }
+  const int64_t T = batch.tokens, R = batch.rows, bs = batch.block_size;
+  const int64_t kv_heads = k_pool.dim(2), d = k_pool.dim(3), num_blocks = k_pool.dim(0);
+  SPECDEC_CHECK(q.rank == 3 && q.dim(0) == T && q.dim(2) == d, op, ": q ", q.shape_string(), " must be [", T,
+                ", heads, ", d, "]");
+  const int64_t heads = q.dim(1);
+  SPECDEC_CHECK(heads % kv_heads == 0, op, ": ", heads, " heads are not a multiple of ", kv_heads, " kv heads");
+  SPECDEC_CHECK(out.rank == 3 && out.dim(0) == T && out.dim(1) == heads && out.dim(2) == d, op, ": out ",
+                out.shape_string(), " must match q ", q.shape_string());
+  SPECDEC_CHECK(batch.positions.numel() == T && batch.row_starts.numel() == R + 1 && batch.row_lens.numel() == R &&
+                    batch.block_table.numel() == R * static_cast<int64_t>(batch.max_blocks),
+                op, ": batch tensors do not match rows = ", R, ", tokens = ", T, ", max_blocks = ", batch.max_blocks);
+  const int32_t* pos = batch.positions.ptr<int32_t>();
+  const int32_t* starts = batch.row_starts.ptr<int32_t>();
+  const int32_t* lens = batch.row_lens.ptr<int32_t>();
+  const int32_t* table = batch.block_table.ptr<int32_t>();
+  SPECDEC_CHECK(starts[0] == 0 && starts[R] == T, op, ": row_starts must run from 0 to ", T);
+  std::vector<int32_t> token_row(static_cast<size_t>(T));
+  for (int64_t r = 0; r < R; ++r) {
+    SPECDEC_CHECK(starts[r] <= starts[r + 1], op, ": row_starts decrease at row ", r);
+    const int64_t len = lens[r];
+    SPECDEC_CHECK(len >= 0 && (len + bs - 1) / bs <= batch.max_blocks, op, ": row ", r, " length ", len,
+                  " exceeds its block table of ", batch.max_blocks, " blocks");
+    for (int64_t b = 0; b < (len + bs - 1) / bs; ++b) {
+      const int32_t id = table[r * batch.max_blocks + b];
+      SPECDEC_CHECK(id >= 0 && id < num_blocks, op, ": row ", r, " block ", b, " is ", id, ", outside the pool of ",
+                    num_blocks, " blocks");
+    }
+    for (int64_t t = starts[r]; t < starts[r + 1]; ++t) {
+      SPECDEC_CHECK(pos[t] >= 0 && pos[t] < len, op, ": token ", t, " of row ", r, " at position ", pos[t],
+                    " is outside the row's cache of ", len, " positions");
+      token_row[static_cast<size_t>(t)] = static_cast<int32_t>(r);
+    }
+  }
+  const int64_t group = heads / kv_heads;
+  const float* kp = k_pool.ptr<float>();
+  const float* vp = v_pool.ptr<float>();
+  const float* qp = q.ptr<float>();
+  float* op_out = out.ptr<float>();
+  const auto work = [&](size_t begin, size_t end) {
+    std::vector<float> scores;
+    std::vector<float> acc(static_cast<size_t>(d));
+    for (size_t item = begin; item < end; ++item) {
+      const int64_t t = static_cast<int64_t>(item) / heads, h = static_cast<int64_t>(item) % heads;
+      const int64_t kvh = h / group;
+      const int32_t* blocks = table + static_cast<int64_t>(token_row[static_cast<size_t>(t)]) * batch.max_blocks;
+      const int64_t n = static_cast<int64_t>(pos[t]) + 1;
+      scores.resize(static_cast<size_t>(n));
+      const float* qv = qp + (t * heads + h) * d;
+      const auto entry = [&](const float* base, int64_t j) {
+        return base + ((static_cast<int64_t>(blocks[j / bs]) * bs + j % bs) * kv_heads + kvh) * d;
+      };
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n; ++j) {
+        const float s = kernels.dot(qv, entry(kp, j), d) * scale;
+        scores[static_cast<size_t>(j)] = s;
+        mx = std::max(mx, s);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < n; ++j) {
+        const float e = std::exp(scores[static_cast<size_t>(j)] - mx);
+        scores[static_cast<size_t>(j)] = e;
+        sum = sum + e;
+      }
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j < n; ++j) kernels.axpy(scores[static_cast<size_t>(j)], entry(vp, j), acc.data(), d);
+      const float inv = 1.0f / sum;
+      float* o = op_out + (t * heads + h) * d;
+      for (int64_t i = 0; i < d; ++i) o[i] = acc[static_cast<size_t>(i)] * inv;
+    }
+  };
+  const int64_t items = T * heads;
+  if (items * std::max<int64_t>(batch.max_row_len, 1) * d < (1 << 15)) {
+    work(0, static_cast<size_t>(items));
+  } else {
+    pool.parallel_for(static_cast<size_t>(items), 1, work);
+  }
+}
+
+}  // namespace specdec::cpu

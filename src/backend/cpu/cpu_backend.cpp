@@ -1,0 +1,107 @@
+// CpuBackend: picks the kernel table for the instruction set (forced by BackendOptions::cpu_isa
+// or the best the CPU supports), owns the thread pool, and forwards every Backend call to the
+// validated kernels in cpu_ops.h.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cstring>
+
+#include "backend/cpu/cpu_ops.h"
+
+namespace specdec {
+namespace {
+
+bool cpu_has_avx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+bool cpu_has_avx512() {
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+
+const cpu::Kernels& select_kernels(const std::string& isa) {
+  if (isa.empty()) {
+    if (cpu_has_avx512()) return cpu::avx512_kernels();
+    if (cpu_has_avx2()) return cpu::avx2_kernels();
+    return cpu::scalar_kernels();
+  }
+  if (isa == "scalar") return cpu::scalar_kernels();
+  if (isa == "avx2") {
+    SPECDEC_CHECK(cpu_has_avx2(), "cpu_isa \"avx2\": this CPU lacks AVX2, FMA or F16C");
+    return cpu::avx2_kernels();
+  }
+  if (isa == "avx512") {
+    SPECDEC_CHECK(cpu_has_avx512(), "cpu_isa \"avx512\": this CPU lacks AVX-512 F/BW/VL/DQ");
+    return cpu::avx512_kernels();
+  }
+  if (isa == "avx512-bf16") {
+    SPECDEC_CHECK(cpu_has_avx512_bf16(), "cpu_isa \"avx512-bf16\": this CPU lacks AVX-512 BF16");
+    return cpu::avx512_bf16_kernels();
+  }
+  fail("cpu_isa \"", isa, "\" is unknown: use \"avx512\", \"avx2\", \"scalar\", \"avx512-bf16\" or empty");
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options)
+      : kernels_(select_kernels(options.cpu_isa)), pool_(options.threads) {}
+
+  Device device() const override { return Device::cpu; }
+  std::string name() const override {
+    return str_cat("cpu-", kernels_.isa, " (", pool_.size(), pool_.size() == 1 ? " thread)" : " threads)");
+  }
+  DType kv_dtype() const override { return DType::f32; }
+
+  Buffer allocate(size_t bytes) override { return Buffer::host(bytes); }
+  void copy(const Tensor& src, const Tensor& dst) override {
+    cpu::check_host(src, "copy", "src");
+    cpu::check_host(dst, "copy", "dst");
+    SPECDEC_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy: src ", src.shape_string(),
+                  " and dst ", dst.shape_string(), " differ in dtype or element count");
+    if (src.data != dst.data && src.bytes() > 0) std::memmove(dst.data, src.data, src.bytes());
+  }
+  void synchronize() override {}
+
+  void embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override {
+    cpu::embedding(pool_, table, ids, out);
+  }
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
+    cpu::rms_norm(pool_, x, weight, eps, out);
+  }
+  void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) override {
+    cpu::linear(pool_, kernels_, x, weight, bias, out);
+  }
+  void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_scaling) override {
+    cpu::rope(pool_, x, positions, inv_freq, attention_scaling);
+  }
+  void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override {
+    cpu::silu_mul(pool_, gate, up, out);
+  }
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override { cpu::add(pool_, a, b, out); }
+  void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
+    cpu::gather_rows(pool_, x, indices, out);
+  }
+  void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
+                const AttentionBatch& batch) override {
+    cpu::kv_write(k, v, k_pool, v_pool, batch);
+  }
+  void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch,
+                 float scale, const Tensor& out) override {
+    cpu::attention(pool_, kernels_, q, k_pool, v_pool, batch, scale, out);
+  }
+  void argmax(const Tensor& logits, const Tensor& out) override { cpu::argmax(pool_, logits, out); }
+
+ private:
+  const cpu::Kernels& kernels_;
+  ThreadPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options) {
+  SPECDEC_CHECK(options.device == Device::cpu, "make_cpu_backend: options ask for device ",
+                device_name(options.device));
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace specdec

@@ -1,0 +1,271 @@
+// Input validation, linear's threading, and the element-wise kernels of the CPU backend
+// (embedding, rms_norm, rope, silu_mul, add, gather_rows, argmax). These are memory-bound and
+// row-local, so one portable implementation serves every instruction set.
+#include "backend/cpu/cpu_ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+namespace specdec::cpu {
+namespace {
+
+// Below this many element operations a kernel runs on the calling thread: waking the pool costs
+// more than it saves.
+constexpr int64_t kParallelWork = 1 << 15;
+
+void for_rows(ThreadPool& pool, int64_t rows, int64_t work_per_row, const std::function<void(size_t, size_t)>& fn) {
+  if (rows <= 0) return;
+  if (rows == 1 || rows * work_per_row < kParallelWork) {
+    fn(0, static_cast<size_t>(rows));
+  } else {
+    pool.parallel_for(static_cast<size_t>(rows), 1, fn);
+  }
+}
+
+float load_f32(const void* p, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::i32: break;
+  }
+  return 0.0f;
+}
+
+void check_float(const Tensor& t, const char* op, const char* name) {
+  check_host(t, op, name);
+  SPECDEC_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16 || t.dtype == DType::f16, op, ": ", name,
+                " must be f32, bf16 or f16, got ", t.shape_string());
+}
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op, const char* an, const char* bn) {
+  bool same = a.rank == b.rank;
+  for (int i = 0; same && i < a.rank; ++i) same = a.dim(i) == b.dim(i);
+  SPECDEC_CHECK(same, op, ": ", an, " ", a.shape_string(), " and ", bn, " ", b.shape_string(),
+                " must have the same shape");
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const char* a0 = static_cast<const char*>(a.data);
+  const char* b0 = static_cast<const char*>(b.data);
+  return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
+}
+
+}  // namespace
+
+void check_host(const Tensor& t, const char* op, const char* name) {
+  SPECDEC_CHECK(t.data != nullptr || t.numel() == 0, op, ": ", name, " is empty");
+  SPECDEC_CHECK(t.rank >= 1, op, ": ", name, " has rank 0");
+  SPECDEC_CHECK(t.device == Device::cpu, op, ": ", name, " ", t.shape_string(), " is in ", device_name(t.device),
+                " memory, the cpu backend needs host memory");
+}
+
+void check_dtype(const Tensor& t, DType dtype, const char* op, const char* name) {
+  check_host(t, op, name);
+  SPECDEC_CHECK(t.dtype == dtype, op, ": ", name, " must be ", dtype_name(dtype), ", got ", t.shape_string());
+}
+
+int64_t row_length(const Tensor& t) { return t.rank == 0 ? 0 : t.dim(-1); }
+int64_t row_count(const Tensor& t) {
+  const int64_t len = row_length(t);
+  return len == 0 ? 0 : t.numel() / len;
+}
+
+void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias,
+            const Tensor& out) {
+  check_dtype(x, DType::f32, "linear", "x");
+  check_float(weight, "linear", "weight");
+  check_dtype(out, DType::f32, "linear", "out");
+  SPECDEC_CHECK(weight.rank == 2, "linear: weight must be [N, K], got ", weight.shape_string());
+  LinearArgs a;
+  a.M = row_count(x);
+  a.K = row_length(x);
+  a.N = weight.dim(0);
+  SPECDEC_CHECK(weight.dim(1) == a.K, "linear: x ", x.shape_string(), " has K = ", a.K, " but weight is ",
+                weight.shape_string());
+  SPECDEC_CHECK(row_count(out) == a.M && row_length(out) == a.N, "linear: out ", out.shape_string(),
+                " must be [", a.M, ", ", a.N, "] for x ", x.shape_string(), " and weight ", weight.shape_string());
+  if (bias) {
+    check_dtype(*bias, DType::f32, "linear", "bias");
+    SPECDEC_CHECK(bias->numel() == a.N, "linear: bias ", bias->shape_string(), " must have ", a.N, " elements");
+  }
+  SPECDEC_CHECK(!overlaps(x, out), "linear: out must not alias x");
+  if (a.M == 0 || a.N == 0) return;
+  a.x = x.ptr<float>();
+  a.w = weight.data;
+  a.wdtype = weight.dtype;
+  a.bias = bias ? bias->ptr<float>() : nullptr;
+  a.out = out.ptr<float>();
+  const auto run = [&](size_t b, size_t e) { k.linear(a, static_cast<int64_t>(b), static_cast<int64_t>(e)); };
+  // Threads split N only (each output is computed whole by one thread); chunks are multiples of
+  // 16 rows so every thread starts on a full register tile.
+  if (a.M * a.N * a.K < kParallelWork || a.N <= 16) {
+    run(0, static_cast<size_t>(a.N));
+  } else {
+    pool.parallel_for(static_cast<size_t>(a.N), 16, run);
+  }
+}
+
+void embedding(ThreadPool& pool, const Tensor& table, const Tensor& ids, const Tensor& out) {
+  check_float(table, "embedding", "table");
+  check_dtype(ids, DType::i32, "embedding", "ids");
+  check_dtype(out, DType::f32, "embedding", "out");
+  SPECDEC_CHECK(table.rank == 2, "embedding: table must be [V, H], got ", table.shape_string());
+  const int64_t V = table.dim(0), H = table.dim(1), T = ids.numel();
+  SPECDEC_CHECK(row_count(out) == T && row_length(out) == H, "embedding: out ", out.shape_string(), " must be [",
+                T, ", ", H, "]");
+  const int32_t* id = ids.ptr<int32_t>();
+  for (int64_t t = 0; t < T; ++t) {
+    SPECDEC_CHECK(id[t] >= 0 && id[t] < V, "embedding: id ", id[t], " at ", t, " outside vocabulary of ", V);
+  }
+  float* o = out.ptr<float>();
+  for_rows(pool, T, H, [&](size_t b, size_t e) {
+    for (size_t t = b; t < e; ++t) {
+      const int64_t base = static_cast<int64_t>(id[t]) * H;
+      for (int64_t i = 0; i < H; ++i) o[static_cast<int64_t>(t) * H + i] = load_f32(table.data, table.dtype, base + i);
+    }
+  });
+}
+
+void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
+  check_dtype(x, DType::f32, "rms_norm", "x");
+  check_float(weight, "rms_norm", "weight");
+  check_dtype(out, DType::f32, "rms_norm", "out");
+  check_same_shape(x, out, "rms_norm", "x", "out");
+  const int64_t D = row_length(x), rows = row_count(x);
+  SPECDEC_CHECK(weight.numel() == D, "rms_norm: weight ", weight.shape_string(), " must have ", D, " elements");
+  const float* in = x.ptr<float>();
+  float* o = out.ptr<float>();
+  for_rows(pool, rows, D, [&](size_t b, size_t e) {
+    for (size_t r = b; r < e; ++r) {
+      const float* xr = in + static_cast<int64_t>(r) * D;
+      float* orow = o + static_cast<int64_t>(r) * D;
+      // Sum of squares in double, in index order: accurate and independent of the ISA.
+      double ss = 0.0;
+      for (int64_t i = 0; i < D; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+      const float mean = static_cast<float>(ss / static_cast<double>(D));
+      const float inv = 1.0f / std::sqrt(mean + eps);
+      // As transformers: weight * (x * rsqrt(var + eps)).
+      for (int64_t i = 0; i < D; ++i) {
+        const float n = xr[i] * inv;
+        orow[i] = load_f32(weight.data, weight.dtype, i) * n;
+      }
+    }
+  });
+}
+
+void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scaling) {
+  check_dtype(x, DType::f32, "rope", "x");
+  check_dtype(positions, DType::i32, "rope", "positions");
+  check_dtype(inv_freq, DType::f32, "rope", "inv_freq");
+  SPECDEC_CHECK(x.rank == 3, "rope: x must be [T, heads, head_dim], got ", x.shape_string());
+  const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
+  SPECDEC_CHECK(d % 2 == 0, "rope: head_dim ", d, " must be even");
+  SPECDEC_CHECK(positions.numel() == T, "rope: positions ", positions.shape_string(), " must have ", T, " elements");
+  SPECDEC_CHECK(inv_freq.numel() == half, "rope: inv_freq ", inv_freq.shape_string(), " must have ", half,
+                " elements (head_dim / 2)");
+  const int32_t* pos = positions.ptr<int32_t>();
+  const float* freq = inv_freq.ptr<float>();
+  float* data = x.ptr<float>();
+  for_rows(pool, T, heads * d * 8, [&](size_t b, size_t e) {
+    std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
+    for (size_t t = b; t < e; ++t) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(pos[t]) * freq[i];
+        c[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle))) * scaling;
+        s[static_cast<size_t>(i)] = static_cast<float>(std::sin(static_cast<double>(angle))) * scaling;
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = data + (static_cast<int64_t>(t) * heads + h) * d;
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = v[i], x2 = v[i + half];
+          const float ci = c[static_cast<size_t>(i)], si = s[static_cast<size_t>(i)];
+          // x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1).
+          const float a1 = x1 * ci, b1 = x2 * si, a2 = x2 * ci, b2 = x1 * si;
+          v[i] = a1 - b1;
+          v[i + half] = a2 + b2;
+        }
+      }
+    }
+  });
+}
+
+void silu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, const Tensor& out) {
+  check_dtype(gate, DType::f32, "silu_mul", "gate");
+  check_dtype(up, DType::f32, "silu_mul", "up");
+  check_dtype(out, DType::f32, "silu_mul", "out");
+  check_same_shape(gate, up, "silu_mul", "gate", "up");
+  check_same_shape(gate, out, "silu_mul", "gate", "out");
+  const int64_t D = row_length(gate);
+  const float* g = gate.ptr<float>();
+  const float* u = up.ptr<float>();
+  float* o = out.ptr<float>();
+  for_rows(pool, row_count(gate), D * 8, [&](size_t b, size_t e) {
+    for (int64_t i = static_cast<int64_t>(b) * D; i < static_cast<int64_t>(e) * D; ++i) {
+      const float s = g[i] / (1.0f + std::exp(-g[i]));
+      o[i] = s * u[i];
+    }
+  });
+}
+
+void add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_dtype(a, DType::f32, "add", "a");
+  check_dtype(b, DType::f32, "add", "b");
+  check_dtype(out, DType::f32, "add", "out");
+  check_same_shape(a, b, "add", "a", "b");
+  check_same_shape(a, out, "add", "a", "out");
+  const int64_t D = row_length(a);
+  const float* x = a.ptr<float>();
+  const float* y = b.ptr<float>();
+  float* o = out.ptr<float>();
+  for_rows(pool, row_count(a), D, [&](size_t lo, size_t hi) {
+    for (int64_t i = static_cast<int64_t>(lo) * D; i < static_cast<int64_t>(hi) * D; ++i) o[i] = x[i] + y[i];
+  });
+}
+
+void gather_rows(ThreadPool& pool, const Tensor& x, const Tensor& indices, const Tensor& out) {
+  check_host(x, "gather_rows", "x");
+  check_dtype(indices, DType::i32, "gather_rows", "indices");
+  check_dtype(out, x.dtype, "gather_rows", "out");
+  const int64_t rows = x.dim(0), n = indices.numel();
+  const int64_t row_elems = rows == 0 ? 0 : x.numel() / rows;
+  SPECDEC_CHECK(out.dim(0) == n && out.numel() == n * row_elems, "gather_rows: out ", out.shape_string(),
+                " must hold ", n, " rows of ", row_elems, " elements");
+  SPECDEC_CHECK(!overlaps(x, out) || n == 0, "gather_rows: out must not alias x");
+  const int32_t* idx = indices.ptr<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    SPECDEC_CHECK(idx[i] >= 0 && idx[i] < rows, "gather_rows: index ", idx[i], " at ", i, " outside ", rows, " rows");
+  }
+  const size_t row_bytes = static_cast<size_t>(row_elems) * dtype_size(x.dtype);
+  for_rows(pool, n, row_elems, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) {
+      std::memcpy(static_cast<char*>(out.data) + i * row_bytes,
+                  static_cast<const char*>(x.data) + static_cast<size_t>(idx[i]) * row_bytes, row_bytes);
+    }
+  });
+}
+
+void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out) {
+  check_dtype(logits, DType::f32, "argmax", "logits");
+  check_dtype(out, DType::i32, "argmax", "out");
+  const int64_t V = row_length(logits), n = row_count(logits);
+  SPECDEC_CHECK(V > 0, "argmax: logits ", logits.shape_string(), " has no columns");
+  SPECDEC_CHECK(out.numel() == n, "argmax: out ", out.shape_string(), " must have ", n, " elements");
+  const float* l = logits.ptr<float>();
+  int32_t* o = out.ptr<int32_t>();
+  for_rows(pool, n, V, [&](size_t b, size_t e) {
+    for (size_t r = b; r < e; ++r) {
+      const float* row = l + static_cast<int64_t>(r) * V;
+      int64_t best = 0;
+      // Strictly greater: the lowest index wins ties. NaN never wins.
+      for (int64_t i = 1; i < V; ++i) {
+        if (row[i] > row[best] || (std::isnan(row[best]) && !std::isnan(row[i]))) best = i;
+      }
+      o[r] = static_cast<int32_t>(best);
+    }
+  });
+}
+
+}  // namespace specdec::cpu

@@ -1,0 +1,157 @@
+// AVX2 + FMA kernels. linear keeps one 8-lane accumulator per output (lane l takes the
+// k ≡ l mod 8 terms; the K tail goes through a zero-padded copy that adds exact zeros) and folds
+// it with a fixed tree; register tiles of up to 3 x rows × 4 weight rows (1 × 8 for one row)
+// share loads. A tile's shape never changes the operations one output sees.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "backend/cpu/cpu_kernels.h"
+
+namespace specdec::cpu {
+namespace {
+
+constexpr int kMaxMr = 3;
+constexpr int kMaxNr = 8;
+
+// Fixed reduction tree: 8 → 4 → 2 → 1.
+inline float hsum(__m256 v) {
+  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  const __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
+  return _mm_cvtss_f32(d);
+}
+
+template <DType W>
+inline __m256 load_w(const void* base, int64_t i) {
+  if constexpr (W == DType::f32) {
+    return _mm256_loadu_ps(static_cast<const float*>(base) + i);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
+    if constexpr (W == DType::bf16) {
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm256_cvtph_ps(h);
+    }
+  }
+}
+
+// The last K % 8 elements of a row, zero-padded to a full vector.
+template <DType W>
+inline __m256 load_w_tail(const void* base, int64_t i, int64_t count) {
+  alignas(32) uint8_t buf[32] = {};
+  std::memcpy(buf, static_cast<const uint8_t*>(base) + static_cast<size_t>(i) * dtype_size(W),
+              static_cast<size_t>(count) * dtype_size(W));
+  return load_w<W>(buf, 0);
+}
+
+inline __m256 load_x_tail(const float* x, int64_t count) {
+  alignas(32) float buf[8] = {};
+  std::memcpy(buf, x, static_cast<size_t>(count) * sizeof(float));
+  return _mm256_load_ps(buf);
+}
+
+template <DType W, int MR, int NR>
+void tile(const LinearArgs& a, int64_t m0, int64_t n0) {
+  const int64_t K = a.K;
+  const size_t esize = dtype_size(W);
+  const char* wbase = static_cast<const char*>(a.w);
+  const void* wrow[NR];
+  for (int j = 0; j < NR; ++j) wrow[j] = wbase + static_cast<size_t>(n0 + j) * static_cast<size_t>(K) * esize;
+  const float* xrow[MR];
+  for (int i = 0; i < MR; ++i) xrow[i] = a.x + (m0 + i) * K;
+  __m256 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    __m256 xv[MR];
+    for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xrow[i] + k);
+    for (int j = 0; j < NR; ++j) {
+      const __m256 wv = load_w<W>(wrow[j], k);
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  }
+  if (k < K) {
+    __m256 xv[MR];
+    for (int i = 0; i < MR; ++i) xv[i] = load_x_tail(xrow[i] + k, K - k);
+    for (int j = 0; j < NR; ++j) {
+      const __m256 wv = load_w_tail<W>(wrow[j], k, K - k);
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* out = a.out + (m0 + i) * a.N + n0;
+    for (int j = 0; j < NR; ++j) {
+      float v = hsum(acc[i][j]);
+      if (a.bias) v += a.bias[n0 + j];
+      out[j] = v;
+    }
+  }
+}
+
+using TileFn = void (*)(const LinearArgs&, int64_t, int64_t);
+using TileTable = std::array<std::array<TileFn, kMaxNr>, kMaxMr>;
+
+template <DType W, int MR, int... NR>
+constexpr std::array<TileFn, kMaxNr> tile_row(std::integer_sequence<int, NR...>) {
+  return {&tile<W, MR, NR + 1>...};
+}
+template <DType W, int... MR>
+constexpr TileTable tile_table(std::integer_sequence<int, MR...>) {
+  return {tile_row<W, MR + 1>(std::make_integer_sequence<int, kMaxNr>())...};
+}
+template <DType W>
+constexpr TileTable kTiles = tile_table<W>(std::make_integer_sequence<int, kMaxMr>());
+
+template <DType W>
+void linear_typed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  const TileTable& tiles = kTiles<W>;
+  const int64_t nr_main = a.M == 1 ? 8 : 4;
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += nr_main) {
+    const int64_t nr = std::min(nr_main, n_end - n0);
+    for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMr) {
+      const int64_t mr = std::min<int64_t>(kMaxMr, a.M - m0);
+      tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0);
+    }
+  }
+}
+
+void linear_avx2(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  switch (a.wdtype) {
+    case DType::f32: return linear_typed<DType::f32>(a, n_begin, n_end);
+    case DType::bf16: return linear_typed<DType::bf16>(a, n_begin, n_end);
+    case DType::f16: return linear_typed<DType::f16>(a, n_begin, n_end);
+    case DType::i32: return;
+  }
+}
+
+float dot_avx2(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
+  if (k < n) acc = _mm256_fmadd_ps(load_x_tail(a + k, n - k), load_x_tail(b + k, n - k), acc);
+  return hsum(acc);
+}
+
+void axpy_avx2(float s, const float* x, float* y, int64_t n) {
+  const __m256 sv = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(sv, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) {
+    y[i] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(s), _mm_set_ss(x[i]), _mm_set_ss(y[i])));
+  }
+}
+
+}  // namespace
+
+const Kernels& avx2_kernels() {
+  static const Kernels k{"avx2", linear_avx2, dot_avx2, axpy_avx2};
+  return k;
+}
+
+}  // namespace specdec::cpu

@@ -1,0 +1,169 @@
+// AVX-512 kernels (F/BW/VL/DQ). linear keeps one 16-lane accumulator per output (lane l takes
+// the k ≡ l mod 16 terms, the K tail through a masked load that adds exact zeros) and folds it
+// with a fixed tree; register tiles of up to 4 x rows × 8 weight rows share every load. A tile's
+// shape changes which outputs share loads, never the operations one output sees.
+// GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_*() and then warn about
+// those (deliberately) undefined lanes; the warning says nothing about this file.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+
+#include "backend/cpu/cpu_kernels.h"
+
+namespace specdec::cpu {
+namespace {
+
+constexpr int kMaxMr = 4;
+constexpr int kMaxNr = 8;
+
+// Fixed reduction tree: 16 → 8 → 4 → 2 → 1.
+inline float hsum(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  const __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
+  return _mm_cvtss_f32(d);
+}
+
+template <DType W>
+inline __m512 load_w(const void* base, int64_t i) {
+  if constexpr (W == DType::f32) {
+    return _mm512_loadu_ps(static_cast<const float*>(base) + i);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i));
+    if constexpr (W == DType::bf16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+}
+
+template <DType W>
+inline __m512 load_w_tail(const void* base, int64_t i, __mmask16 m) {
+  if constexpr (W == DType::f32) {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(base) + i);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(base) + i);
+    if constexpr (W == DType::bf16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
+  }
+}
+
+template <DType W, int MR, int NR>
+void tile(const LinearArgs& a, int64_t m0, int64_t n0) {
+  const int64_t K = a.K;
+  const size_t esize = dtype_size(W);
+  const char* wbase = static_cast<const char*>(a.w);
+  const void* wrow[NR];
+  for (int j = 0; j < NR; ++j) wrow[j] = wbase + static_cast<size_t>(n0 + j) * static_cast<size_t>(K) * esize;
+  const float* xrow[MR];
+  for (int i = 0; i < MR; ++i) xrow[i] = a.x + (m0 + i) * K;
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    __m512 xv[MR];
+    for (int i = 0; i < MR; ++i) xv[i] = _mm512_loadu_ps(xrow[i] + k);
+    for (int j = 0; j < NR; ++j) {
+      const __m512 wv = load_w<W>(wrow[j], k);
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  }
+  if (k < K) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (K - k)) - 1u);
+    __m512 xv[MR];
+    for (int i = 0; i < MR; ++i) xv[i] = _mm512_maskz_loadu_ps(m, xrow[i] + k);
+    for (int j = 0; j < NR; ++j) {
+      const __m512 wv = load_w_tail<W>(wrow[j], k, m);
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* out = a.out + (m0 + i) * a.N + n0;
+    for (int j = 0; j < NR; ++j) {
+      float v = hsum(acc[i][j]);
+      if (a.bias) v = _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(v), _mm_set_ss(a.bias[n0 + j])));
+      out[j] = v;
+    }
+  }
+}
+
+using TileFn = void (*)(const LinearArgs&, int64_t, int64_t);
+using TileTable = std::array<std::array<TileFn, kMaxNr>, kMaxMr>;
+
+template <DType W, int MR, int... NR>
+constexpr std::array<TileFn, kMaxNr> tile_row(std::integer_sequence<int, NR...>) {
+  return {&tile<W, MR, NR + 1>...};
+}
+template <DType W, int... MR>
+constexpr TileTable tile_table(std::integer_sequence<int, MR...>) {
+  return {tile_row<W, MR + 1>(std::make_integer_sequence<int, kMaxNr>())...};
+}
+template <DType W>
+constexpr TileTable kTiles = tile_table<W>(std::make_integer_sequence<int, kMaxMr>());
+
+template <DType W>
+void linear_typed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  const TileTable& tiles = kTiles<W>;
+  // One x row: 8 weight rows in flight keep 8 FMA chains busy and 8 load streams open.
+  // Several x rows: 4 × 4 tiles, each weight vector reused by 4 rows.
+  const int64_t nr_main = a.M == 1 ? 8 : 4;
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += nr_main) {
+    const int64_t nr = std::min(nr_main, n_end - n0);
+    for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMr) {
+      const int64_t mr = std::min<int64_t>(kMaxMr, a.M - m0);
+      tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0);
+    }
+  }
+}
+
+void linear_avx512(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  switch (a.wdtype) {
+    case DType::f32: return linear_typed<DType::f32>(a, n_begin, n_end);
+    case DType::bf16: return linear_typed<DType::bf16>(a, n_begin, n_end);
+    case DType::f16: return linear_typed<DType::f16>(a, n_begin, n_end);
+    case DType::i32: return;
+  }
+}
+
+float dot_avx512(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc);
+  if (k < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - k)) - 1u);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), acc);
+  }
+  return hsum(acc);
+}
+
+void axpy_avx512(float s, const float* x, float* y, int64_t n) {
+  const __m512 sv = _mm512_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(sv, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  }
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+}  // namespace
+
+const Kernels& avx512_kernels() {
+  static const Kernels k{"avx512", linear_avx512, dot_avx512, axpy_avx512};
+  return k;
+}
+
+const Kernels& avx512_bf16_kernels() { return avx512_kernels(); }
+
+}  // namespace specdec::cpu

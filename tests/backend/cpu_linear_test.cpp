@@ -1,0 +1,109 @@
+// linear on every instruction set this CPU has: against a double-precision reference for f32,
+// bf16 and f16 weights at odd sizes, and bit-exact batch invariance (M = 1 vs 7 vs 33 rows,
+// 1 vs 2 threads).
+#include <gtest/gtest.h>
+
+#include "cpu_test_util.h"
+
+namespace specdec::test {
+namespace {
+
+class CpuLinear : public ::testing::TestWithParam<std::string> {};
+
+// out[m, n] in double, and the sum of |terms| that bounds the f32 rounding error.
+void reference(const float* x, const std::vector<float>& w, const float* bias, int64_t M, int64_t N, int64_t K,
+               std::vector<double>& out, std::vector<double>& mag) {
+  out.assign(static_cast<size_t>(M * N), 0.0);
+  mag.assign(static_cast<size_t>(M * N), 0.0);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double s = bias ? bias[n] : 0.0, a = bias ? std::fabs(bias[n]) : 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = static_cast<double>(x[m * K + k]) * w[static_cast<size_t>(n * K + k)];
+        s += p;
+        a += std::fabs(p);
+      }
+      out[static_cast<size_t>(m * N + n)] = s;
+      mag[static_cast<size_t>(m * N + n)] = a;
+    }
+  }
+}
+
+TEST_P(CpuLinear, MatchesDoubleReference) {
+  std::mt19937 rng(7);
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (int64_t K : {1, 7, 16, 33, 100, 257}) {
+      for (int64_t N : {1, 5, 13, 37}) {
+        for (int64_t M = 1; M <= 9; ++M) {
+          for (bool with_bias : {false, true}) {
+            auto backend = make_cpu(GetParam(), 2);
+            std::vector<float> w_exact;
+            HostTensor w = random_weights(rng, dtype, {N, K}, w_exact);
+            HostTensor x = random_f32(rng, {M, K});
+            HostTensor bias = random_f32(rng, {N});
+            HostTensor out(DType::f32, {M, N});
+            backend->linear(x.t, w.t, with_bias ? &bias.t : nullptr, out.t);
+            std::vector<double> ref, mag;
+            reference(x.f(), w_exact, with_bias ? bias.f() : nullptr, M, N, K, ref, mag);
+            for (int64_t i = 0; i < M * N; ++i) {
+              ASSERT_LE(std::fabs(out.f()[i] - ref[static_cast<size_t>(i)]), 1e-5 * mag[static_cast<size_t>(i)])
+                  << dtype_name(dtype) << " M=" << M << " N=" << N << " K=" << K << " at " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CpuLinear, RowsAreBitIdenticalWhateverTheBatchAndThreads) {
+  std::mt19937 rng(11);
+  const int64_t K = 300, N = 203, M = 33;
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    std::vector<float> w_exact;
+    HostTensor w = random_weights(rng, dtype, {N, K}, w_exact);
+    HostTensor x = random_f32(rng, {M, K});
+    HostTensor bias = random_f32(rng, {N});
+    for (size_t threads : {1, 2}) {
+      auto backend = make_cpu(GetParam(), threads);
+      HostTensor full(DType::f32, {M, N});
+      backend->linear(x.t, w.t, &bias.t, full.t);
+      // Every row alone.
+      for (int64_t m = 0; m < M; ++m) {
+        HostTensor one(DType::f32, {1, N});
+        backend->linear(x.t.rows(m, 1), w.t, &bias.t, one.t);
+        ASSERT_TRUE(same_bits(one.f(), full.f() + m * N, static_cast<size_t>(N)))
+            << dtype_name(dtype) << " row " << m << " threads " << threads;
+      }
+      // Windows of 7 rows at every offset, so each row sits at every place of a register tile.
+      for (int64_t m0 = 0; m0 + 7 <= M; ++m0) {
+        HostTensor seven(DType::f32, {7, N});
+        backend->linear(x.t.rows(m0, 7), w.t, &bias.t, seven.t);
+        ASSERT_TRUE(same_bits(seven.f(), full.f() + m0 * N, static_cast<size_t>(7 * N)))
+            << dtype_name(dtype) << " window at " << m0 << " threads " << threads;
+      }
+      // Against the single-thread result.
+      static std::vector<float> first;
+      if (threads == 1) {
+        first.assign(full.f(), full.f() + M * N);
+      } else {
+        ASSERT_TRUE(same_bits(first.data(), full.f(), static_cast<size_t>(M * N))) << dtype_name(dtype);
+      }
+    }
+  }
+}
+
+TEST_P(CpuLinear, RefusesBadShapesAndAliasing) {
+  auto backend = make_cpu(GetParam(), 1);
+  HostTensor x(DType::f32, {2, 8}), w(DType::f32, {4, 9}), out(DType::f32, {2, 4});
+  EXPECT_THROW(backend->linear(x.t, w.t, nullptr, out.t), Error);
+  HostTensor w2(DType::f32, {8, 8});
+  EXPECT_THROW(backend->linear(x.t, w2.t, nullptr, x.t), Error);
+  HostTensor wi(DType::i32, {4, 8});
+  EXPECT_THROW(backend->linear(x.t, wi.t, nullptr, out.t), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, CpuLinear, ::testing::ValuesIn(cpu_isas()), isa_name);
+
+}  // namespace
+}  // namespace specdec::test
