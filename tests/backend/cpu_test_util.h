@@ -2,6 +2,7 @@
 // tensors (never zeros), and owning host tensors.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

@@ -1,0 +1,202 @@
+// kv_write + attention over paged pools on every instruction set this CPU has: against a
+// double-precision causal GQA reference, and bit-exact invariance of a row's outputs whether it
+// runs alone or beside other rows, and whether its tokens arrive as one chunk, one by one, or in
+// windows of 3 (the cache filled incrementally), with 1 or 2 threads.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "cpu_test_util.h"
+
+namespace specdec::test {
+namespace {
+
+constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 20, kBlock = 4, kBlocks = 64, kMaxBlocks = 8;
+
+// One sequence's data: q/k/v for each of its tokens, and its place in the pools.
+struct Seq {
+  int64_t len = 0;
+  std::vector<float> q, k, v;   // [len, heads|kv_heads, dim]
+  std::vector<int32_t> blocks;  // block table
+  int64_t cached = 0;           // positions already in the pools
+  std::vector<float> out;       // [len, heads, dim], filled as tokens are processed
+
+  Seq(std::mt19937& rng, int64_t n, std::vector<int32_t> table) : len(n), blocks(std::move(table)) {
+    for (int64_t i = 0; i < n * kHeads * kDim; ++i) q.push_back(nonzero(rng));
+    for (int64_t i = 0; i < n * kKvHeads * kDim; ++i) k.push_back(nonzero(rng) * 2.0f);
+    for (int64_t i = 0; i < n * kKvHeads * kDim; ++i) v.push_back(nonzero(rng));
+    out.assign(static_cast<size_t>(n * kHeads * kDim), 0.0f);
+  }
+};
+
+struct Pools {
+  HostTensor k{DType::f32, {kBlocks, kBlock, kKvHeads, kDim}};
+  HostTensor v{DType::f32, {kBlocks, kBlock, kKvHeads, kDim}};
+};
+
+const float kScale = 1.0f / std::sqrt(static_cast<float>(kDim));
+
+// One forward: each (seq, count) pair brings the seq's next `count` tokens.
+void step(Backend& backend, Pools& pools, const std::vector<std::pair<Seq*, int64_t>>& segs) {
+  const int64_t R = static_cast<int64_t>(segs.size());
+  int64_t T = 0;
+  for (const auto& [s, n] : segs) T += n;
+  HostTensor positions(DType::i32, {T}), slots(DType::i32, {T}), starts(DType::i32, {R + 1}),
+      lens(DType::i32, {R}), table(DType::i32, {R, kMaxBlocks});
+  HostTensor q(DType::f32, {T, kHeads, kDim}), k(DType::f32, {T, kKvHeads, kDim}), v(DType::f32, {T, kKvHeads, kDim});
+  HostTensor out(DType::f32, {T, kHeads, kDim});
+  AttentionBatch b;
+  b.rows = static_cast<int>(R);
+  b.tokens = static_cast<int>(T);
+  b.max_blocks = static_cast<int>(kMaxBlocks);
+  b.block_size = static_cast<int>(kBlock);
+  int64_t t = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    Seq& s = *segs[static_cast<size_t>(r)].first;
+    const int64_t n = segs[static_cast<size_t>(r)].second;
+    starts.i()[r] = static_cast<int32_t>(t);
+    lens.i()[r] = static_cast<int32_t>(s.cached + n);
+    for (int64_t j = 0; j < kMaxBlocks; ++j) table.i()[r * kMaxBlocks + j] = s.blocks[static_cast<size_t>(j)];
+    for (int64_t i = 0; i < n; ++i, ++t) {
+      const int64_t p = s.cached + i;
+      positions.i()[t] = static_cast<int32_t>(p);
+      slots.i()[t] = static_cast<int32_t>(s.blocks[static_cast<size_t>(p / kBlock)] * kBlock + p % kBlock);
+      std::memcpy(q.f() + t * kHeads * kDim, s.q.data() + p * kHeads * kDim, kHeads * kDim * sizeof(float));
+      std::memcpy(k.f() + t * kKvHeads * kDim, s.k.data() + p * kKvHeads * kDim, kKvHeads * kDim * sizeof(float));
+      std::memcpy(v.f() + t * kKvHeads * kDim, s.v.data() + p * kKvHeads * kDim, kKvHeads * kDim * sizeof(float));
+    }
+    b.max_row_len = std::max<int>(b.max_row_len, lens.i()[r]);
+    b.max_row_tokens = std::max<int>(b.max_row_tokens, static_cast<int>(n));
+  }
+  starts.i()[R] = static_cast<int32_t>(T);
+  b.positions = positions.t;
+  b.slots = slots.t;
+  b.row_starts = starts.t;
+  b.row_lens = lens.t;
+  b.block_table = table.t;
+  backend.kv_write(k.t, v.t, pools.k.t, pools.v.t, b);
+  backend.attention(q.t, pools.k.t, pools.v.t, b, kScale, out.t);
+  t = 0;
+  for (const auto& [s, n] : segs) {
+    std::memcpy(s->out.data() + s->cached * kHeads * kDim, out.f() + t * kHeads * kDim,
+                static_cast<size_t>(n * kHeads * kDim) * sizeof(float));
+    s->cached += n;
+    t += n;
+  }
+}
+
+// Distinct blocks for each of `rows` sequences, shuffled so tables are not in pool order.
+std::vector<std::vector<int32_t>> block_tables(std::mt19937& rng, int rows) {
+  std::vector<int32_t> ids(kBlocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<std::vector<int32_t>> tables;
+  for (int r = 0; r < rows; ++r) tables.emplace_back(ids.begin() + r * kMaxBlocks, ids.begin() + (r + 1) * kMaxBlocks);
+  return tables;
+}
+
+class CpuAttention : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CpuAttention, MatchesDoubleReference) {
+  std::mt19937 rng(21);
+  auto backend = make_cpu(GetParam(), 2);
+  Pools pools;
+  auto tables = block_tables(rng, 3);
+  Seq a(rng, 13, tables[0]), b(rng, 5, tables[1]), c(rng, 29, tables[2]);
+  step(*backend, pools, {{&a, 6}, {&b, 5}, {&c, 20}});
+  step(*backend, pools, {{&c, 9}, {&a, 7}});
+  for (const Seq* s : {&a, &b, &c}) {
+    for (int64_t t = 0; t < s->len; ++t) {
+      for (int64_t h = 0; h < kHeads; ++h) {
+        const int64_t kvh = h / (kHeads / kKvHeads);
+        std::vector<double> w(static_cast<size_t>(t + 1));
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          double dot = 0;
+          for (int64_t i = 0; i < kDim; ++i) {
+            dot += static_cast<double>(s->q[static_cast<size_t>((t * kHeads + h) * kDim + i)]) *
+                   s->k[static_cast<size_t>((j * kKvHeads + kvh) * kDim + i)];
+          }
+          w[static_cast<size_t>(j)] = dot * kScale;
+          mx = std::max(mx, w[static_cast<size_t>(j)]);
+        }
+        for (double& x : w) sum += (x = std::exp(x - mx));
+        for (int64_t i = 0; i < kDim; ++i) {
+          double ref = 0, mag = 0;
+          for (int64_t j = 0; j <= t; ++j) {
+            const double term = w[static_cast<size_t>(j)] / sum * s->v[static_cast<size_t>((j * kKvHeads + kvh) * kDim + i)];
+            ref += term;
+            mag += std::fabs(term);
+          }
+          ASSERT_NEAR(s->out[static_cast<size_t>((t * kHeads + h) * kDim + i)], ref, 1e-5 * mag)
+              << "len " << s->len << " token " << t << " head " << h << " dim " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CpuAttention, RowOutputIgnoresNeighboursChunkingAndThreads) {
+  std::vector<std::vector<float>> results;
+  for (size_t threads : {1, 2}) {
+    auto backend = make_cpu(GetParam(), threads);
+    for (int mode = 0; mode < 5; ++mode) {
+      std::mt19937 rng(33);  // same data for every mode
+      auto tables = block_tables(rng, 3);
+      Seq row(rng, 12, tables[0]), left(rng, 30, tables[1]), right(rng, 9, tables[2]);
+      Pools pools;
+      switch (mode) {
+        case 0:  // alone, one chunk of 12
+          step(*backend, pools, {{&row, 12}});
+          break;
+        case 1:  // twelve one-token calls
+          for (int i = 0; i < 12; ++i) step(*backend, pools, {{&row, 1}});
+          break;
+        case 2:  // windows of 3
+          for (int i = 0; i < 4; ++i) step(*backend, pools, {{&row, 3}});
+          break;
+        case 3:  // one chunk of 12 between two other rows
+          step(*backend, pools, {{&left, 30}, {&row, 12}, {&right, 9}});
+          break;
+        case 4:  // windows of 3 beside rows that are decoding, then prefilling
+          step(*backend, pools, {{&left, 20}, {&right, 4}});
+          for (int i = 0; i < 4; ++i) step(*backend, pools, {{&right, 1}, {&row, 3}, {&left, i < 2 ? 5 : 0}});
+          break;
+      }
+      results.push_back(row.out);
+    }
+  }
+  for (size_t i = 1; i < results.size(); ++i) {
+    ASSERT_TRUE(same_bits(results[0].data(), results[i].data(), results[0].size())) << "config " << i;
+  }
+}
+
+TEST_P(CpuAttention, RefusesPositionsOutsideTheCache) {
+  std::mt19937 rng(5);
+  auto backend = make_cpu(GetParam(), 1);
+  Pools pools;
+  auto tables = block_tables(rng, 1);
+  Seq s(rng, 4, tables[0]);
+  step(*backend, pools, {{&s, 4}});
+  HostTensor positions(DType::i32, {1}), slots(DType::i32, {1}), starts(DType::i32, {2}), lens(DType::i32, {1}),
+      table(DType::i32, {1, kMaxBlocks}), q = random_f32(rng, {1, kHeads, kDim}), out(DType::f32, {1, kHeads, kDim});
+  positions.i()[0] = 4;  // the cache holds positions 0..3 only
+  slots.i()[0] = 0;
+  starts.i()[0] = 0;
+  starts.i()[1] = 1;
+  lens.i()[0] = 4;
+  std::memcpy(table.i(), s.blocks.data(), kMaxBlocks * sizeof(int32_t));
+  AttentionBatch b{positions.t, slots.t, starts.t, lens.t, table.t, 1, 1, static_cast<int>(kMaxBlocks), static_cast<int>(kBlock), 4, 1};
+  EXPECT_THROW(backend->attention(q.t, pools.k.t, pools.v.t, b, kScale, out.t), Error);
+  positions.i()[0] = 3;
+  table.i()[0] = static_cast<int32_t>(kBlocks);
+  EXPECT_THROW(backend->attention(q.t, pools.k.t, pools.v.t, b, kScale, out.t), Error);
+  slots.i()[0] = static_cast<int32_t>(kBlocks * kBlock);
+  HostTensor kv = random_f32(rng, {1, kKvHeads, kDim});
+  EXPECT_THROW(backend->kv_write(kv.t, kv.t, pools.k.t, pools.v.t, b), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, CpuAttention, ::testing::ValuesIn(cpu_isas()), isa_name);
+
+}  // namespace
+}  // namespace specdec::test
