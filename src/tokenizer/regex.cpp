@@ -1,0 +1,113 @@
+// PCRE2 wrapper. Patterns in tokenizer.json are written for Oniguruma; the subset they use
+// (classes, \p{..}, lookahead, inline flags) means the same in PCRE2 with UTF and UCP set.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "tokenizer/regex.h"
+
+#include <pcre2.h>
+
+#include "core/error.h"
+#include "tokenizer/utf8.h"
+
+namespace specdec {
+
+struct Regex::Compiled {
+  pcre2_code* code = nullptr;
+  std::string pattern;
+  ~Compiled() { pcre2_code_free(code); }
+};
+
+namespace {
+
+struct MatchData {
+  explicit MatchData(const pcre2_code* code) : data(pcre2_match_data_create_from_pattern(code, nullptr)) {
+    SPECDEC_CHECK(data != nullptr, "regex: out of memory for match data");
+  }
+  ~MatchData() { pcre2_match_data_free(data); }
+  MatchData(const MatchData&) = delete;
+  MatchData& operator=(const MatchData&) = delete;
+  pcre2_match_data* data;
+};
+
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR buffer[256];
+  pcre2_get_error_message(code, buffer, sizeof(buffer));
+  return std::string(reinterpret_cast<const char*>(buffer));
+}
+
+}  // namespace
+
+Regex::Regex(std::string_view pattern, std::string_view where) {
+  auto compiled = std::make_shared<Compiled>();
+  compiled->pattern = std::string(pattern);
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                 PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  if (compiled->code == nullptr) {
+    fail(where, ": cannot compile regex '", pattern, "' at offset ", offset, ": ", pcre2_message(error));
+  }
+  // JIT is an optimisation only; an interpreter fallback is fine where it is unavailable.
+  pcre2_jit_compile(compiled->code, PCRE2_JIT_COMPLETE);
+  compiled_ = std::move(compiled);
+}
+
+std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view subject) const {
+  std::vector<std::pair<size_t, size_t>> out;
+  MatchData md(compiled_->code);
+  const auto* data = reinterpret_cast<PCRE2_SPTR>(subject.data());
+  size_t start = 0;
+  while (start <= subject.size()) {
+    const int rc = pcre2_match(compiled_->code, data, subject.size(), start, PCRE2_NO_UTF_CHECK, md.data, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) fail("regex '", compiled_->pattern, "': match failed: ", pcre2_message(rc));
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.data);
+    const size_t b = ov[0];
+    const size_t e = ov[1];
+    out.emplace_back(b, e);
+    if (e > b) {
+      start = e;
+    } else {
+      if (e >= subject.size()) break;
+      start = e + utf8::char_len(static_cast<unsigned char>(subject[e]));
+    }
+  }
+  return out;
+}
+
+bool Regex::search(std::string_view subject) const {
+  MatchData md(compiled_->code);
+  const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(), 0,
+                             PCRE2_NO_UTF_CHECK, md.data, nullptr);
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0) fail("regex '", compiled_->pattern, "': match failed: ", pcre2_message(rc));
+  return true;
+}
+
+std::string replace_all(const Regex& pattern, std::string_view subject, std::string_view content) {
+  std::string out;
+  out.reserve(subject.size());
+  size_t prev = 0;
+  for (const auto& [b, e] : pattern.find_all(subject)) {
+    out.append(subject.substr(prev, b - prev));
+    out.append(content);
+    prev = e;
+  }
+  out.append(subject.substr(prev));
+  return out;
+}
+
+std::string regex_escape(std::string_view literal) {
+  // \Q...\E quotes everything except a literal "\E", which is split out.
+  std::string out = "\\Q";
+  for (size_t i = 0; i < literal.size(); ++i) {
+    if (literal[i] == '\\' && i + 1 < literal.size() && literal[i + 1] == 'E') {
+      out += "\\E\\\\\\Q";
+      continue;
+    }
+    out.push_back(literal[i]);
+  }
+  out += "\\E";
+  return out;
+}
+
+}  // namespace specdec

@@ -1,0 +1,86 @@
+// Agreement with the `tokenizers` library on the reference fixtures: encode ids, decode with and
+// without special tokens, decode of random id sequences (lossy UTF-8), and streaming decode.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace specdec {
+namespace {
+
+std::string fixture_dir(const std::string& kind) {
+  return std::string(SPECDEC_SOURCE_DIR) + "/tests/fixtures/tokenizers/" + kind;
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  std::vector<nlohmann::json> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+  }
+  return rows;
+}
+
+class FixtureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FixtureTest, EncodeAndDecodeMatchReference) {
+  const Tokenizer tok = Tokenizer::load(fixture_dir(GetParam()));
+  const auto rows = read_jsonl(fixture_dir(GetParam()) + "/encode.jsonl");
+  ASSERT_GT(rows.size(), 600u);
+  int ids_ok = 0, decoded_ok = 0, skip_ok = 0;
+  for (const auto& row : rows) {
+    const auto text = row["text"].get<std::string>();
+    const auto want = row["ids"].get<std::vector<int32_t>>();
+    const auto got = tok.encode(text);
+    if (got == want) {
+      ++ids_ok;
+    } else {
+      ADD_FAILURE() << "encode mismatch for " << nlohmann::json(text).dump() << "\n want " << nlohmann::json(want).dump()
+                    << "\n got  " << nlohmann::json(got).dump();
+    }
+    const auto decoded = tok.decode(want, false);
+    if (decoded == row["decoded"].get<std::string>()) {
+      ++decoded_ok;
+    } else {
+      ADD_FAILURE() << "decode mismatch for " << nlohmann::json(text).dump() << ": got " << nlohmann::json(decoded).dump();
+    }
+    const auto skipped = tok.decode(want, true);
+    if (skipped == row["decoded_skip_special"].get<std::string>()) {
+      ++skip_ok;
+    } else {
+      ADD_FAILURE() << "decode(skip_special) mismatch for " << nlohmann::json(text).dump() << ": got "
+                    << nlohmann::json(skipped).dump();
+    }
+  }
+  std::printf("[%s] encode %d/%zu, decode %d/%zu, decode_skip_special %d/%zu\n", GetParam().c_str(), ids_ok,
+              rows.size(), decoded_ok, rows.size(), skip_ok, rows.size());
+}
+
+TEST_P(FixtureTest, DecodeRandomIdsMatchesReference) {
+  const Tokenizer tok = Tokenizer::load(fixture_dir(GetParam()));
+  const auto rows = read_jsonl(fixture_dir(GetParam()) + "/decode.jsonl");
+  ASSERT_EQ(rows.size(), 100u);
+  int ok = 0;
+  for (const auto& row : rows) {
+    const auto ids = row["ids"].get<std::vector<int32_t>>();
+    const auto got = tok.decode(ids, false);
+    if (got == row["decoded"].get<std::string>()) {
+      ++ok;
+    } else {
+      ADD_FAILURE() << "decode mismatch for " << nlohmann::json(ids).dump() << ": got " << nlohmann::json(got).dump()
+                    << " want " << row["decoded"].dump();
+    }
+  }
+  std::printf("[%s] decode.jsonl %d/%zu\n", GetParam().c_str(), ok, rows.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, FixtureTest, ::testing::Values("bytelevel", "metaspace"));
+
+}  // namespace
+}  // namespace specdec
