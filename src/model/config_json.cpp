@@ -9,11 +9,17 @@
 
 namespace specdec::config_json {
 
+std::string describe(const nlohmann::json::parse_error& e) {
+  const std::string what = e.what();
+  const size_t tag_end = what.find("] ");
+  return tag_end == std::string::npos ? what : what.substr(tag_end + 2);
+}
+
 Json parse(const std::string& text, const std::string& source) {
   try {
     return Json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    fail(source, ": invalid JSON at byte ", e.byte, ": ", e.what());
+    fail(source, ": invalid JSON at byte ", e.byte, ": ", describe(e));
   }
 }
 

@@ -142,7 +142,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   try {
     header = Json::parse(header_text);
   } catch (const nlohmann::json::parse_error& e) {
-    fail(file, ": invalid header JSON at byte ", e.byte, ": ", e.what());
+    fail(file, ": invalid header JSON at byte ", e.byte, ": ", config_json::describe(e));
   }
   SPECDEC_CHECK(header.is_object(), file, ": header must be a JSON object");
 
