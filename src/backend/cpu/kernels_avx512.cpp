@@ -56,8 +56,9 @@ inline __m512 load_w_tail(const void* base, int64_t i, __mmask16 m) {
   }
 }
 
+// `ahead`: bytes past each weight element to prefetch (the next tile's rows), 0 for none.
 template <DType W, int MR, int NR>
-void tile(const LinearArgs& a, int64_t m0, int64_t n0) {
+void tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t ahead) {
   const int64_t K = a.K;
   const size_t esize = dtype_size(W);
   const char* wbase = static_cast<const char*>(a.w);
@@ -72,6 +73,11 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0) {
   for (; k + 16 <= K; k += 16) {
     __m512 xv[MR];
     for (int i = 0; i < MR; ++i) xv[i] = _mm512_loadu_ps(xrow[i] + k);
+    if (ahead && ((static_cast<size_t>(k) * esize) & 63) == 0) {
+      for (int j = 0; j < NR; ++j) {
+        _mm_prefetch(static_cast<const char*>(wrow[j]) + static_cast<size_t>(k) * esize + ahead, _MM_HINT_T0);
+      }
+    }
     for (int j = 0; j < NR; ++j) {
       const __m512 wv = load_w<W>(wrow[j], k);
       for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
@@ -96,7 +102,7 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0) {
   }
 }
 
-using TileFn = void (*)(const LinearArgs&, int64_t, int64_t);
+using TileFn = void (*)(const LinearArgs&, int64_t, int64_t, int64_t);
 using TileTable = std::array<std::array<TileFn, kMaxNr>, kMaxMr>;
 
 template <DType W, int MR, int... NR>
@@ -120,7 +126,9 @@ void linear_typed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
     const int64_t nr = std::min(nr_main, n_end - n0);
     for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMr) {
       const int64_t mr = std::min<int64_t>(kMaxMr, a.M - m0);
-      tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0);
+      // The first x tile of each weight block pulls the next block toward the cache.
+      const int64_t ahead = m0 == 0 ? nr_main * a.K * static_cast<int64_t>(dtype_size(W)) : 0;
+      tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0, ahead);
     }
   }
 }
