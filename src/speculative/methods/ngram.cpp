@@ -1,0 +1,139 @@
+// The prompt-lookup proposal, as a scan (the definition) and as an incremental first-occurrence
+// index. Invariant of the index: for each n in range, first_ holds exactly one entry per distinct
+// n-gram of tokens_, at its lowest start.
+#include "speculative/methods/ngram.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace specdec {
+namespace {
+
+void check_range(int max_ngram, int min_ngram) {
+  SPECDEC_CHECK(min_ngram >= 1 && max_ngram >= min_ngram,
+                "ngram: sizes must satisfy 1 <= min_ngram <= max_ngram, got min_ngram ", min_ngram,
+                " and max_ngram ", max_ngram);
+}
+
+std::vector<int32_t> follow(std::span<const int32_t> history, size_t from, int num_draft) {
+  const size_t end = std::min(history.size(), from + static_cast<size_t>(num_draft));
+  return std::vector<int32_t>(history.begin() + static_cast<std::ptrdiff_t>(from),
+                              history.begin() + static_cast<std::ptrdiff_t>(end));
+}
+
+// The first start i < history.size() - n whose n tokens equal the trailing n, or -1.
+std::ptrdiff_t scan_first(std::span<const int32_t> history, size_t n) {
+  const size_t tail = history.size() - n;
+  for (size_t i = 0; i < tail; ++i) {
+    if (std::equal(history.begin() + static_cast<std::ptrdiff_t>(i),
+                   history.begin() + static_cast<std::ptrdiff_t>(i + n),
+                   history.begin() + static_cast<std::ptrdiff_t>(tail))) {
+      return static_cast<std::ptrdiff_t>(i);
+    }
+  }
+  return -1;
+}
+
+uint64_t mix(uint64_t h) {  // splitmix64 finaliser
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
+}
+
+}  // namespace
+
+std::vector<int32_t> propose_ngram(std::span<const int32_t> history, int max_ngram, int min_ngram,
+                                   int num_draft) {
+  check_range(max_ngram, min_ngram);
+  if (num_draft <= 0 || history.size() < 2) return {};
+  const size_t longest = std::min(static_cast<size_t>(max_ngram), history.size() - 1);
+  for (size_t n = longest; n >= static_cast<size_t>(min_ngram); --n) {
+    const std::ptrdiff_t at = scan_first(history, n);
+    if (at >= 0) return follow(history, static_cast<size_t>(at) + n, num_draft);
+  }
+  return {};
+}
+
+NgramIndex::NgramIndex(int max_ngram, int min_ngram) : max_(max_ngram), min_(min_ngram) {
+  check_range(max_ngram, min_ngram);
+}
+
+uint64_t NgramIndex::key(size_t start, size_t n) const {
+  uint64_t h = mix(n);
+  for (size_t i = start; i < start + n; ++i) h = mix(h ^ static_cast<uint32_t>(tokens_[i]));
+  return h;
+}
+
+uint32_t NgramIndex::first_start(size_t start, size_t n) const {
+  const auto [begin, end] = first_.equal_range(key(start, n));
+  for (auto it = begin; it != end; ++it) {
+    const Entry& e = it->second;
+    if (e.n == n && std::equal(tokens_.begin() + e.start, tokens_.begin() + e.start + n,
+                               tokens_.begin() + static_cast<std::ptrdiff_t>(start))) {
+      return e.start;
+    }
+  }
+  return kNone;
+}
+
+void NgramIndex::append(std::span<const int32_t> tokens) {
+  SPECDEC_CHECK(tokens_.size() + tokens.size() < kNone, "ngram: history of ",
+                tokens_.size() + tokens.size(), " tokens exceeds the index limit of ", kNone);
+  for (int32_t token : tokens) {
+    tokens_.push_back(token);
+    const size_t end = tokens_.size();
+    for (auto n = static_cast<size_t>(min_); n <= static_cast<size_t>(max_) && n <= end; ++n) {
+      const size_t start = end - n;
+      if (first_start(start, n) == kNone) {
+        first_.emplace(key(start, n),
+                       Entry{static_cast<uint32_t>(start), static_cast<uint32_t>(n)});
+      }
+    }
+  }
+}
+
+void NgramIndex::truncate(size_t length) {
+  // Walk back so tokens_ still holds every removed n-gram while its key is computed. A removed
+  // n-gram has an entry at its own start only if it was the first occurrence, and then no other
+  // occurrence lies below it: dropping the entry keeps the invariant.
+  while (tokens_.size() > length) {
+    const size_t end = tokens_.size();
+    for (auto n = static_cast<size_t>(min_); n <= static_cast<size_t>(max_) && n <= end; ++n) {
+      const size_t start = end - n;
+      const auto [begin, stop] = first_.equal_range(key(start, n));
+      for (auto it = begin; it != stop; ++it) {
+        if (it->second.start == start && it->second.n == n) {
+          first_.erase(it);
+          break;
+        }
+      }
+    }
+    tokens_.pop_back();
+  }
+}
+
+std::vector<int32_t> NgramIndex::propose(int max_ngram, int min_ngram, int num_draft) const {
+  check_range(max_ngram, min_ngram);
+  const size_t length = tokens_.size();
+  if (num_draft <= 0 || length < 2) return {};
+  const size_t longest = std::min(static_cast<size_t>(max_ngram), length - 1);
+  for (size_t n = longest; n >= static_cast<size_t>(min_ngram); --n) {
+    const size_t tail = length - n;
+    std::ptrdiff_t at = -1;
+    if (n >= static_cast<size_t>(min_) && n <= static_cast<size_t>(max_)) {
+      // The suffix itself is indexed, so the first start is at most `tail`; equal means the
+      // suffix is the only occurrence.
+      const uint32_t first = first_start(tail, n);
+      if (first < tail) at = first;
+    } else {
+      at = scan_first(tokens_, n);
+    }
+    if (at >= 0) return follow(tokens_, static_cast<size_t>(at) + n, num_draft);
+  }
+  return {};
+}
+
+}  // namespace specdec

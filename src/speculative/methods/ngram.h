@@ -1,0 +1,61 @@
+// Prompt-lookup drafting as a pure algorithm over one row's token history: find the row's
+// trailing n-gram earlier in its history and propose what followed it. The order (longest n
+// first, first occurrence from the start) is that of Saxena's prompt lookup and vLLM's ngram
+// proposer. NgramIndex gives the same answers incrementally for long histories.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace specdec {
+
+// For n from max_ngram down to min_ngram (n < history.size()): the key is the last n tokens;
+// the first occurrence of the key starting before history.size() - n (so not the suffix itself,
+// though it may overlap it) gives up to num_draft tokens that followed it, never past the end
+// of history. The first n that matches wins; no match (or num_draft <= 0) gives no tokens.
+// Throws unless 1 <= min_ngram <= max_ngram.
+std::vector<int32_t> propose_ngram(std::span<const int32_t> history, int max_ngram = 3,
+                                   int min_ngram = 1, int num_draft = 10);
+
+// A row's history with, for every n in [min_ngram, max_ngram], the first occurrence of each
+// distinct n-gram, maintained as tokens are appended or truncated: a proposal costs
+// O(max_ngram^2 + num_draft) whatever the history length. propose() returns exactly what
+// propose_ngram(tokens(), ...) would; an n outside the indexed range falls back to a scan.
+class NgramIndex {
+ public:
+  explicit NgramIndex(int max_ngram = 3, int min_ngram = 1);
+
+  void append(std::span<const int32_t> tokens);
+  // Drops tokens past `length` (no-op if the history is not longer).
+  void truncate(size_t length);
+
+  std::vector<int32_t> propose(int max_ngram, int min_ngram, int num_draft) const;
+  std::vector<int32_t> propose(int num_draft) const { return propose(max_, min_, num_draft); }
+
+  size_t size() const { return tokens_.size(); }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int max_ngram() const { return max_; }
+  int min_ngram() const { return min_; }
+
+ private:
+  struct Entry {
+    uint32_t start;
+    uint32_t n;
+  };
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+  uint64_t key(size_t start, size_t n) const;
+  // First indexed start of the n-gram tokens_[start, start + n), or kNone.
+  uint32_t first_start(size_t start, size_t n) const;
+
+  int max_;
+  int min_;
+  std::vector<int32_t> tokens_;
+  // Hash of (n, n-gram) -> the n-gram's first start; equal hashes are told apart by the tokens.
+  std::unordered_multimap<uint64_t, Entry> first_;
+};
+
+}  // namespace specdec
