@@ -1,0 +1,360 @@
+// The CUDA backend: checks every call's tensors on the host, then enqueues the kernels of
+// kernels.h (or cuBLASLt) on the backend's stream. Numerics of the two linear modes:
+// - batch_invariant = true: every M goes through the row-streaming kernel (linear.cu): x stays
+//   f32, weights are widened to f32, f32 fma in an order fixed by K. Matches an f32 CPU GEMM on
+//   the same weights to rounding, and a row's result is bit-identical at any M.
+// - batch_invariant = false: M <= kSmallM (decode) uses the same kernel; larger M converts x to
+//   the weight's 16-bit type (round to nearest even) and runs a cuBLASLt GEMM with f32
+//   accumulation (tensor cores). Rounding x to bf16 costs ~3 significant digits in the products;
+//   results then depend on M (the library picks the tiling), so not batch invariant.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/gemm_lt.h"
+#include "backend/cuda/kernels.h"
+
+namespace specdec {
+namespace {
+
+using cuda::ElemType;
+
+// Largest M that the fast mode sends to the row-streaming kernel; decode and short verify
+// windows stay there because it reads the weights once at full bandwidth.
+constexpr int64_t kSmallM = 8;
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+
+void expect_cuda(const Tensor& t, const char* op, const char* what) {
+  SPECDEC_CHECK(t.device == Device::cuda, op, ": ", what, " ", t.shape_string(), " must be in cuda memory, not ",
+                device_name(t.device));
+  SPECDEC_CHECK(t.data != nullptr || t.numel() == 0, op, ": ", what, " has no data");
+}
+
+void expect_dtype(const Tensor& t, DType dtype, const char* op, const char* what) {
+  expect_cuda(t, op, what);
+  SPECDEC_CHECK(t.dtype == dtype, op, ": ", what, " ", t.shape_string(), " must be ", dtype_name(dtype));
+}
+
+ElemType elem_type(const Tensor& t, const char* op, const char* what) {
+  expect_cuda(t, op, what);
+  switch (t.dtype) {
+    case DType::f32: return ElemType::f32;
+    case DType::f16: return ElemType::f16;
+    case DType::bf16: return ElemType::bf16;
+    default: fail(op, ": ", what, " ", t.shape_string(), " must be f32, f16 or bf16");
+  }
+}
+
+int to_int(int64_t v, const char* op, const char* what) {
+  SPECDEC_CHECK(v >= 0 && v <= INT32_MAX, op, ": ", what, " = ", v, " is outside the 32-bit range of the kernels");
+  return static_cast<int>(v);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& options) : invariant_(options.batch_invariant) {
+    int device = 0;
+    SPECDEC_CUDA_CHECK(cudaGetDevice(&device));
+    cudaDeviceProp prop{};
+    SPECDEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device), "device ", device);
+    name_ = str_cat("cuda ", prop.name, invariant_ ? " (batch-invariant)" : " (fast)");
+    memory_ = cuda::DeviceMemory::create(device, options.memory_limit);
+    stream_ = memory_->stream();
+    const char* sync = std::getenv("SPECDEC_CUDA_SYNC");  // debugging: fail at the kernel that faults
+    sync_each_ = sync && std::string(sync) == "1";
+  }
+  ~CudaBackend() override {
+    // Stream-ordered frees of scratch memory go into the stream before it is synchronized.
+    lt_workspace_ = Buffer();
+    scratch_ = Buffer();
+    cudaStreamSynchronize(stream_);
+  }
+
+  Device device() const override { return Device::cuda; }
+  std::string name() const override { return name_; }
+  DType kv_dtype() const override { return DType::bf16; }
+
+  Buffer allocate(size_t bytes) override { return memory_->allocate(bytes); }
+
+  void copy(const Tensor& src, const Tensor& dst) override {
+    SPECDEC_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy: ", src.shape_string(), " to ",
+                  dst.shape_string(), " (dtype and element count must match)");
+    const size_t bytes = src.bytes();
+    if (bytes == 0) return;
+    const bool from_dev = src.device == Device::cuda, to_dev = dst.device == Device::cuda;
+    const cudaMemcpyKind kind = from_dev ? (to_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
+                                         : (to_dev ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
+    // Host sources are pageable: the call returns once the source has been staged, so the
+    // caller may reuse it. Copies to the host wait, so the data is there when copy returns.
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, bytes, kind, stream_), "copy ", src.shape_string(),
+                       " from ", device_name(src.device), " to ", device_name(dst.device));
+    if (!to_dev) SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "copy to host of ", bytes, " bytes");
+  }
+
+  void synchronize() override { SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize"); }
+
+  void embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override {
+    const char* op = "embedding";
+    const ElemType tt = elem_type(table, op, "table");
+    expect_dtype(ids, DType::i32, op, "ids");
+    expect_dtype(out, DType::f32, op, "out");
+    SPECDEC_CHECK(table.rank == 2, op, ": table ", table.shape_string(), " must be [V, H]");
+    const int64_t T = ids.numel(), H = table.dim(1);
+    SPECDEC_CHECK(out.numel() == T * H && out.dim(-1) == H, op, ": out ", out.shape_string(), " must be [", T, ", ",
+                  H, "]");
+    cuda::launch_embedding(table.data, tt, ids.ptr<int>(), out.ptr<float>(), to_int(T, op, "tokens"),
+                           to_int(H, op, "hidden"), to_int(table.dim(0), op, "vocab"), stream_);
+    check_launch(op, T, "x", H);
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
+    const char* op = "rms_norm";
+    expect_dtype(x, DType::f32, op, "x");
+    expect_dtype(out, DType::f32, op, "out");
+    const ElemType wt = elem_type(weight, op, "weight");
+    const int64_t D = x.dim(-1);
+    SPECDEC_CHECK(x.rank >= 1 && weight.numel() == D && out.numel() == x.numel(), op, ": x ", x.shape_string(),
+                  ", weight ", weight.shape_string(), ", out ", out.shape_string(), " disagree");
+    const int64_t rows = D == 0 ? 0 : x.numel() / D;
+    cuda::launch_rms_norm(x.ptr<float>(), weight.data, wt, eps, out.ptr<float>(), to_int(rows, op, "rows"),
+                          to_int(D, op, "dim"), stream_);
+    check_launch(op, rows, "x", D);
+  }
+
+  void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) override {
+    const char* op = "linear";
+    expect_dtype(x, DType::f32, op, "x");
+    expect_dtype(out, DType::f32, op, "out");
+    const ElemType wt = elem_type(weight, op, "weight");
+    SPECDEC_CHECK(weight.rank == 2, op, ": weight ", weight.shape_string(), " must be [N, K]");
+    const int64_t N = weight.dim(0), K = weight.dim(1);
+    SPECDEC_CHECK(x.rank >= 1 && x.dim(-1) == K, op, ": x ", x.shape_string(), " must end in K = ", K, " (weight ",
+                  weight.shape_string(), ")");
+    const int64_t M = K == 0 ? 0 : x.numel() / K;
+    SPECDEC_CHECK(out.rank >= 1 && out.dim(-1) == N && out.numel() == M * N, op, ": out ", out.shape_string(),
+                  " must be [", M, ", ", N, "]");
+    SPECDEC_CHECK(out.data != x.data || out.numel() == 0, op, ": out must not alias x");
+    ElemType bt = ElemType::f32;
+    const void* bias_data = nullptr;
+    if (bias && !bias->empty()) {
+      bt = elem_type(*bias, op, "bias");
+      SPECDEC_CHECK(bias->numel() == N, op, ": bias ", bias->shape_string(), " must have N = ", N, " elements");
+      bias_data = bias->data;
+    }
+    const int m = to_int(M, op, "M"), n = to_int(N, op, "N"), k = to_int(K, op, "K");
+    if (invariant_ || M <= kSmallM || K == 0) {
+      cuda::launch_linear_rows(x.ptr<float>(), weight.data, wt, bias_data, bt, out.ptr<float>(), m, n, k, stream_);
+      check_launch("linear (row-streaming kernel)", M, "x", K, " by ", N, "x", K);
+      return;
+    }
+    linear_lt(x, weight, wt, m, n, k, out);
+    if (bias_data) {
+      cuda::launch_add_bias(out.ptr<float>(), bias_data, bt, m, n, stream_);
+      check_launch("linear bias", M, "x", N);
+    }
+  }
+
+  void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_scaling) override {
+    const char* op = "rope";
+    expect_dtype(x, DType::f32, op, "x");
+    expect_dtype(positions, DType::i32, op, "positions");
+    expect_dtype(inv_freq, DType::f32, op, "inv_freq");
+    SPECDEC_CHECK(x.rank == 3, op, ": x ", x.shape_string(), " must be [T, heads, head_dim]");
+    const int64_t T = x.dim(0), heads = x.dim(1), D = x.dim(2);
+    SPECDEC_CHECK(D % 2 == 0 && inv_freq.numel() == D / 2 && positions.numel() == T, op, ": x ", x.shape_string(),
+                  ", positions ", positions.shape_string(), ", inv_freq ", inv_freq.shape_string(), " disagree");
+    cuda::launch_rope(x.ptr<float>(), positions.ptr<int>(), inv_freq.ptr<float>(), attention_scaling,
+                      to_int(T, op, "tokens"), to_int(heads, op, "heads"), to_int(D, op, "head_dim"), stream_);
+    check_launch(op, T, "x", heads, "x", D);
+  }
+
+  void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override {
+    elementwise("silu_mul", gate, up, out);
+    cuda::launch_silu_mul(gate.ptr<float>(), up.ptr<float>(), out.ptr<float>(), gate.numel(), stream_);
+    check_launch("silu_mul", gate.numel(), " elements");
+  }
+
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    elementwise("add", a, b, out);
+    cuda::launch_add(a.ptr<float>(), b.ptr<float>(), out.ptr<float>(), a.numel(), stream_);
+    check_launch("add", a.numel(), " elements");
+  }
+
+  void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
+    const char* op = "gather_rows";
+    expect_cuda(x, op, "x");
+    expect_cuda(out, op, "out");
+    expect_dtype(indices, DType::i32, op, "indices");
+    SPECDEC_CHECK(x.rank >= 1 && out.dtype == x.dtype, op, ": x ", x.shape_string(), " and out ",
+                  out.shape_string(), " must share a dtype");
+    const int64_t rows = x.dim(0), n = indices.numel();
+    const int64_t row_elems = rows == 0 ? 0 : x.numel() / rows;
+    SPECDEC_CHECK(out.numel() == n * row_elems, op, ": out ", out.shape_string(), " must hold ", n, " rows of ",
+                  row_elems);
+    cuda::launch_gather_rows(x.data, indices.ptr<int>(), out.data, to_int(n, op, "count"),
+                             row_elems * static_cast<int64_t>(dtype_size(x.dtype)), to_int(rows, op, "rows"), stream_);
+    check_launch(op, n, " rows of ", row_elems);
+  }
+
+  void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
+                const AttentionBatch& batch) override {
+    const char* op = "kv_write";
+    expect_dtype(k, DType::f32, op, "k");
+    expect_dtype(v, DType::f32, op, "v");
+    expect_dtype(batch.slots, DType::i32, op, "batch.slots");
+    const ElemType pt = pool_type(k_pool, v_pool, op);
+    SPECDEC_CHECK(k.rank == 3 && v.numel() == k.numel() && v.dim(-1) == k.dim(-1), op, ": k ", k.shape_string(),
+                  " and v ", v.shape_string(), " must be [T, kv_heads, head_dim]");
+    const int64_t T = k.dim(0), kvh = k.dim(1), D = k.dim(2);
+    SPECDEC_CHECK(k_pool.dim(2) == kvh && k_pool.dim(3) == D, op, ": pool ", k_pool.shape_string(),
+                  " does not fit k ", k.shape_string());
+    SPECDEC_CHECK(batch.slots.numel() >= T, op, ": batch.slots ", batch.slots.shape_string(), " has fewer than ", T,
+                  " entries");
+    cuda::launch_kv_write(k.ptr<float>(), v.ptr<float>(), k_pool.data, v_pool.data, pt, batch.slots.ptr<int>(),
+                          to_int(T, op, "tokens"), to_int(kvh, op, "kv_heads"), to_int(D, op, "head_dim"),
+                          k_pool.dim(0) * k_pool.dim(1), stream_);
+    check_launch(op, T, "x", kvh, "x", D);
+  }
+
+  void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch,
+                 float scale, const Tensor& out) override {
+    const char* op = "attention";
+    expect_dtype(q, DType::f32, op, "q");
+    expect_dtype(out, DType::f32, op, "out");
+    const ElemType pt = pool_type(k_pool, v_pool, op);
+    expect_dtype(batch.positions, DType::i32, op, "batch.positions");
+    expect_dtype(batch.row_starts, DType::i32, op, "batch.row_starts");
+    expect_dtype(batch.row_lens, DType::i32, op, "batch.row_lens");
+    expect_dtype(batch.block_table, DType::i32, op, "batch.block_table");
+    SPECDEC_CHECK(q.rank == 3 && out.numel() == q.numel(), op, ": q ", q.shape_string(), " and out ",
+                  out.shape_string(), " must be [T, heads, head_dim]");
+    const int64_t T = q.dim(0), heads = q.dim(1), D = q.dim(2), kvh = k_pool.dim(2);
+    SPECDEC_CHECK(k_pool.dim(3) == D && kvh > 0 && heads % kvh == 0, op, ": q ", q.shape_string(), " and pool ",
+                  k_pool.shape_string(), " disagree (heads must be a multiple of kv_heads)");
+    SPECDEC_CHECK(D % 32 == 0 && D >= 32 && D <= 256, op, ": head_dim ", D,
+                  " is not supported (multiples of 32 up to 256)");
+    SPECDEC_CHECK(batch.tokens == T, op, ": batch.tokens ", batch.tokens, " but q has ", T, " tokens");
+    SPECDEC_CHECK(T == 0 || batch.rows > 0, op, ": a batch with ", T, " tokens has no rows");
+    SPECDEC_CHECK(batch.block_size == k_pool.dim(1), op, ": batch.block_size ", batch.block_size,
+                  " but the pool's blocks hold ", k_pool.dim(1), " positions");
+    SPECDEC_CHECK(batch.positions.numel() >= T && batch.row_starts.numel() >= batch.rows + 1 &&
+                      batch.row_lens.numel() >= batch.rows &&
+                      batch.block_table.numel() >= int64_t{batch.rows} * batch.max_blocks,
+                  op, ": batch tensors are smaller than rows = ", batch.rows, ", tokens = ", T,
+                  ", max_blocks = ", batch.max_blocks);
+    cuda::AttentionArgs a;
+    a.q = q.ptr<float>();
+    a.k_pool = k_pool.data;
+    a.v_pool = v_pool.data;
+    a.pool_type = pt;
+    a.positions = batch.positions.ptr<int>();
+    a.row_starts = batch.row_starts.ptr<int>();
+    a.row_lens = batch.row_lens.ptr<int>();
+    a.block_table = batch.block_table.ptr<int>();
+    a.out = out.ptr<float>();
+    a.rows = batch.rows;
+    a.tokens = to_int(T, op, "tokens");
+    a.heads = to_int(heads, op, "heads");
+    a.kv_heads = to_int(kvh, op, "kv_heads");
+    a.head_dim = static_cast<int>(D);
+    a.max_blocks = batch.max_blocks;
+    a.block_size = batch.block_size;
+    a.pool_blocks = k_pool.dim(0);
+    a.scale = scale;
+    cuda::launch_attention(a, stream_);
+    check_launch(op, T, " tokens x ", heads, " heads x ", D, ", rows ", batch.rows, ", max_row_len ",
+                 batch.max_row_len);
+  }
+
+  void argmax(const Tensor& logits, const Tensor& out) override {
+    const char* op = "argmax";
+    expect_dtype(logits, DType::f32, op, "logits");
+    expect_dtype(out, DType::i32, op, "out");
+    const int64_t V = logits.dim(-1), n = V == 0 ? 0 : logits.numel() / V;
+    SPECDEC_CHECK(out.numel() == n, op, ": out ", out.shape_string(), " must have ", n, " elements");
+    cuda::launch_argmax(logits.ptr<float>(), out.ptr<int>(), to_int(n, op, "rows"), to_int(V, op, "vocab"),
+                        stream_);
+    check_launch(op, n, "x", V);
+  }
+
+ private:
+  template <typename... Args>
+  void check_launch(const char* op, const Args&... sizes) {
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+      fail("launching ", op, " [", sizes..., "] failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
+    if (sync_each_) SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), op, " [", sizes..., "]");
+  }
+
+  void elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& out) {
+    expect_dtype(a, DType::f32, op, "a");
+    expect_dtype(b, DType::f32, op, "b");
+    expect_dtype(out, DType::f32, op, "out");
+    SPECDEC_CHECK(a.numel() == b.numel() && a.numel() == out.numel(), op, ": ", a.shape_string(), ", ",
+                  b.shape_string(), " and out ", out.shape_string(), " must have the same size");
+  }
+
+  ElemType pool_type(const Tensor& k_pool, const Tensor& v_pool, const char* op) {
+    const ElemType pt = elem_type(k_pool, op, "k_pool");
+    SPECDEC_CHECK(k_pool.rank == 4 && v_pool.rank == 4 && v_pool.dtype == k_pool.dtype &&
+                      v_pool.numel() == k_pool.numel() && v_pool.device == Device::cuda,
+                  op, ": pools ", k_pool.shape_string(), " and ", v_pool.shape_string(),
+                  " must be [num_blocks, block_size, kv_heads, head_dim] of one dtype in cuda memory");
+    return pt;
+  }
+
+  // Grows the scratch buffer; the old one is freed stream-ordered, after the work that used it.
+  void* scratch(size_t bytes) {
+    if (scratch_.bytes() < bytes) {
+      scratch_ = Buffer();
+      scratch_ = memory_->allocate(bytes, "linear scratch (x in 16-bit)");
+    }
+    return scratch_.data();
+  }
+
+  void linear_lt(const Tensor& x, const Tensor& weight, ElemType wt, int m, int n, int k, const Tensor& out) {
+    if (lt_workspace_.bytes() == 0) lt_workspace_ = memory_->allocate(kLtWorkspaceBytes, "cuBLASLt workspace");
+    if (!lt_) lt_ = std::make_unique<cuda::LtGemm>();
+    const void* xin = x.data;
+    cudaDataType_t type = CUDA_R_32F;
+    if (wt != ElemType::f32) {
+      type = wt == ElemType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+      void* xh = scratch(static_cast<size_t>(m) * k * 2);
+      cuda::launch_convert_f32(x.ptr<float>(), xh, wt, int64_t{m} * k, stream_);
+      check_launch("linear (x to 16-bit)", m, "x", k);
+      xin = xh;
+    }
+    lt_->run(xin, weight.data, type, out.ptr<float>(), m, n, k, lt_workspace_.data(), kLtWorkspaceBytes, stream_);
+    if (sync_each_) SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "linear (cuBLASLt) ", m, "x", n, "x", k);
+  }
+
+  bool invariant_;
+  bool sync_each_ = false;
+  std::string name_;
+  std::shared_ptr<cuda::DeviceMemory> memory_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::LtGemm> lt_;
+  Buffer lt_workspace_;
+  Buffer scratch_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: report none
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  SPECDEC_CHECK(cuda_device_count() > 0, "no CUDA device is available (cudaGetDeviceCount found none)");
+  return std::make_unique<CudaBackend>(options);
+}
+
+}  // namespace specdec

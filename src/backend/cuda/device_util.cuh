@@ -1,0 +1,69 @@
+// Device helpers shared by the kernel files: element conversions and fixed-order reductions.
+// Reductions here always combine in the same order for a given block size, which is what makes
+// the kernels deterministic and batch invariant.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace specdec::cuda {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// Sum over the 32 lanes by a butterfly; every lane gets the same, order-fixed result.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024): warp butterflies, then the
+// warp sums added in warp order by every thread. `scratch` holds 32 floats. All threads return it.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < warps; ++w) total += scratch[w];
+  return total;
+}
+
+// Calls f(ElemType-specific pointer type) for a runtime element type.
+#define SPECDEC_DISPATCH_ELEM(type, T, ...)       \
+  switch (type) {                                 \
+    case ElemType::f32: {                         \
+      using T = float;                            \
+      __VA_ARGS__;                                \
+    } break;                                      \
+    case ElemType::f16: {                         \
+      using T = __half;                           \
+      __VA_ARGS__;                                \
+    } break;                                      \
+    case ElemType::bf16: {                        \
+      using T = __nv_bfloat16;                    \
+      __VA_ARGS__;                                \
+    } break;                                      \
+  }
+
+inline unsigned blocks_for(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 1048576 ? 1048576 : b));
+}
+
+}  // namespace specdec::cuda

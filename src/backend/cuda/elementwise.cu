@@ -1,0 +1,190 @@
+// Row-wise and element-wise kernels: embedding, RMSNorm, RoPE, SiLU·mul, add, gather, argmax,
+// dtype conversion and bias. Each output depends only on its own row, so all are batch invariant.
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace specdec::cuda {
+namespace {
+
+template <typename T>
+__global__ void embedding_kernel(const T* __restrict__ table, const int* __restrict__ ids, float* __restrict__ out,
+                                 int hidden, int vocab) {
+  const int t = blockIdx.x;
+  const int id = ids[t];
+  const bool valid = id >= 0 && id < vocab;
+  const T* row = table + static_cast<int64_t>(valid ? id : 0) * hidden;
+  float* dst = out + static_cast<int64_t>(t) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = valid ? to_float(row[i]) : 0.0f;
+}
+
+template <typename T>
+__global__ void rms_norm_kernel(const float* __restrict__ x, const T* __restrict__ w, float eps, float* out, int dim) {
+  __shared__ float scratch[32];
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float* o = out + static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+  const float total = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
+  // x and out may alias: each element is read above before this loop and written once here.
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (xr[i] * inv) * to_float(w[i]);
+}
+
+__global__ void rope_kernel(float* x, const int* __restrict__ positions, const float* __restrict__ inv_freq,
+                            float scaling, int heads, int head_dim) {
+  const int t = blockIdx.x;
+  const int half = head_dim / 2;
+  const float pos = static_cast<float>(positions[t]);
+  for (int j = threadIdx.x; j < heads * half; j += blockDim.x) {
+    const int h = j / half, i = j % half;
+    const float angle = pos * inv_freq[i];
+    float s, c;
+    sincosf(angle, &s, &c);
+    float* v = x + (static_cast<int64_t>(t) * heads + h) * head_dim;
+    const float a = v[i], b = v[i + half];
+    v[i] = (a * c - b * s) * scaling;
+    v[i + half] = (b * c + a * s) * scaling;
+  }
+}
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+template <typename U>
+__global__ void gather_kernel(const U* __restrict__ x, const int* __restrict__ indices, U* __restrict__ out,
+                              int64_t row_elems, int x_rows) {
+  const int i = blockIdx.x;
+  const int src = indices[i];
+  const bool valid = src >= 0 && src < x_rows;
+  const U* s = x + static_cast<int64_t>(valid ? src : 0) * row_elems;
+  U* d = out + static_cast<int64_t>(i) * row_elems;
+  for (int64_t e = threadIdx.x; e < row_elems; e += blockDim.x) d[e] = valid ? s[e] : U(0);
+}
+
+// Keeps (value, index) with the larger value, the lower index on ties; NaN never wins.
+__device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi) {
+  if (ov > v || (ov == v && oi < i)) {
+    v = ov;
+    i = oi;
+  }
+}
+
+__global__ void argmax_kernel(const float* __restrict__ logits, int* __restrict__ out, int vocab) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  float best = -INFINITY;
+  int best_i = vocab;  // "none yet": loses every tie against a real index
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) argmax_merge(best, best_i, row[j], j);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+    argmax_merge(best, best_i, ov, oi);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) {
+    sv[warp] = best;
+    si[warp] = best_i;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) argmax_merge(best, best_i, sv[w], si[w]);
+    // All -inf or NaN: index 0, as a scan that starts from the first element would give.
+    out[blockIdx.x] = best_i >= vocab ? 0 : best_i;
+  }
+}
+
+template <typename T>
+__global__ void convert_kernel(const float* __restrict__ x, T* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = from_float<T>(x[i]);
+}
+
+template <typename T>
+__global__ void add_bias_kernel(float* out, const T* __restrict__ bias, int64_t n, int cols) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] += to_float(bias[i % cols]);
+}
+
+}  // namespace
+
+void launch_embedding(const void* table, ElemType type, const int* ids, float* out, int tokens, int hidden,
+                      int vocab, cudaStream_t stream) {
+  if (tokens == 0) return;
+  SPECDEC_DISPATCH_ELEM(type, T,
+                        embedding_kernel<T><<<tokens, 256, 0, stream>>>(static_cast<const T*>(table), ids, out,
+                                                                        hidden, vocab));
+}
+
+void launch_rms_norm(const float* x, const void* weight, ElemType type, float eps, float* out, int rows, int dim,
+                     cudaStream_t stream) {
+  if (rows == 0) return;
+  SPECDEC_DISPATCH_ELEM(type, T,
+                        rms_norm_kernel<T><<<rows, 256, 0, stream>>>(x, static_cast<const T*>(weight), eps, out, dim));
+}
+
+void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,
+                 int head_dim, cudaStream_t stream) {
+  if (tokens == 0) return;
+  rope_kernel<<<tokens, 256, 0, stream>>>(x, positions, inv_freq, scaling, heads, head_dim);
+}
+
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  silu_mul_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, out, n);
+}
+
+void launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(a, b, out, n);
+}
+
+void launch_gather_rows(const void* x, const int* indices, void* out, int count, int64_t row_bytes, int x_rows,
+                        cudaStream_t stream) {
+  if (count == 0) return;
+  if (row_bytes % 4 == 0) {
+    gather_kernel<uint32_t><<<count, 256, 0, stream>>>(static_cast<const uint32_t*>(x), indices,
+                                                       static_cast<uint32_t*>(out), row_bytes / 4, x_rows);
+  } else if (row_bytes % 2 == 0) {
+    gather_kernel<uint16_t><<<count, 256, 0, stream>>>(static_cast<const uint16_t*>(x), indices,
+                                                       static_cast<uint16_t*>(out), row_bytes / 2, x_rows);
+  } else {
+    gather_kernel<uint8_t><<<count, 256, 0, stream>>>(static_cast<const uint8_t*>(x), indices,
+                                                      static_cast<uint8_t*>(out), row_bytes, x_rows);
+  }
+}
+
+void launch_argmax(const float* logits, int* out, int rows, int vocab, cudaStream_t stream) {
+  if (rows == 0) return;
+  argmax_kernel<<<rows, 512, 0, stream>>>(logits, out, vocab);
+}
+
+void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  SPECDEC_DISPATCH_ELEM(type, T,
+                        convert_kernel<T><<<blocks_for(n, 256), 256, 0, stream>>>(x, static_cast<T*>(out), n));
+}
+
+void launch_add_bias(float* out, const void* bias, ElemType type, int rows, int cols, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(rows) * cols;
+  if (n == 0) return;
+  SPECDEC_DISPATCH_ELEM(type, T,
+                        add_bias_kernel<T><<<blocks_for(n, 256), 256, 0, stream>>>(out, static_cast<const T*>(bias),
+                                                                                   n, cols));
+}
+
+}  // namespace specdec::cuda

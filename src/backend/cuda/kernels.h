@@ -1,0 +1,67 @@
+// Launchers of the CUDA kernels, on raw device pointers. The backend (cuda_backend.cpp) checks
+// shapes and dtypes before calling these; the .cu files hold only device code and launches, so
+// they need no C++20 headers. Each launcher only enqueues work; the caller checks the launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace specdec::cuda {
+
+// Element type of weights, biases, tables and KV pools as the kernels see them.
+enum class ElemType : int { f32 = 0, f16 = 1, bf16 = 2 };
+
+// out[t, :] = table[ids[t], :] as f32; ids outside [0, V) give a row of zeros.
+void launch_embedding(const void* table, ElemType type, const int* ids, float* out, int tokens, int hidden,
+                      int vocab, cudaStream_t stream);
+// One block per row, fixed reduction order.
+void launch_rms_norm(const float* x, const void* weight, ElemType type, float eps, float* out, int rows, int dim,
+                     cudaStream_t stream);
+// In place on x [tokens, heads, head_dim], Hugging Face rotate_half layout.
+void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,
+                 int head_dim, cudaStream_t stream);
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+void launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+// out[i, :] = x[indices[i], :] for rows of row_bytes bytes; indices outside [0, x_rows) give zeros.
+void launch_gather_rows(const void* x, const int* indices, void* out, int count, int64_t row_bytes, int x_rows,
+                        cudaStream_t stream);
+// out[i] = lowest index of the maximum of logits[i, :].
+void launch_argmax(const float* logits, int* out, int rows, int vocab, cudaStream_t stream);
+// out (bf16 or f16) = round-to-nearest-even of x.
+void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, cudaStream_t stream);
+// out[m, n] += bias[n].
+void launch_add_bias(float* out, const void* bias, ElemType type, int rows, int cols, cudaStream_t stream);
+
+// out[M, N] = x[M, K] · w[N, K]ᵀ (+ bias) with f32 accumulation. Each output is reduced in an
+// order fixed by K alone (lane-strided 16-byte vectors, then a butterfly over the warp), so the
+// result of one row of x never depends on M or on the other rows: batch invariant.
+void launch_linear_rows(const float* x, const void* w, ElemType w_type, const void* bias, ElemType bias_type,
+                        float* out, int M, int N, int K, cudaStream_t stream);
+
+// k, v [tokens, kv_heads, head_dim] f32 into pools [slots, kv_heads, head_dim] at slots[t]
+// (negative slots are skipped; slots >= pool_slots are skipped).
+void launch_kv_write(const float* k, const float* v, void* k_pool, void* v_pool, ElemType pool_type,
+                     const int* slots, int tokens, int kv_heads, int head_dim, int64_t pool_slots,
+                     cudaStream_t stream);
+
+struct AttentionArgs {
+  const float* q = nullptr;  // [tokens, heads, head_dim]
+  const void* k_pool = nullptr;
+  const void* v_pool = nullptr;
+  ElemType pool_type = ElemType::bf16;
+  const int* positions = nullptr;
+  const int* row_starts = nullptr;
+  const int* row_lens = nullptr;
+  const int* block_table = nullptr;
+  float* out = nullptr;
+  int rows = 0, tokens = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  int max_blocks = 0, block_size = 0;
+  int64_t pool_blocks = 0;
+  float scale = 1.0f;
+};
+// One block per (token, head); online softmax over the row's cached positions in a fixed order.
+// head_dim must be a multiple of 32 and at most 256.
+void launch_attention(const AttentionArgs& args, cudaStream_t stream);
+
+}  // namespace specdec::cuda

@@ -1,0 +1,159 @@
+// The row-streaming linear kernel: out[M, N] = x[M, K] · w[N, K]ᵀ with f32 accumulation.
+// One warp owns one output column n (one row of w) and a tile of up to MT rows of x; x is staged
+// in shared memory by K tiles, w is streamed once per M tile with 16-byte loads. The reduction
+// order of one output is fixed by K alone: lane l accumulates the 16-byte vectors l, l+32, ...
+// in increasing order (fma per element, in element order), then the tail elements, then the
+// warp butterfly. Neither M, MT nor the K tile size changes it, so the kernel is batch invariant.
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace specdec::cuda {
+namespace {
+
+constexpr int kWarps = 8;  // output columns per block
+constexpr int kThreads = kWarps * 32;
+constexpr int kSmemBudget = 32 * 1024;  // bytes of staged x per block
+
+// A 16-byte vector of W widened to f32.
+template <typename W>
+struct Vec16 {
+  static constexpr int n = 16 / sizeof(W);
+  __device__ __forceinline__ static void widen(const uint4& raw, float* out) {
+    const W* e = reinterpret_cast<const W*>(&raw);
+#pragma unroll
+    for (int j = 0; j < n; ++j) out[j] = to_float(e[j]);
+  }
+};
+
+template <typename W, int MT>
+__device__ __forceinline__ void accumulate_vec(const uint4& raw, const float* xs, int kc, int offset, float* acc) {
+  constexpr int V = Vec16<W>::n;
+  float wf[V];
+  Vec16<W>::widen(raw, wf);
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    const float4* xr = reinterpret_cast<const float4*>(xs + m * kc + offset);
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q) {
+      const float4 xv = xr[q];
+      acc[m] = fmaf(wf[4 * q + 0], xv.x, acc[m]);
+      acc[m] = fmaf(wf[4 * q + 1], xv.y, acc[m]);
+      acc[m] = fmaf(wf[4 * q + 2], xv.z, acc[m]);
+      acc[m] = fmaf(wf[4 * q + 3], xv.w, acc[m]);
+    }
+  }
+}
+
+// kVec: w rows are 16-byte aligned and loaded as vectors; otherwise element by element (V = 1),
+// chosen by K and the weight's alignment only, never by M.
+template <typename W, typename B, int MT, bool kVec>
+__global__ void __launch_bounds__(kThreads) linear_rows_kernel(const float* __restrict__ x, const W* __restrict__ w,
+                                                               const B* __restrict__ bias, float* __restrict__ out,
+                                                               int M, int N, int K, int kc) {
+  extern __shared__ float4 smem_raw[];
+  float* xs = reinterpret_cast<float*>(smem_raw);  // [MT][kc]
+  constexpr int V = kVec ? Vec16<W>::n : 1;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kWarps + warp;
+  const int m0 = blockIdx.y * MT;
+  const int mt = min(MT, M - m0);
+  const int kvec_end = K / V * V;
+  const W* wrow = w + static_cast<int64_t>(n < N ? n : 0) * K;
+
+  float acc[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+
+  for (int k0 = 0; k0 < K; k0 += kc) {
+    const int klen = min(kc, K - k0);
+    __syncthreads();  // the previous tile is consumed
+    for (int i = threadIdx.x; i < MT * klen; i += kThreads) {
+      const int m = i / klen, k = i - m * klen;
+      xs[m * kc + k] = m < mt ? x[static_cast<int64_t>(m0 + m) * K + k0 + k] : 0.0f;
+    }
+    __syncthreads();
+    if (n >= N) continue;
+    const int vend = min(k0 + klen, kvec_end);
+    int k = k0 + lane * V;
+    if constexpr (kVec) {
+      // Four independent 16-byte loads in flight per lane; same per-lane order as one at a time.
+      for (; k + 3 * 32 * V < vend; k += 4 * 32 * V) {
+        uint4 raw[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) raw[u] = __ldg(reinterpret_cast<const uint4*>(wrow + k + u * 32 * V));
+#pragma unroll
+        for (int u = 0; u < 4; ++u) accumulate_vec<W, MT>(raw[u], xs, kc, k + u * 32 * V - k0, acc);
+      }
+      for (; k < vend; k += 32 * V) {
+        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(wrow + k));
+        accumulate_vec<W, MT>(raw, xs, kc, k - k0, acc);
+      }
+      if (k0 + klen == K) {  // tail elements past the last whole vector (fewer than V < 32)
+        const int kt = kvec_end + lane;
+        if (kt < K) {
+          const float wv = to_float(wrow[kt]);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) acc[m] = fmaf(wv, xs[m * kc + kt - k0], acc[m]);
+        }
+      }
+    } else {
+      for (; k < vend; k += 32) {
+        const float wv = to_float(wrow[k]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) acc[m] = fmaf(wv, xs[m * kc + k - k0], acc[m]);
+      }
+    }
+  }
+  if (n >= N) return;
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[m] = warp_sum(acc[m]);
+  if (lane == 0) {
+    const float b = bias ? to_float(bias[n]) : 0.0f;
+    for (int m = 0; m < mt; ++m) out[static_cast<int64_t>(m0 + m) * N + n] = acc[m] + b;
+  }
+}
+
+template <typename W, typename B, int MT>
+void launch_tile(const float* x, const void* w, const void* bias, float* out, int M, int N, int K,
+                 cudaStream_t stream) {
+  // K tile: as much of K as fits the budget, a multiple of 256 (whole vectors for every lane).
+  int kc = kSmemBudget / (MT * static_cast<int>(sizeof(float))) / 256 * 256;
+  const int k_round = (K + 255) / 256 * 256;
+  if (kc > k_round) kc = k_round;
+  const dim3 grid((N + kWarps - 1) / kWarps, (M + MT - 1) / MT);
+  const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
+  const bool vec = K % Vec16<W>::n == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  if (vec) {
+    linear_rows_kernel<W, B, MT, true><<<grid, kThreads, smem, stream>>>(
+        x, static_cast<const W*>(w), static_cast<const B*>(bias), out, M, N, K, kc);
+  } else {
+    linear_rows_kernel<W, B, MT, false><<<grid, kThreads, smem, stream>>>(
+        x, static_cast<const W*>(w), static_cast<const B*>(bias), out, M, N, K, kc);
+  }
+}
+
+template <typename W, typename B>
+void launch_for_m(const float* x, const void* w, const void* bias, float* out, int M, int N, int K,
+                  cudaStream_t stream) {
+  if (M <= 1) {
+    launch_tile<W, B, 1>(x, w, bias, out, M, N, K, stream);
+  } else if (M <= 2) {
+    launch_tile<W, B, 2>(x, w, bias, out, M, N, K, stream);
+  } else if (M <= 4) {
+    launch_tile<W, B, 4>(x, w, bias, out, M, N, K, stream);
+  } else if (M <= 8) {
+    launch_tile<W, B, 8>(x, w, bias, out, M, N, K, stream);
+  } else {
+    launch_tile<W, B, 16>(x, w, bias, out, M, N, K, stream);
+  }
+}
+
+}  // namespace
+
+void launch_linear_rows(const float* x, const void* w, ElemType w_type, const void* bias, ElemType bias_type,
+                        float* out, int M, int N, int K, cudaStream_t stream) {
+  if (M == 0 || N == 0) return;
+  SPECDEC_DISPATCH_ELEM(w_type, W, SPECDEC_DISPATCH_ELEM(bias_type, B, launch_for_m<W, B>(x, w, bias, out, M, N, K, stream)));
+}
+
+}  // namespace specdec::cuda

@@ -1,0 +1,173 @@
+// Paged attention of the CUDA backend (bf16 KV) vs the scalar CPU backend (f32 KV) on a ragged
+// batch mixing a prefill chunk, a single-token decode over a long cache and a verify window;
+// and batch invariance: a row's output alone equals, bit for bit, its output among neighbours.
+#include <numeric>
+
+#include "gpu/gpu_test_util.h"
+
+namespace specdec::gpu_test {
+namespace {
+
+constexpr int kBlockSize = 16;
+constexpr int kPoolBlocks = 96;
+constexpr int kHeads = 8;
+constexpr int kKvHeads = 2;
+
+// The host description of a batch: each row's cache length and its new tokens' positions.
+struct RowSpec {
+  int len;
+  std::vector<int32_t> positions;
+  std::vector<int32_t> blocks;  // the row's block table
+};
+
+struct DeviceBatch {
+  std::vector<Owned> owned;
+  AttentionBatch batch;
+};
+
+DeviceBatch make_batch(Backend& be, const std::vector<RowSpec>& rows, int max_blocks) {
+  std::vector<int32_t> positions, slots, starts{0}, lens, table;
+  for (const auto& r : rows) {
+    for (int32_t p : r.positions) {
+      positions.push_back(p);
+      slots.push_back(r.blocks[static_cast<size_t>(p / kBlockSize)] * kBlockSize + p % kBlockSize);
+    }
+    starts.push_back(static_cast<int32_t>(positions.size()));
+    lens.push_back(r.len);
+    for (int b = 0; b < max_blocks; ++b)
+      table.push_back(b < static_cast<int>(r.blocks.size()) ? r.blocks[static_cast<size_t>(b)] : 0);
+  }
+  const int R = static_cast<int>(rows.size()), T = static_cast<int>(positions.size());
+  DeviceBatch d;
+  d.owned.push_back(upload_i32(be, positions, {T}));
+  d.owned.push_back(upload_i32(be, slots, {T}));
+  d.owned.push_back(upload_i32(be, starts, {R + 1}));
+  d.owned.push_back(upload_i32(be, lens, {R}));
+  d.owned.push_back(upload_i32(be, table, {R, max_blocks}));
+  AttentionBatch& a = d.batch;
+  a.positions = d.owned[0].tensor;
+  a.slots = d.owned[1].tensor;
+  a.row_starts = d.owned[2].tensor;
+  a.row_lens = d.owned[3].tensor;
+  a.block_table = d.owned[4].tensor;
+  a.rows = R;
+  a.tokens = T;
+  a.max_blocks = max_blocks;
+  a.block_size = kBlockSize;
+  a.max_row_len = 0;
+  a.max_row_tokens = 0;
+  for (const auto& r : rows) {
+    a.max_row_len = std::max(a.max_row_len, r.len);
+    a.max_row_tokens = std::max(a.max_row_tokens, static_cast<int>(r.positions.size()));
+  }
+  return d;
+}
+
+// Rows: a prefill chunk (8 tokens ending a 40-position cache), a decode step over 1000
+// positions and a verify window of 4 at the end of 20 positions. Blocks are shuffled.
+std::vector<RowSpec> mixed_rows() {
+  std::vector<int32_t> ids(kPoolBlocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
+  std::vector<RowSpec> rows = {{40, {32, 33, 34, 35, 36, 37, 38, 39}, {}}, {1000, {999}, {}}, {20, {16, 17, 18, 19}, {}}};
+  size_t next = 0;
+  for (auto& r : rows)
+    for (int b = 0; b < (r.len + kBlockSize - 1) / kBlockSize; ++b) r.blocks.push_back(ids[next++]);
+  return rows;
+}
+
+// A batch that writes every cached position of every row (to fill the pools).
+std::vector<RowSpec> history_of(const std::vector<RowSpec>& rows) {
+  std::vector<RowSpec> h = rows;
+  for (auto& r : h) {
+    r.positions.resize(static_cast<size_t>(r.len));
+    std::iota(r.positions.begin(), r.positions.end(), 0);
+  }
+  return h;
+}
+
+struct Pools {
+  Owned k, v;
+};
+
+Pools filled_pools(Backend& be, const std::vector<RowSpec>& rows, int D, int max_blocks) {
+  Pools p{empty(be, be.kv_dtype(), {kPoolBlocks, kBlockSize, kKvHeads, D}),
+          empty(be, be.kv_dtype(), {kPoolBlocks, kBlockSize, kKvHeads, D})};
+  const auto hist = history_of(rows);
+  DeviceBatch hb = make_batch(be, hist, max_blocks);
+  const int T = hb.batch.tokens;
+  Owned k = upload(be, random_floats(static_cast<size_t>(T) * kKvHeads * D, 11, 0.05f, 2.0f), DType::f32,
+                   {T, kKvHeads, D});
+  Owned v = upload(be, random_floats(static_cast<size_t>(T) * kKvHeads * D, 12), DType::f32, {T, kKvHeads, D});
+  be.kv_write(k.tensor, v.tensor, p.k.tensor, p.v.tensor, hb.batch);
+  be.synchronize();
+  return p;
+}
+
+std::vector<float> run_attention(Backend& be, const Pools& pools, const std::vector<RowSpec>& rows,
+                                 const std::vector<float>& q, int D, int max_blocks) {
+  DeviceBatch b = make_batch(be, rows, max_blocks);
+  const int T = b.batch.tokens;
+  Owned qt = upload(be, q, DType::f32, {T, kHeads, D});
+  Owned o = empty(be, DType::f32, {T, kHeads, D});
+  be.attention(qt.tensor, pools.k.tensor, pools.v.tensor, b.batch, 1.0f / std::sqrt(static_cast<float>(D)), o.tensor);
+  return download(be, o.tensor);
+}
+
+int max_blocks_of(const std::vector<RowSpec>& rows) {
+  int m = 0;
+  for (const auto& r : rows) m = std::max(m, static_cast<int>(r.blocks.size()));
+  return m;
+}
+
+TEST(GpuAttention, MixedBatchMatchesCpu) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends(true);
+  EXPECT_EQ(b.gpu->kv_dtype(), DType::bf16);
+  const auto rows = mixed_rows();
+  const int mb = max_blocks_of(rows);
+  for (int D : {64, 128}) {
+    const auto q = random_floats(13u * kHeads * static_cast<size_t>(D), 13, 0.05f, 2.0f);
+    Pools cp = filled_pools(*b.cpu, rows, D, mb);
+    Pools gp = filled_pools(*b.gpu, rows, D, mb);
+    const auto want = run_attention(*b.cpu, cp, rows, q, D, mb);
+    const auto got = run_attention(*b.gpu, gp, rows, q, D, mb);
+    EXPECT_LE(rel_error(got, want), 1e-2) << "head_dim " << D;
+  }
+}
+
+TEST(GpuAttention, RowAloneEqualsRowWithNeighbours) {
+  SPECDEC_REQUIRE_GPU();
+  for (bool invariant : {true, false}) {  // attention is one kernel in both modes
+    Backends b = make_backends(invariant);
+    const auto rows = mixed_rows();
+    const int mb = max_blocks_of(rows), D = 128;
+    const auto q = random_floats(13u * kHeads * D, 14);
+    Pools gp = filled_pools(*b.gpu, rows, D, mb);
+    const auto all = run_attention(*b.gpu, gp, rows, q, D, mb);
+    size_t start = 0;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const size_t n = rows[r].positions.size() * kHeads * D;
+      std::vector<float> qr(q.begin() + static_cast<ptrdiff_t>(start), q.begin() + static_cast<ptrdiff_t>(start + n));
+      const auto alone = run_attention(*b.gpu, gp, {rows[r]}, qr, D, mb);
+      EXPECT_TRUE(bit_equal(alone.data(), all.data() + start, n)) << "row " << r << " invariant=" << invariant;
+      start += n;
+    }
+  }
+}
+
+TEST(GpuAttention, RejectsUnsupportedHeadDim) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends(true);
+  const auto rows = mixed_rows();
+  const int mb = max_blocks_of(rows);
+  Owned k = empty(*b.gpu, DType::bf16, {kPoolBlocks, kBlockSize, kKvHeads, 48});
+  Owned v = empty(*b.gpu, DType::bf16, {kPoolBlocks, kBlockSize, kKvHeads, 48});
+  DeviceBatch db = make_batch(*b.gpu, rows, mb);
+  Owned q = empty(*b.gpu, DType::f32, {13, kHeads, 48});
+  Owned o = empty(*b.gpu, DType::f32, {13, kHeads, 48});
+  EXPECT_THROW(b.gpu->attention(q.tensor, k.tensor, v.tensor, db.batch, 1.0f, o.tensor), Error);
+}
+
+}  // namespace
+}  // namespace specdec::gpu_test

@@ -1,0 +1,113 @@
+// The CUDA linear in both modes vs the scalar CPU backend on the same 16-bit weights, and batch
+// invariance of the batch-invariant mode: a row's output is bit-identical at M = 1, 8 and 33.
+#include "gpu/gpu_test_util.h"
+
+namespace specdec::gpu_test {
+namespace {
+
+struct LinearCase {
+  int M, N, K;
+  DType wt;
+  bool bias;
+};
+
+std::vector<float> run_linear(Backend& be, const std::vector<float>& x, const std::vector<float>& w,
+                              const std::vector<float>* bias, const LinearCase& c) {
+  Owned xt = upload(be, x, DType::f32, {c.M, c.K});
+  Owned wtn = upload(be, w, c.wt, {c.N, c.K});
+  Owned o = empty(be, DType::f32, {c.M, c.N});
+  if (bias) {
+    Owned bt = upload(be, *bias, DType::f32, {c.N});
+    be.linear(xt.tensor, wtn.tensor, &bt.tensor, o.tensor);
+    return download(be, o.tensor);
+  }
+  be.linear(xt.tensor, wtn.tensor, nullptr, o.tensor);
+  return download(be, o.tensor);
+}
+
+double compare_with_cpu(Backends& b, const LinearCase& c, uint32_t seed) {
+  const auto x = random_floats(static_cast<size_t>(c.M) * c.K, seed);
+  const auto w = random_floats(static_cast<size_t>(c.N) * c.K, seed + 1);
+  const auto bias = random_floats(static_cast<size_t>(c.N), seed + 2);
+  const auto* bp = c.bias ? &bias : nullptr;
+  return rel_error(run_linear(*b.gpu, x, w, bp, c), run_linear(*b.cpu, x, w, bp, c));
+}
+
+std::string describe(const LinearCase& c) {
+  return str_cat("M=", c.M, " N=", c.N, " K=", c.K, " ", dtype_name(c.wt), c.bias ? " +bias" : "");
+}
+
+TEST(GpuLinear, InvariantModeMatchesCpu) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends(true);
+  const std::vector<LinearCase> cases = {
+      {1, 64, 64, DType::bf16, false},     {3, 200, 4096, DType::bf16, true},  {8, 96, 1000, DType::bf16, false},
+      {33, 40, 2056, DType::bf16, false},  {5, 50, 100, DType::bf16, true},    {2, 64, 37, DType::bf16, false},
+      {17, 64, 512, DType::f16, true},     {4, 48, 300, DType::f32, false},    {9, 31, 14336, DType::bf16, false},
+      {130, 64, 256, DType::bf16, false},
+  };
+  uint32_t seed = 100;
+  for (const auto& c : cases) EXPECT_LE(compare_with_cpu(b, c, seed += 3), 1e-5) << describe(c);
+}
+
+TEST(GpuLinear, FastModeMatchesCpu) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends(false);
+  // Small M uses the f32-activation kernel; larger M rounds x to bf16 for cuBLASLt, which costs
+  // about 2^-9 relative per product: bounded here by 1e-2 of the output scale.
+  const std::vector<std::pair<LinearCase, double>> cases = {
+      {{1, 256, 4096, DType::bf16, false}, 1e-5},
+      {{8, 256, 1024, DType::bf16, true}, 1e-5},
+      {{9, 256, 1024, DType::bf16, false}, 1e-2},
+      {{64, 512, 4096, DType::bf16, true}, 1e-2},
+      {{100, 64, 200, DType::f16, false}, 1e-2},
+      {{40, 64, 128, DType::f32, false}, 1e-5},
+  };
+  uint32_t seed = 200;
+  for (const auto& [c, tol] : cases) EXPECT_LE(compare_with_cpu(b, c, seed += 3), tol) << describe(c);
+}
+
+// Runs rows [0, M) of x through the linear at once and returns out[M, N].
+std::vector<float> linear_rows(Backend& be, const std::vector<float>& x, const Owned& w, int M, int N, int K) {
+  std::vector<float> xm(x.begin(), x.begin() + static_cast<size_t>(M) * K);
+  Owned xt = upload(be, xm, DType::f32, {M, K});
+  Owned o = empty(be, DType::f32, {M, N});
+  be.linear(xt.tensor, w.tensor, nullptr, o.tensor);
+  return download(be, o.tensor);
+}
+
+TEST(GpuLinear, InvariantModeIsBatchInvariant) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends(true);
+  for (int K : {4096, 1000, 37}) {
+    const int N = 72, maxM = 33;
+    const auto x = random_floats(static_cast<size_t>(maxM) * K, 300 + static_cast<uint32_t>(K));
+    Owned w = upload(*b.gpu, random_floats(static_cast<size_t>(N) * K, 301), DType::bf16, {N, K});
+    const auto out33 = linear_rows(*b.gpu, x, w, 33, N, K);
+    const auto out8 = linear_rows(*b.gpu, x, w, 8, N, K);
+    for (int r : {0, 5, 7}) {
+      // Row r alone (M = 1) vs inside M = 8 and M = 33.
+      std::vector<float> xr(x.begin() + static_cast<size_t>(r) * K, x.begin() + static_cast<size_t>(r + 1) * K);
+      const auto alone = linear_rows(*b.gpu, xr, w, 1, N, K);
+      EXPECT_TRUE(bit_equal(alone.data(), out8.data() + r * N, N)) << "row " << r << " K=" << K << " M=8";
+      EXPECT_TRUE(bit_equal(alone.data(), out33.data() + r * N, N)) << "row " << r << " K=" << K << " M=33";
+    }
+    for (int r : {16, 32}) {
+      std::vector<float> xr(x.begin() + static_cast<size_t>(r) * K, x.begin() + static_cast<size_t>(r + 1) * K);
+      const auto alone = linear_rows(*b.gpu, xr, w, 1, N, K);
+      EXPECT_TRUE(bit_equal(alone.data(), out33.data() + r * N, N)) << "row " << r << " K=" << K << " M=33";
+    }
+  }
+}
+
+TEST(GpuLinear, RejectsMismatchedShapes) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends(true);
+  Owned x = empty(*b.gpu, DType::f32, {2, 64});
+  Owned w = empty(*b.gpu, DType::bf16, {16, 32});
+  Owned o = empty(*b.gpu, DType::f32, {2, 16});
+  EXPECT_THROW(b.gpu->linear(x.tensor, w.tensor, nullptr, o.tensor), Error);
+}
+
+}  // namespace
+}  // namespace specdec::gpu_test

@@ -1,0 +1,61 @@
+// The CUDA backend's memory pool: the cap of BackendOptions::memory_limit is enforced with an
+// error naming the request and the cap, and freed memory becomes available again.
+#include "gpu/gpu_test_util.h"
+
+namespace specdec::gpu_test {
+namespace {
+
+TEST(GpuMemory, LimitIsEnforcedWithAClearError) {
+  SPECDEC_REQUIRE_GPU();
+  BackendOptions o;
+  o.device = Device::cuda;
+  o.memory_limit = size_t{1} << 20;
+  auto be = make_backend(o);
+  Buffer half = be->allocate(size_t{1} << 19);
+  ASSERT_NE(half.data(), nullptr);
+  EXPECT_EQ(half.device(), Device::cuda);
+  try {
+    Buffer too_much = be->allocate(size_t{1} << 20);
+    FAIL() << "allocating past the cap succeeded";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("memory limit"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("1048576 bytes"), std::string::npos) << msg;  // the request and the cap
+    EXPECT_NE(msg.find("524288 bytes already in use"), std::string::npos) << msg;
+  }
+  half = Buffer();  // freed: the whole cap is available again
+  Buffer all = be->allocate(size_t{1} << 20);
+  EXPECT_NE(all.data(), nullptr);
+}
+
+TEST(GpuMemory, BuffersMayOutliveTheBackend) {
+  SPECDEC_REQUIRE_GPU();
+  Buffer kept;
+  {
+    BackendOptions o;
+    o.device = Device::cuda;
+    auto be = make_backend(o);
+    kept = be->allocate(4096);
+    const auto v = random_floats(1024, 1);
+    Tensor host(const_cast<float*>(v.data()), DType::f32, {1024});
+    Tensor dev(kept.data(), DType::f32, {1024}, Device::cuda);
+    be->copy(host, dev);
+    std::vector<float> back(1024);
+    be->copy(dev, Tensor(back.data(), DType::f32, {1024}));
+    EXPECT_EQ(back, v);
+  }
+  kept = Buffer();  // released after the backend is gone: must not crash
+  SUCCEED();
+}
+
+TEST(GpuMemory, NameSaysCuda) {
+  SPECDEC_REQUIRE_GPU();
+  BackendOptions o;
+  o.device = Device::cuda;
+  auto be = make_backend(o);
+  EXPECT_EQ(be->device(), Device::cuda);
+  EXPECT_EQ(be->name().rfind("cuda", 0), 0u) << be->name();
+}
+
+}  // namespace
+}  // namespace specdec::gpu_test
