@@ -42,7 +42,7 @@ Regex json_pattern(const nlohmann::json& spec, const std::string& where) {
   auto it = spec.find("pattern");
   SPECDEC_CHECK(it != spec.end() && it->is_object(), where, ": field \"pattern\" must be an object");
   if (auto s = it->find("String"); s != it->end() && s->is_string()) {
-    return Regex(regex_escape(s->get<std::string>()), where);
+    return Regex::literal(s->get<std::string>());
   }
   if (auto r = it->find("Regex"); r != it->end() && r->is_string()) return Regex(r->get<std::string>(), where);
   fail(where, ": field \"pattern\" needs a \"String\" or \"Regex\" entry");

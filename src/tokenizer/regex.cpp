@@ -11,8 +11,8 @@
 namespace specdec {
 
 struct Regex::Compiled {
-  pcre2_code* code = nullptr;
-  std::string pattern;
+  pcre2_code* code = nullptr;  // null for a literal
+  std::string pattern;         // the regex, or the literal text
   ~Compiled() { pcre2_code_free(code); }
 };
 
@@ -51,8 +51,24 @@ Regex::Regex(std::string_view pattern, std::string_view where) {
   compiled_ = std::move(compiled);
 }
 
+Regex Regex::literal(std::string_view text) {
+  auto compiled = std::make_shared<Compiled>();
+  compiled->pattern = std::string(text);
+  Regex re;
+  re.compiled_ = std::move(compiled);
+  return re;
+}
+
 std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view subject) const {
   std::vector<std::pair<size_t, size_t>> out;
+  if (compiled_->code == nullptr) {
+    const std::string& lit = compiled_->pattern;
+    if (lit.empty()) return out;
+    for (size_t at = subject.find(lit); at != std::string_view::npos; at = subject.find(lit, at + lit.size())) {
+      out.emplace_back(at, at + lit.size());
+    }
+    return out;
+  }
   MatchData md(compiled_->code);
   const auto* data = reinterpret_cast<PCRE2_SPTR>(subject.data());
   size_t start = 0;
@@ -75,6 +91,7 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view subject)
 }
 
 bool Regex::search(std::string_view subject) const {
+  if (compiled_->code == nullptr) return subject.find(compiled_->pattern) != std::string_view::npos;
   MatchData md(compiled_->code);
   const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(), 0,
                              PCRE2_NO_UTF_CHECK, md.data, nullptr);
@@ -93,20 +110,6 @@ std::string replace_all(const Regex& pattern, std::string_view subject, std::str
     prev = e;
   }
   out.append(subject.substr(prev));
-  return out;
-}
-
-std::string regex_escape(std::string_view literal) {
-  // \Q...\E quotes everything except a literal "\E", which is split out.
-  std::string out = "\\Q";
-  for (size_t i = 0; i < literal.size(); ++i) {
-    if (literal[i] == '\\' && i + 1 < literal.size() && literal[i + 1] == 'E') {
-      out += "\\E\\\\\\Q";
-      continue;
-    }
-    out.push_back(literal[i]);
-  }
-  out += "\\E";
   return out;
 }
 

@@ -1,6 +1,6 @@
-// A compiled PCRE2 pattern (UTF + Unicode properties, JIT when available) used by the Split and
-// ByteLevel pre-tokenisers, the Replace normaliser/decoder and added-token word checks.
-// Immutable after construction, so one pattern may be shared by threads.
+// A text pattern: a compiled PCRE2 regex (UTF + Unicode properties, JIT when available) or a
+// literal string, used by the Split and ByteLevel pre-tokenisers, the Replace normaliser/decoder
+// and added-token word checks. Immutable after construction, so one pattern may be shared by threads.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +17,9 @@ class Regex {
   // `where` names the file and field the pattern came from, for error messages.
   Regex(std::string_view pattern, std::string_view where);
 
+  // A pattern matching exactly `text` (no regex syntax); matched with a plain substring search.
+  static Regex literal(std::string_view text);
+
   // Every non-overlapping match, left to right, as [begin, end) byte offsets. Empty matches are
   // reported and the scan then moves on by one character. `subject` must be valid UTF-8.
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view subject) const;
@@ -25,14 +28,12 @@ class Regex {
   bool search(std::string_view subject) const;
 
  private:
+  Regex() = default;
   struct Compiled;
   std::shared_ptr<const Compiled> compiled_;
 };
 
 // Replaces every match of `pattern` in `subject` with `content` (no group references).
 std::string replace_all(const Regex& pattern, std::string_view subject, std::string_view content);
-
-// Escapes `literal` so that it matches itself.
-std::string regex_escape(std::string_view literal);
 
 }  // namespace specdec
