@@ -94,6 +94,8 @@ class CudaBackend final : public Backend {
     if (!to_dev) SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "copy to host of ", bytes, " bytes");
   }
 
+  cudaStream_t stream() const { return stream_; }
+
   void synchronize() override { SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize"); }
 
   void embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override {
@@ -350,6 +352,12 @@ int cuda_device_count() {
     return 0;
   }
   return count;
+}
+
+void* cuda_stream_of(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  SPECDEC_CHECK(cuda != nullptr, "cuda_stream_of: backend ", backend.name(), " is not a CUDA backend");
+  return static_cast<void*>(cuda->stream());
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {

@@ -1,0 +1,209 @@
+// The Llama-shaped forward used by the kernel benchmarks (see llama_step.h).
+#include "llama_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace specdec::bench {
+namespace {
+
+constexpr float kEps = 1e-5f;
+
+Tensor view(const Buffer& b, DType t, std::initializer_list<int64_t> shape) {
+  Tensor v(b.data(), t, shape, b.device());
+  SPECDEC_CHECK(v.bytes() <= b.bytes(), "bench: view ", v.shape_string(), " exceeds its buffer");
+  return v;
+}
+
+// Fills device buffers with bf16 values in ±[0.001, 0.02] (typical initialisation scale, so 32
+// layers of activations stay finite) by copying one random staging block over and over.
+class Filler {
+ public:
+  explicit Filler(Backend& be) : be_(be) {
+    std::mt19937 rng(1234);
+    std::uniform_real_distribution<float> mag(0.001f, 0.02f);
+    std::vector<uint16_t> host(kElems);
+    for (auto& h : host) h = f32_to_bf16((rng() & 1) ? mag(rng) : -mag(rng));
+    staging_ = be.allocate(kElems * 2);
+    be.copy(Tensor(host.data(), DType::bf16, {kElems}), view(staging_, DType::bf16, {kElems}));
+    be.synchronize();
+  }
+  Buffer make(int64_t elems) {
+    Buffer b = be_.allocate(static_cast<size_t>(elems) * 2);
+    for (int64_t done = 0; done < elems;) {
+      const int64_t n = std::min<int64_t>(kElems - offset_, elems - done);
+      Tensor src(static_cast<uint16_t*>(staging_.data()) + offset_, DType::bf16, {n}, Device::cuda);
+      Tensor dst(static_cast<uint16_t*>(b.data()) + done, DType::bf16, {n}, Device::cuda);
+      be_.copy(src, dst);
+      done += n;
+      offset_ = (offset_ + n) % kElems;
+    }
+    return b;
+  }
+
+ private:
+  static constexpr int64_t kElems = int64_t{1} << 24;
+  Backend& be_;
+  Buffer staging_;
+  int64_t offset_ = 0;
+};
+
+}  // namespace
+
+Weights make_weights(Backend& be, const Shape& s, int pool_blocks) {
+  Filler fill(be);
+  Weights w;
+  const int64_t h = s.hidden, qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
+  const int64_t pool = int64_t{pool_blocks} * s.block_size * kvd;
+  for (int l = 0; l < s.layers; ++l) {
+    Weights::Layer L;
+    L.ln1 = fill.make(h);
+    L.ln2 = fill.make(h);
+    L.q = fill.make(qd * h);
+    L.k = fill.make(kvd * h);
+    L.v = fill.make(kvd * h);
+    L.o = fill.make(h * qd);
+    L.gate = fill.make(int64_t{s.intermediate} * h);
+    L.up = fill.make(int64_t{s.intermediate} * h);
+    L.down = fill.make(h * s.intermediate);
+    w.layers.push_back(std::move(L));
+    w.k_pools.push_back(fill.make(pool));
+    w.v_pools.push_back(fill.make(pool));
+  }
+  w.embed = fill.make(int64_t{s.vocab} * h);
+  w.norm = fill.make(h);
+  w.lm_head = fill.make(int64_t{s.vocab} * h);
+  w.pool_blocks = pool_blocks;
+  be.synchronize();
+  return w;
+}
+
+StepCost decode_cost(const Shape& s, int batch, int context) {
+  StepCost c;
+  const double B = batch, qd = double(s.heads) * s.head_dim, kvd = double(s.kv_heads) * s.head_dim;
+  c.weight_bytes = 2.0 * double(s.linear_params());
+  // Each row's cache is read once per layer: K and V, bf16 (GQA heads of a group hit in cache).
+  c.kv_bytes = s.layers * B * context * kvd * 2 * 2;
+  // f32 activations read and written by every kernel of a layer (an estimate; small at decode).
+  const double per_layer = 4.0 * (10 * s.hidden + 3 * qd + 4 * kvd + 5.0 * s.intermediate);
+  c.activation_bytes = B * (s.layers * per_layer + 2.0 * 4 * s.vocab);
+  c.flops = 2.0 * B * double(s.linear_params()) + 4.0 * s.layers * B * s.heads * double(context) * s.head_dim;
+  return c;
+}
+
+StepCost prefill_cost(const Shape& s, int tokens) {
+  StepCost c;
+  const double T = tokens, kvd = double(s.kv_heads) * s.head_dim, qd = double(s.heads) * s.head_dim;
+  const double layer_w = double(s.layer_params()) * s.layers, head_w = double(s.vocab) * s.hidden;
+  c.weight_bytes = 2.0 * (layer_w + head_w);  // each weight once (the floor; kernels may re-read)
+  c.kv_bytes = s.layers * T * kvd * 2 * 2 * 2;  // written once, read at least once
+  const double per_layer = 4.0 * (10 * s.hidden + 3 * qd + 4 * kvd + 5.0 * s.intermediate);
+  c.activation_bytes = T * s.layers * per_layer;
+  c.flops = 2.0 * T * layer_w + 2.0 * head_w + 4.0 * s.layers * s.heads * s.head_dim * (T * (T + 1) / 2);
+  return c;
+}
+
+Step::Step(Backend& be, const Shape& s, Weights& w, int rows, int tokens_per_row, int context)
+    : be_(be), s_(s), w_(w), rows_(rows), tokens_(rows * tokens_per_row) {
+  const int T = tokens_, bpr = (context + s.block_size - 1) / s.block_size;
+  SPECDEC_CHECK(rows * bpr <= w.pool_blocks, "bench: ", rows, " rows of ", context, " positions need ", rows * bpr,
+                " blocks, the pools have ", w.pool_blocks);
+  std::vector<int32_t> pos, slots, starts{0}, lens, table, ids, last;
+  std::mt19937 rng(99);
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < tokens_per_row; ++i) {
+      const int p = context - tokens_per_row + i;
+      pos.push_back(p);
+      slots.push_back((r * bpr + p / s.block_size) * s.block_size + p % s.block_size);
+      ids.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(s.vocab)));
+    }
+    starts.push_back(static_cast<int32_t>(pos.size()));
+    last.push_back(static_cast<int32_t>(pos.size()) - 1);
+    lens.push_back(context);
+    for (int b = 0; b < bpr; ++b) table.push_back(r * bpr + b);
+  }
+  std::vector<float> inv_freq(static_cast<size_t>(s.head_dim / 2));
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = std::pow(500000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(s.head_dim));
+
+  auto alloc = [&](DType t, std::initializer_list<int64_t> shape) {
+    Tensor probe(nullptr, t, shape);
+    owned_.push_back(be.allocate(probe.bytes()));
+    return view(owned_.back(), t, shape);
+  };
+  auto upload = [&](const void* data, DType t, std::initializer_list<int64_t> shape) {
+    Tensor d = alloc(t, shape);
+    be.copy(Tensor(const_cast<void*>(data), t, shape), d);
+    return d;
+  };
+  const int64_t h = s.hidden, qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
+  batch_.positions = upload(pos.data(), DType::i32, {T});
+  batch_.slots = upload(slots.data(), DType::i32, {T});
+  batch_.row_starts = upload(starts.data(), DType::i32, {rows + 1});
+  batch_.row_lens = upload(lens.data(), DType::i32, {rows});
+  batch_.block_table = upload(table.data(), DType::i32, {rows, bpr});
+  batch_.rows = rows;
+  batch_.tokens = T;
+  batch_.max_blocks = bpr;
+  batch_.block_size = s.block_size;
+  batch_.max_row_len = context;
+  batch_.max_row_tokens = tokens_per_row;
+  ids_ = upload(ids.data(), DType::i32, {T});
+  last_idx_ = upload(last.data(), DType::i32, {rows});
+  inv_freq_ = upload(inv_freq.data(), DType::f32, {s.head_dim / 2});
+  x_ = alloc(DType::f32, {T, h});
+  h_ = alloc(DType::f32, {T, h});
+  q_ = alloc(DType::f32, {T, qd});
+  k_ = alloc(DType::f32, {T, kvd});
+  v_ = alloc(DType::f32, {T, kvd});
+  attn_ = alloc(DType::f32, {T, qd});
+  tmp_ = alloc(DType::f32, {T, h});
+  gate_ = alloc(DType::f32, {T, s.intermediate});
+  up_ = alloc(DType::f32, {T, s.intermediate});
+  last_ = alloc(DType::f32, {rows, h});
+  logits_ = alloc(DType::f32, {rows, s.vocab});
+  next_ = alloc(DType::i32, {rows});
+  be.synchronize();
+}
+
+void Step::run() {
+  const Shape& s = s_;
+  const int T = tokens_;
+  const int64_t h = s.hidden, qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
+  const int64_t pool_shape_blocks = w_.pool_blocks;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  be_.embedding(view(w_.embed, DType::bf16, {s.vocab, h}), ids_, x_);
+  for (int l = 0; l < s.layers; ++l) {
+    const auto& L = w_.layers[static_cast<size_t>(l)];
+    const Tensor kp = view(w_.k_pools[static_cast<size_t>(l)], DType::bf16,
+                           {pool_shape_blocks, s.block_size, s.kv_heads, s.head_dim});
+    const Tensor vp = view(w_.v_pools[static_cast<size_t>(l)], DType::bf16,
+                           {pool_shape_blocks, s.block_size, s.kv_heads, s.head_dim});
+    be_.rms_norm(x_, view(L.ln1, DType::bf16, {h}), kEps, h_);
+    be_.linear(h_, view(L.q, DType::bf16, {qd, h}), nullptr, q_);
+    be_.linear(h_, view(L.k, DType::bf16, {kvd, h}), nullptr, k_);
+    be_.linear(h_, view(L.v, DType::bf16, {kvd, h}), nullptr, v_);
+    const Tensor q3 = q_.reshape({T, s.heads, s.head_dim});
+    const Tensor k3 = k_.reshape({T, s.kv_heads, s.head_dim});
+    const Tensor v3 = v_.reshape({T, s.kv_heads, s.head_dim});
+    be_.rope(q3, batch_.positions, inv_freq_, 1.0f);
+    be_.rope(k3, batch_.positions, inv_freq_, 1.0f);
+    be_.kv_write(k3, v3, kp, vp, batch_);
+    be_.attention(q3, kp, vp, batch_, scale, attn_.reshape({T, s.heads, s.head_dim}));
+    be_.linear(attn_, view(L.o, DType::bf16, {h, qd}), nullptr, tmp_);
+    be_.add(x_, tmp_, x_);
+    be_.rms_norm(x_, view(L.ln2, DType::bf16, {h}), kEps, h_);
+    be_.linear(h_, view(L.gate, DType::bf16, {s.intermediate, h}), nullptr, gate_);
+    be_.linear(h_, view(L.up, DType::bf16, {s.intermediate, h}), nullptr, up_);
+    be_.silu_mul(gate_, up_, gate_);
+    be_.linear(gate_, view(L.down, DType::bf16, {h, s.intermediate}), nullptr, tmp_);
+    be_.add(x_, tmp_, x_);
+  }
+  be_.gather_rows(x_, last_idx_, last_);
+  be_.rms_norm(last_, view(w_.norm, DType::bf16, {h}), kEps, last_);
+  be_.linear(last_, view(w_.lm_head, DType::bf16, {s.vocab, h}), nullptr, logits_);
+  be_.argmax(logits_, next_);
+}
+
+}  // namespace specdec::bench
