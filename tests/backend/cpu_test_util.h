@@ -30,7 +30,18 @@ inline std::vector<std::string> cpu_isas() {
 }
 
 // Test-name suffix for a parameterised suite over cpu_isas().
-inline std::string isa_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+inline std::string isa_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  for (char& c : name) c = c == '-' ? '_' : c;
+  return name;
+}
+
+// cpu_isas() plus the opt-in "avx512-bf16" linear when this CPU has AVX-512 BF16.
+inline std::vector<std::string> cpu_linear_isas() {
+  std::vector<std::string> isas = cpu_isas();
+  if (isas.back() == "avx512" && __builtin_cpu_supports("avx512bf16")) isas.push_back("avx512-bf16");
+  return isas;
+}
 
 inline std::unique_ptr<Backend> make_cpu(const std::string& isa, size_t threads) {
   BackendOptions o;

@@ -16,6 +16,7 @@ struct LinearArgs {
   DType wdtype = DType::f32;
   const float* bias = nullptr;  // [N] or null
   float* out = nullptr;         // [M, N]
+  const uint16_t* x_bf16 = nullptr;  // x rounded to bf16 [M, K], for kernels that ask for it
   int64_t M = 0;
   int64_t N = 0;
   int64_t K = 0;
@@ -32,11 +33,17 @@ using DotFn = float (*)(const float* a, const float* b, int64_t n);
 using AxpyFn = void (*)(float a, const float* x, float* y, int64_t n);
 
 struct Kernels {
-  const char* isa;  // "scalar", "avx2", "avx512"
+  const char* isa;  // "scalar", "avx2", "avx512", "avx512-bf16"
   LinearFn linear;
   DotFn dot;
   AxpyFn axpy;
+  // linear wants LinearArgs::x_bf16 filled when the weights are bf16.
+  bool bf16_activations = false;
 };
+
+// Instruction-set kernel files must not instantiate std templates or other inline functions
+// with out-of-line bodies: the linker keeps one copy of each, possibly the AVX-512 one, and
+// would hand it to the portable path.
 
 const Kernels& scalar_kernels();
 const Kernels& avx2_kernels();

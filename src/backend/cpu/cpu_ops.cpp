@@ -98,6 +98,13 @@ void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& w
   a.wdtype = weight.dtype;
   a.bias = bias ? bias->ptr<float>() : nullptr;
   a.out = out.ptr<float>();
+  Buffer x_bf16;
+  if (k.bf16_activations && a.wdtype == DType::bf16) {
+    x_bf16 = Buffer::host(static_cast<size_t>(a.M * a.K) * sizeof(uint16_t));
+    auto* dst = static_cast<uint16_t*>(x_bf16.data());
+    for (int64_t i = 0; i < a.M * a.K; ++i) dst[i] = f32_to_bf16(a.x[i]);
+    a.x_bf16 = dst;
+  }
   const auto run = [&](size_t b, size_t e) { k.linear(a, static_cast<int64_t>(b), static_cast<int64_t>(e)); };
   // Threads split N only (each output is computed whole by one thread); chunks are multiples of
   // 16 rows so every thread starts on a full register tile.

@@ -4,7 +4,6 @@
 // share loads. A tile's shape never changes the operations one output sees.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -53,8 +52,9 @@ inline __m256 load_x_tail(const float* x, int64_t count) {
   return _mm256_load_ps(buf);
 }
 
+// `ahead`: bytes past each weight element to prefetch (the next tile's rows), 0 for none.
 template <DType W, int MR, int NR>
-void tile(const LinearArgs& a, int64_t m0, int64_t n0) {
+void tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t ahead) {
   const int64_t K = a.K;
   const size_t esize = dtype_size(W);
   const char* wbase = static_cast<const char*>(a.w);
@@ -69,6 +69,11 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0) {
   for (; k + 8 <= K; k += 8) {
     __m256 xv[MR];
     for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xrow[i] + k);
+    if (ahead && ((static_cast<size_t>(k) * esize) & 63) == 0) {  // once per cache line
+      for (int j = 0; j < NR; ++j) {
+        _mm_prefetch(static_cast<const char*>(wrow[j]) + static_cast<size_t>(k) * esize + ahead, _MM_HINT_T0);
+      }
+    }
     for (int j = 0; j < NR; ++j) {
       const __m256 wv = load_w<W>(wrow[j], k);
       for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
@@ -92,7 +97,7 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0) {
   }
 }
 
-using TileFn = void (*)(const LinearArgs&, int64_t, int64_t);
+using TileFn = void (*)(const LinearArgs&, int64_t, int64_t, int64_t);
 using TileTable = std::array<std::array<TileFn, kMaxNr>, kMaxMr>;
 
 template <DType W, int MR, int... NR>
@@ -111,10 +116,12 @@ void linear_typed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   const TileTable& tiles = kTiles<W>;
   const int64_t nr_main = a.M == 1 ? 8 : 4;
   for (int64_t n0 = n_begin; n0 < n_end; n0 += nr_main) {
-    const int64_t nr = std::min(nr_main, n_end - n0);
+    const int64_t nr = n_end - n0 < nr_main ? n_end - n0 : nr_main;
     for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMr) {
-      const int64_t mr = std::min<int64_t>(kMaxMr, a.M - m0);
-      tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0);
+      const int64_t mr = a.M - m0 < kMaxMr ? a.M - m0 : kMaxMr;
+      // The first x tile of each weight block pulls the next block toward the cache.
+      const int64_t ahead = m0 == 0 ? nr_main * a.K * static_cast<int64_t>(dtype_size(W)) : 0;
+      tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0, ahead);
     }
   }
 }

@@ -8,7 +8,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <algorithm>
 #include <array>
 
 #include "backend/cpu/cpu_kernels.h"
@@ -73,7 +72,7 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t ahead) {
   for (; k + 16 <= K; k += 16) {
     __m512 xv[MR];
     for (int i = 0; i < MR; ++i) xv[i] = _mm512_loadu_ps(xrow[i] + k);
-    if (ahead && ((static_cast<size_t>(k) * esize) & 63) == 0) {
+    if (ahead && ((static_cast<size_t>(k) * esize) & 63) == 0) {  // once per cache line
       for (int j = 0; j < NR; ++j) {
         _mm_prefetch(static_cast<const char*>(wrow[j]) + static_cast<size_t>(k) * esize + ahead, _MM_HINT_T0);
       }
@@ -123,9 +122,9 @@ void linear_typed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   // Several x rows: 4 × 4 tiles, each weight vector reused by 4 rows.
   const int64_t nr_main = a.M == 1 ? 8 : 4;
   for (int64_t n0 = n_begin; n0 < n_end; n0 += nr_main) {
-    const int64_t nr = std::min(nr_main, n_end - n0);
+    const int64_t nr = n_end - n0 < nr_main ? n_end - n0 : nr_main;
     for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMr) {
-      const int64_t mr = std::min<int64_t>(kMaxMr, a.M - m0);
+      const int64_t mr = a.M - m0 < kMaxMr ? a.M - m0 : kMaxMr;
       // The first x tile of each weight block pulls the next block toward the cache.
       const int64_t ahead = m0 == 0 ? nr_main * a.K * static_cast<int64_t>(dtype_size(W)) : 0;
       tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0, ahead);
@@ -171,7 +170,5 @@ const Kernels& avx512_kernels() {
   static const Kernels k{"avx512", linear_avx512, dot_avx512, axpy_avx512};
   return k;
 }
-
-const Kernels& avx512_bf16_kernels() { return avx512_kernels(); }
 
 }  // namespace specdec::cpu

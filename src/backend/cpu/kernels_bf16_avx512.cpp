@@ -1,0 +1,109 @@
+// The opt-in "avx512-bf16" kernels: linear over bf16 weights with _mm512_dpbf16_ps, activations
+// rounded to bf16 first (by cpu::linear, into LinearArgs::x_bf16). Twice the multiply rate of
+// the f32 path for prefill, but the rounding departs from the f32 reference, so it is never the
+// default. Each output keeps one 16-lane accumulator (lane l takes the pairs k ≡ 2l, 2l+1 mod 32)
+// and folds it with the same fixed tree as the f32 path: still batch- and thread-invariant.
+// GCC 12's AVX-512 headers warn about their own deliberately undefined lanes.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <array>
+
+#include "backend/cpu/cpu_kernels.h"
+
+namespace specdec::cpu {
+namespace {
+
+constexpr int kMaxMr = 4;
+constexpr int kMaxNr = 8;
+
+inline float hsum(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  const __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
+  return _mm_cvtss_f32(d);
+}
+
+inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
+
+template <int MR, int NR>
+void tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t ahead) {
+  const int64_t K = a.K;
+  const uint16_t* w = static_cast<const uint16_t*>(a.w);
+  const uint16_t* wrow[NR];
+  for (int j = 0; j < NR; ++j) wrow[j] = w + (n0 + j) * K;
+  const uint16_t* xrow[MR];
+  for (int i = 0; i < MR; ++i) xrow[i] = a.x_bf16 + (m0 + i) * K;
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    __m512bh xv[MR];
+    for (int i = 0; i < MR; ++i) xv[i] = as_bh(_mm512_loadu_si512(xrow[i] + k));
+    if (ahead) {
+      for (int j = 0; j < NR; ++j) _mm_prefetch(reinterpret_cast<const char*>(wrow[j] + k) + ahead, _MM_HINT_T0);
+    }
+    for (int j = 0; j < NR; ++j) {
+      const __m512bh wv = as_bh(_mm512_loadu_si512(wrow[j] + k));
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv[i], wv);
+    }
+  }
+  if (k < K) {
+    const __mmask32 m = static_cast<__mmask32>((1ull << (K - k)) - 1ull);
+    __m512bh xv[MR];
+    for (int i = 0; i < MR; ++i) xv[i] = as_bh(_mm512_maskz_loadu_epi16(m, xrow[i] + k));
+    for (int j = 0; j < NR; ++j) {
+      const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(m, wrow[j] + k));
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv[i], wv);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    float* out = a.out + (m0 + i) * a.N + n0;
+    for (int j = 0; j < NR; ++j) {
+      float v = hsum(acc[i][j]);
+      if (a.bias) v = _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(v), _mm_set_ss(a.bias[n0 + j])));
+      out[j] = v;
+    }
+  }
+}
+
+using TileFn = void (*)(const LinearArgs&, int64_t, int64_t, int64_t);
+using TileTable = std::array<std::array<TileFn, kMaxNr>, kMaxMr>;
+
+template <int MR, int... NR>
+constexpr std::array<TileFn, kMaxNr> tile_row(std::integer_sequence<int, NR...>) {
+  return {&tile<MR, NR + 1>...};
+}
+template <int... MR>
+constexpr TileTable tile_table(std::integer_sequence<int, MR...>) {
+  return {tile_row<MR + 1>(std::make_integer_sequence<int, kMaxNr>())...};
+}
+constexpr TileTable kTiles = tile_table(std::make_integer_sequence<int, kMaxMr>());
+
+void linear_bf16(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  if (a.wdtype != DType::bf16 || a.x_bf16 == nullptr) {
+    avx512_kernels().linear(a, n_begin, n_end);
+    return;
+  }
+  const int64_t nr_main = a.M == 1 ? 8 : 4;
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += nr_main) {
+    const int64_t nr = n_end - n0 < nr_main ? n_end - n0 : nr_main;
+    for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMr) {
+      const int64_t mr = a.M - m0 < kMaxMr ? a.M - m0 : kMaxMr;
+      const int64_t ahead = m0 == 0 ? nr_main * a.K * 2 : 0;
+      kTiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0, ahead);
+    }
+  }
+}
+
+}  // namespace
+
+const Kernels& avx512_bf16_kernels() {
+  static const Kernels k{"avx512-bf16", linear_bf16, avx512_kernels().dot, avx512_kernels().axpy, true};
+  return k;
+}
+
+}  // namespace specdec::cpu
