@@ -21,7 +21,7 @@ class NgramRows : public DraftRows {
   PreparedChange prepare_append(std::span<const Checkpoint* const> checkpoints) override {
     auto added = std::make_shared<std::vector<NgramIndex>>();
     for (const Checkpoint* cp : checkpoints) {
-      NgramIndex index;
+      NgramIndex index(options_.max_ngram, options_.min_ngram);
       if (cp) {
         check_checkpoint(*cp, ns_);
         index.append(cp->tokens);

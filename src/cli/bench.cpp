@@ -1,0 +1,226 @@
+// `specdec bench`: throughput of plain decoding at several batch sizes against the measured
+// memory bandwidth, and (with --draft) the prompt suite plain vs speculative, from one run.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace specdec::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  CommonOptions common;
+  std::vector<std::string> drafts;
+  std::vector<int> batches{1, 4, 8, 16};
+  int prompt_tokens = 128;
+  int gen_tokens = 64;
+  int num_draft = 0;
+  int spec_batch = 8;
+  std::string suite = std::string(SPECDEC_SOURCE_DIR) + "/bench/prompts.json";
+  bool json = false;
+  bool skip_plain = false;
+};
+
+// Read bandwidth of host memory: every thread sums its slice of a large buffer; best of 5.
+double measure_host_bandwidth(size_t threads) {
+  const size_t bytes = size_t(1) << 30;
+  Buffer buf = Buffer::host(bytes);
+  auto* words = static_cast<uint64_t*>(buf.data());
+  const size_t n = bytes / sizeof(uint64_t);
+  ThreadPool pool(threads);
+  pool.parallel_for(n, 4096, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) words[i] = i * 0x9e3779b97f4a7c15ull;
+  });
+  double best = 0;
+  std::vector<uint64_t> sinks(pool.size() * 8, 0);
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    pool.parallel_for(n, 4096, [&](size_t b, size_t e) {
+      uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+      size_t i = b;
+      for (; i + 4 <= e; i += 4) {
+        a0 += words[i];
+        a1 += words[i + 1];
+        a2 += words[i + 2];
+        a3 += words[i + 3];
+      }
+      for (; i < e; ++i) a0 += words[i];
+      sinks[(b / 4096) % sinks.size()] += a0 ^ a1 ^ a2 ^ a3;
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, bytes / s);
+  }
+  volatile uint64_t keep = 0;
+  for (uint64_t v : sinks) keep = keep + v;
+  return best;
+}
+
+struct RunResult {
+  std::vector<RequestResult> results;
+  double wall = 0;
+  int generated = 0;
+  int prompt_tokens = 0;
+  double max_ttft = 0;
+  double max_decode = 0;
+  int decode_tokens = 0;
+};
+
+RunResult run_batch(const Session& s, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                    const std::string& draft, int num_draft) {
+  Engine engine(*s.model, *s.tokenizer);
+  std::string method;
+  if (!draft.empty()) method = add_draft_method(engine, s, draft, num_draft);
+  std::vector<int64_t> ids;
+  const auto t0 = Clock::now();
+  for (const auto& p : prompts) {
+    Request r;
+    r.prompt = p;
+    r.sampling.temperature = 0;
+    r.stop.max_tokens = max_tokens;
+    r.stop.ignore_eos = true;
+    r.spec.method = method;
+    r.spec.max_depth = num_draft;
+    ids.push_back(engine.submit(std::move(r)));
+  }
+  engine.run();
+  RunResult out;
+  out.wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (int64_t id : ids) {
+    RequestResult r = *engine.take_result(id);
+    SPECDEC_CHECK(r.finish != FinishReason::error, r.error);
+    out.generated += r.stats.generated_tokens;
+    out.prompt_tokens += r.stats.prompt_tokens;
+    out.max_ttft = std::max(out.max_ttft, r.stats.ttft_seconds);
+    out.max_decode = std::max(out.max_decode, r.stats.decode_seconds);
+    out.decode_tokens += r.stats.generated_tokens - 1;
+    out.results.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<int32_t> synthetic_prompt(const Session& s, const std::string& text, int tokens, int offset) {
+  std::vector<int32_t> all = s.tokenizer->encode(text, false);
+  SPECDEC_CHECK(!all.empty(), "empty benchmark text");
+  std::vector<int32_t> p;
+  for (int i = 0; static_cast<int>(p.size()) < tokens; ++i) p.push_back(all[static_cast<size_t>(i + offset) % all.size()]);
+  return p;
+}
+
+void plain_bench(const BenchOptions& o, const Session& s, const nlohmann::json& suite, nlohmann::json& report) {
+  std::string text;
+  for (const auto& p : suite["prompts"]) text += p["prompt"].get<std::string>();
+  const double bandwidth = measure_host_bandwidth(static_cast<size_t>(std::max(0, o.common.threads)));
+  const ModelConfig& c = s.model->config();
+  run_batch(s, {synthetic_prompt(s, text, 32, 0)}, 8, "", 0);  // warm-up
+  nlohmann::json rows = nlohmann::json::array();
+  std::printf("\nplain decoding, %s, prompt %d tokens, %d new tokens, greedy\n", s.backend->name().c_str(),
+              o.prompt_tokens, o.gen_tokens);
+  std::printf("%6s %14s %14s %10s %12s\n", "batch", "prefill tok/s", "decode tok/s", "TTFT ms", "BW fraction");
+  for (int b : o.batches) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < b; ++i) prompts.push_back(synthetic_prompt(s, text, o.prompt_tokens, i * 37));
+    RunResult r = run_batch(s, prompts, o.gen_tokens, "", 0);
+    const double prefill_tps = r.prompt_tokens / std::max(1e-9, r.max_ttft);
+    const double decode_tps = r.decode_tokens / std::max(1e-9, r.max_decode);
+    // bytes one decode step reads: all weights once, plus each row's KV at its mean context
+    const double mean_ctx = o.prompt_tokens + o.gen_tokens / 2.0;
+    const double kv_bytes = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim *
+                            dtype_size(s.backend->kv_dtype()) * mean_ctx * b;
+    const double step_bytes = double(s.model->weight_bytes()) + kv_bytes;
+    const double steps_per_s = decode_tps / b;
+    const double fraction = step_bytes * steps_per_s / bandwidth;
+    std::printf("%6d %14.1f %14.1f %10.1f %12.2f\n", b, prefill_tps, decode_tps, r.max_ttft * 1e3, fraction);
+    rows.push_back({{"batch", b}, {"prefill_tokens_per_s", prefill_tps}, {"decode_tokens_per_s", decode_tps},
+                    {"ttft_ms", r.max_ttft * 1e3}, {"bytes_per_step", step_bytes},
+                    {"bandwidth_fraction", fraction}});
+  }
+  std::printf("measured read bandwidth %.1f GB/s; weights %.1f MB\n", bandwidth / 1e9, s.model->weight_bytes() / 1e6);
+  report["plain"] = {{"device", s.backend->name()}, {"bandwidth_bytes_per_s", bandwidth},
+                     {"weight_bytes", s.model->weight_bytes()}, {"prompt_tokens", o.prompt_tokens},
+                     {"new_tokens", o.gen_tokens}, {"rows", rows}};
+}
+
+void spec_bench(const BenchOptions& o, const Session& s, const nlohmann::json& suite, nlohmann::json& report) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> names, categories;
+  std::vector<int> lengths;
+  for (const auto& p : suite["prompts"]) {
+    prompts.push_back(s.tokenizer->encode(p["prompt"].get<std::string>(), false));
+    names.push_back(p["name"]);
+    categories.push_back(p["category"]);
+    lengths.push_back(p["max_tokens"]);
+  }
+  nlohmann::json methods = nlohmann::json::array();
+  for (const std::string& draft : o.drafts) {
+    std::printf("\nspeculative: %s, batch 1, greedy, %s\n", draft.c_str(), s.backend->name().c_str());
+    std::printf("%-16s %-16s %10s %10s %8s %8s %8s %5s\n", "prompt", "category", "plain t/s", "spec t/s", "speedup",
+                "accept", "mean len", "same");
+    nlohmann::json per_prompt = nlohmann::json::array();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      RunResult plain = run_batch(s, {prompts[i]}, lengths[i], "", 0);
+      RunResult spec = run_batch(s, {prompts[i]}, lengths[i], draft, o.num_draft);
+      const double pt = plain.generated / plain.wall, st = spec.generated / spec.wall;
+      const auto& tel = spec.results[0].stats.speculative;
+      const bool same = plain.results[0].tokens == spec.results[0].tokens;
+      std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %8.2f %8.2f %5s\n", names[i].c_str(), categories[i].c_str(), pt, st,
+                  st / pt, tel.acceptance_rate(), tel.mean_accepted_length(), same ? "yes" : "NO");
+      per_prompt.push_back({{"prompt", names[i]}, {"category", categories[i]}, {"plain_tokens_per_s", pt},
+                            {"spec_tokens_per_s", st}, {"speedup", st / pt}, {"identical", same},
+                            {"telemetry", tel.to_json()}});
+    }
+    std::vector<std::vector<int32_t>> batch;
+    int max_len = 0;
+    for (int i = 0; i < o.spec_batch; ++i) {
+      batch.push_back(prompts[static_cast<size_t>(i) % prompts.size()]);
+      max_len = std::max(max_len, lengths[static_cast<size_t>(i) % prompts.size()]);
+    }
+    RunResult plain = run_batch(s, batch, max_len, "", 0);
+    RunResult spec = run_batch(s, batch, max_len, draft, o.num_draft);
+    bool same = true;
+    for (size_t i = 0; i < batch.size(); ++i) same = same && plain.results[i].tokens == spec.results[i].tokens;
+    const double pt = plain.generated / plain.wall, st = spec.generated / spec.wall;
+    std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %8s %8s %5s\n", ("batch " + std::to_string(o.spec_batch)).c_str(),
+                "all", pt, st, st / pt, "", "", same ? "yes" : "NO");
+    methods.push_back({{"method", draft}, {"batch1", per_prompt},
+                       {"batch", {{"rows", o.spec_batch}, {"plain_tokens_per_s", pt}, {"spec_tokens_per_s", st},
+                                  {"speedup", st / pt}, {"identical", same}}}});
+  }
+  report["speculative"] = methods;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "measure throughput (plain, and speculative with --draft)");
+  add_common(*cmd, o->common);
+  cmd->add_option("--draft", o->drafts, "draft method(s): 'ngram' or a draft model folder (repeatable)");
+  cmd->add_option("--num-draft-tokens", o->num_draft, "maximum draft depth (default: the method's)");
+  cmd->add_option("--batch-sizes", o->batches, "plain decoding batch sizes")->delimiter(',')->capture_default_str();
+  cmd->add_option("--prompt-tokens", o->prompt_tokens, "plain benchmark prompt length")->capture_default_str();
+  cmd->add_option("--new-tokens", o->gen_tokens, "plain benchmark tokens to generate")->capture_default_str();
+  cmd->add_option("--spec-batch", o->spec_batch, "rows in the batched speculative run")->capture_default_str();
+  cmd->add_option("--suite", o->suite, "prompt suite (JSON)")->capture_default_str();
+  cmd->add_flag("--skip-plain", o->skip_plain, "only the speculative suite");
+  cmd->add_flag("--json", o->json, "also print the results as one JSON object");
+  cmd->callback([o] {
+    Session s = open_session(o->common);
+    nlohmann::json suite = nlohmann::json::parse(read_file(o->suite));
+    nlohmann::json report;
+    report["model"] = o->common.model_dir;
+    if (!o->skip_plain) plain_bench(*o, s, suite, report);
+    if (!o->drafts.empty()) spec_bench(*o, s, suite, report);
+    if (o->json) std::cout << report.dump() << std::endl;
+  });
+}
+
+}  // namespace specdec::cli

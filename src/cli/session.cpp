@@ -1,0 +1,59 @@
+// Session building shared by generate, info and bench.
+#include "cli/session.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "speculative/methods/draft_model.h"
+#include "speculative/methods/ngram_method.h"
+
+namespace specdec::cli {
+
+Session open_session(const CommonOptions& options) {
+  Session s;
+  BackendOptions bo;
+  if (options.device == "cuda" || (options.device.empty() && cuda_available())) {
+    bo.device = Device::cuda;
+  } else {
+    SPECDEC_CHECK(options.device.empty() || options.device == "cpu", "unknown device '", options.device,
+                  "' (expected cpu or cuda)");
+  }
+  bo.threads = static_cast<size_t>(std::max(0, options.threads));
+  bo.cpu_isa = options.isa;
+  bo.batch_invariant = !options.fast_gpu;
+  s.backend = make_backend(bo);
+  s.model = Model::load(options.model_dir, *s.backend);
+  s.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(options.model_dir));
+  SPECDEC_CHECK(s.tokenizer->vocab_size() <= s.model->config().vocab_size, "the tokenizer in ", options.model_dir,
+                " has ", s.tokenizer->vocab_size(), " tokens but the model's vocabulary is ",
+                s.model->config().vocab_size);
+  s.defaults = load_generation_config(options.model_dir);
+  s.eos_ids = !s.defaults.eos_token_ids.empty() ? s.defaults.eos_token_ids : s.model->config().eos_token_ids;
+  if (s.eos_ids.empty() && s.tokenizer->eos_id()) s.eos_ids.push_back(*s.tokenizer->eos_id());
+  return s;
+}
+
+std::string add_draft_method(Engine& engine, const Session& session, const std::string& draft, int depth) {
+  if (draft == "ngram") {
+    NgramOptions o;
+    if (depth > 0) o.num_draft = depth;
+    engine.add_method(std::make_shared<NgramMethod>(o));
+    return "ngram";
+  }
+  std::shared_ptr<Model> model = Model::load(draft, session.model->backend());
+  DraftModelOptions o;
+  if (depth > 0) o.num_draft = depth;
+  engine.add_method(std::make_shared<DraftModelMethod>(std::move(model), draft, o));
+  return "draft";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SPECDEC_CHECK(in.good(), "cannot read ", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace specdec::cli

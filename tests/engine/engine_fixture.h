@@ -1,0 +1,77 @@
+// Shared set-up for engine tests: the bundled target and draft on the CPU backend, and helpers
+// that run requests to completion.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "speculative/methods/draft_model.h"
+#include "speculative/methods/ngram_method.h"
+#include "tokenizer/tokenizer.h"
+
+namespace specdec::testing {
+
+inline std::string source_path(const std::string& rel) { return std::string(SPECDEC_SOURCE_DIR) + "/" + rel; }
+
+struct Bundled {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> target;
+  std::shared_ptr<Model> draft;
+  std::unique_ptr<Tokenizer> tokenizer;
+
+  static Bundled& get() {
+    static Bundled b = [] {
+      Bundled x;
+      x.backend = make_backend(BackendOptions{});
+      x.target = Model::load(source_path("models/target"), *x.backend);
+      x.draft = std::shared_ptr<Model>(Model::load(source_path("models/draft"), *x.backend));
+      x.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(source_path("models/target")));
+      return x;
+    }();
+    return b;
+  }
+};
+
+// An engine over the bundled target with both methods registered ("ngram" and "draft").
+inline std::unique_ptr<Engine> make_engine(int depth = 0, EngineOptions options = {}) {
+  Bundled& b = Bundled::get();
+  if (options.kv_blocks == 0) options.kv_blocks = 1024;
+  auto engine = std::make_unique<Engine>(*b.target, *b.tokenizer, options);
+  NgramOptions n;
+  if (depth > 0) n.num_draft = depth;
+  engine->add_method(std::make_shared<NgramMethod>(n));
+  DraftModelOptions d;
+  if (depth > 0) d.num_draft = depth;
+  d.kv_blocks = 1024;
+  engine->add_method(std::make_shared<DraftModelMethod>(b.draft, "bundled-draft", d));
+  return engine;
+}
+
+inline Request make_request(const std::vector<int32_t>& prompt, int max_tokens, float temperature = 0,
+                            uint64_t seed = 0) {
+  Request r;
+  r.prompt = prompt;
+  r.stop.max_tokens = max_tokens;
+  r.stop.ignore_eos = true;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  return r;
+}
+
+inline RequestResult run_one(Engine& engine, Request r) {
+  const int64_t id = engine.submit(std::move(r));
+  engine.run();
+  auto res = engine.take_result(id);
+  EXPECT_TRUE(res.has_value());
+  return *res;
+}
+
+inline std::vector<int32_t> encode(const std::string& text) { return Bundled::get().tokenizer->encode(text, false); }
+
+}  // namespace specdec::testing
