@@ -72,7 +72,8 @@ Tensor parse_entry(const std::string& name, const Json& e, char* data, uint64_t 
     SPECDEC_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), where,
                   ": shape entries must be non-negative integers, got ", shape_it->dump());
     const uint64_t n = d.get<uint64_t>();
-    SPECDEC_CHECK(n < (uint64_t{1} << 40) && (n == 0 || numel <= (uint64_t{1} << 62) / n), where,
+    // Capped well below 2^64 / 4 so numel * dtype size cannot wrap around and match a span.
+    SPECDEC_CHECK(n < (uint64_t{1} << 40) && (n == 0 || numel <= (uint64_t{1} << 56) / n), where,
                   ": shape ", shape_it->dump(), " is too large");
     numel *= n;
     shape.push_back(static_cast<int64_t>(n));
