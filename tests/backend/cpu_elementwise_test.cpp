@@ -174,6 +174,51 @@ TEST_P(CpuElementwise, ArgmaxTakesTheLowestIndexOnTies) {
   EXPECT_EQ(out.i()[2], 0);
 }
 
+// Inputs large enough that the kernels split rows over threads: same bits as one thread.
+TEST_P(CpuElementwise, LargeInputsGiveTheSameBitsOnOneOrTwoThreads) {
+  const int64_t T = 700, D = 512, heads = 8, hd = 64, V = 3000;
+  std::vector<std::vector<float>> results[2];
+  for (size_t threads : {1, 2}) {
+    std::mt19937 rng(9);
+    auto backend = make_cpu(GetParam(), threads);
+    auto& res = results[threads - 1];
+    HostTensor x = random_f32(rng, {T, D}), y = random_f32(rng, {T, D}), out(DType::f32, {T, D});
+    std::vector<float> w_exact;
+    HostTensor w = random_weights(rng, DType::bf16, {D}, w_exact);
+    backend->rms_norm(x.t, w.t, 1e-6f, out.t);
+    res.emplace_back(out.f(), out.f() + out.numel());
+    backend->silu_mul(x.t, y.t, out.t);
+    res.emplace_back(out.f(), out.f() + out.numel());
+    backend->add(x.t, y.t, out.t);
+    res.emplace_back(out.f(), out.f() + out.numel());
+    HostTensor pos(DType::i32, {T}), inv(DType::f32, {hd / 2});
+    for (int64_t t = 0; t < T; ++t) pos.i()[t] = static_cast<int32_t>(t * 3);
+    for (int64_t i = 0; i < hd / 2; ++i) inv.f()[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / hd));
+    Tensor q = x.t.reshape({T, heads, hd});
+    backend->rope(q, pos.t, inv.t, 1.0f);
+    res.emplace_back(x.f(), x.f() + x.numel());
+    HostTensor table = random_weights(rng, DType::f16, {V, D}, w_exact), ids(DType::i32, {T});
+    for (int64_t t = 0; t < T; ++t) ids.i()[t] = static_cast<int32_t>((t * 7919) % V);
+    backend->embedding(table.t, ids.t, out.t);
+    res.emplace_back(out.f(), out.f() + out.numel());
+    HostTensor picks(DType::i32, {T});
+    for (int64_t t = 0; t < T; ++t) picks.i()[t] = static_cast<int32_t>((t * 13) % T);
+    backend->gather_rows(y.t, picks.t, out.t);
+    res.emplace_back(out.f(), out.f() + out.numel());
+    HostTensor logits = random_f32(rng, {T, V}), am(DType::i32, {T});
+    backend->argmax(logits.t, am.t);
+    res.emplace_back(am.i(), am.i() + T);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = logits.f() + t * V;
+      ASSERT_EQ(am.i()[t], std::max_element(row, row + V) - row);
+    }
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t i = 0; i < results[0].size(); ++i) {
+    ASSERT_TRUE(same_bits(results[0][i].data(), results[1][i].data(), results[0][i].size())) << "kernel " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, CpuElementwise, ::testing::ValuesIn(cpu_isas()), isa_name);
 
 }  // namespace

@@ -137,12 +137,9 @@ void attention(ThreadPool& pool, const Kernels& kernels, const Tensor& q, const 
       for (int64_t i = 0; i < d; ++i) o[i] = acc[static_cast<size_t>(i)] * inv;
     }
   };
-  const int64_t items = T * heads;
-  if (items * std::max<int64_t>(batch.max_row_len, 1) * d < (1 << 15)) {
-    work(0, static_cast<size_t>(items));
-  } else {
-    pool.parallel_for(static_cast<size_t>(items), 1, work);
-  }
+  // Per (token, head): two passes over up to max_row_len cached positions of head_dim floats.
+  const int64_t row_len = std::max<int64_t>(batch.max_row_len, 1);
+  parallel_units(pool, T * heads, 2 * row_len * d, kMinChunkWork / 4, 1, work);
 }
 
 }  // namespace specdec::cpu

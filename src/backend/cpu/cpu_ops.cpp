@@ -3,6 +3,7 @@
 // row-local, so one portable implementation serves every instruction set.
 #include "backend/cpu/cpu_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -11,17 +12,8 @@
 namespace specdec::cpu {
 namespace {
 
-// Below this many element operations a kernel runs on the calling thread: waking the pool costs
-// more than it saves.
-constexpr int64_t kParallelWork = 1 << 15;
-
 void for_rows(ThreadPool& pool, int64_t rows, int64_t work_per_row, const std::function<void(size_t, size_t)>& fn) {
-  if (rows <= 0) return;
-  if (rows == 1 || rows * work_per_row < kParallelWork) {
-    fn(0, static_cast<size_t>(rows));
-  } else {
-    pool.parallel_for(static_cast<size_t>(rows), 1, fn);
-  }
+  parallel_units(pool, rows, work_per_row, kMinChunkWork, 1, fn);
 }
 
 float load_f32(const void* p, DType dtype, int64_t i) {
@@ -54,6 +46,19 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 }
 
 }  // namespace
+
+void parallel_units(ThreadPool& pool, int64_t units, int64_t work_per_unit, int64_t min_work, int64_t align,
+                    const std::function<void(size_t, size_t)>& fn) {
+  if (units <= 0) return;
+  const int64_t per = std::max<int64_t>(work_per_unit, 1);
+  int64_t grain = std::max<int64_t>((min_work + per - 1) / per, 1);
+  grain = (grain + align - 1) / align * align;
+  if (grain >= units || pool.size() == 1) {
+    fn(0, static_cast<size_t>(units));
+  } else {
+    pool.parallel_for(static_cast<size_t>(units), static_cast<size_t>(grain), fn);
+  }
+}
 
 void check_host(const Tensor& t, const char* op, const char* name) {
   SPECDEC_CHECK(t.data != nullptr || t.numel() == 0, op, ": ", name, " is empty");
@@ -108,11 +113,7 @@ void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& w
   const auto run = [&](size_t b, size_t e) { k.linear(a, static_cast<int64_t>(b), static_cast<int64_t>(e)); };
   // Threads split N only (each output is computed whole by one thread); chunks are multiples of
   // 16 rows so every thread starts on a full register tile.
-  if (a.M * a.N * a.K < kParallelWork || a.N <= 16) {
-    run(0, static_cast<size_t>(a.N));
-  } else {
-    pool.parallel_for(static_cast<size_t>(a.N), 16, run);
-  }
+  parallel_units(pool, a.N, a.M * a.K, kMinChunkWork, 16, run);
 }
 
 void embedding(ThreadPool& pool, const Tensor& table, const Tensor& ids, const Tensor& out) {
