@@ -79,7 +79,7 @@ const AddedToken* AddedVocabulary::by_id(int32_t id) const {
 }
 
 const AddedToken* AddedVocabulary::by_content(std::string_view content) const {
-  auto it = by_content_.find(std::string(content));
+  auto it = by_content_.find(content);
   return it == by_content_.end() ? nullptr : &tokens_[it->second];
 }
 

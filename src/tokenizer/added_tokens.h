@@ -35,6 +35,11 @@ struct Segment {
 };
 
 class AddedVocabulary {
+  struct ContentHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
  public:
   AddedVocabulary() = default;
   AddedVocabulary(const nlohmann::json& added_tokens, const std::string& where);
@@ -67,7 +72,7 @@ class AddedVocabulary {
 
   std::vector<AddedToken> tokens_;
   std::unordered_map<int32_t, size_t> by_id_;
-  std::unordered_map<std::string, size_t> by_content_;
+  std::unordered_map<std::string, size_t, ContentHash, std::equal_to<>> by_content_;
   Trie raw_;
   Trie normalized_;
   std::shared_ptr<const Regex> word_end_;    // \w$

@@ -155,7 +155,16 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
     for (auto& p : pieces) {
       std::string mapped;
       mapped.reserve(p.text.size() * 2);
-      for (char c : p.text) mapped += alphabet.byte_to_utf8[static_cast<unsigned char>(c)];
+      for (char c : p.text) {
+        // Inline two-byte encoding: every stand-in code point is below 0x800.
+        const char32_t cp = alphabet.byte_to_char[static_cast<unsigned char>(c)];
+        if (cp < 0x80) {
+          mapped.push_back(static_cast<char>(cp));
+        } else {
+          mapped.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+          mapped.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+        }
+      }
       p.text = std::move(mapped);
     }
   }

@@ -101,6 +101,9 @@ bool Regex::search(std::string_view subject) const {
 }
 
 std::string replace_all(const Regex& pattern, std::string_view subject, std::string_view content) {
+  if (pattern.compiled_->code == nullptr && subject.find(pattern.compiled_->pattern) == std::string_view::npos) {
+    return std::string(subject);  // the common case when decoding token by token
+  }
   std::string out;
   out.reserve(subject.size());
   size_t prev = 0;

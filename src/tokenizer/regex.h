@@ -28,6 +28,7 @@ class Regex {
   bool search(std::string_view subject) const;
 
  private:
+  friend std::string replace_all(const Regex&, std::string_view, std::string_view);
   Regex() = default;
   struct Compiled;
   std::shared_ptr<const Compiled> compiled_;

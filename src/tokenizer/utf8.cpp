@@ -140,6 +140,7 @@ const ByteLevelAlphabet& byte_level_alphabet() {
       const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       const char32_t cp = printable ? static_cast<char32_t>(b) : next++;
       append(a.byte_to_utf8[static_cast<size_t>(b)], cp);
+      a.byte_to_char[static_cast<size_t>(b)] = cp;
       a.char_to_byte[cp] = static_cast<int16_t>(b);
     }
     return a;

@@ -38,6 +38,7 @@ bool is_whitespace(char32_t cp);
 // The GPT-2 byte-level alphabet: every byte maps to one printable code point.
 struct ByteLevelAlphabet {
   std::array<std::string, 256> byte_to_utf8;  // byte -> UTF-8 of its printable stand-in
+  std::array<char32_t, 256> byte_to_char;     // byte -> its stand-in code point (all < 0x800)
   std::array<int16_t, 512> char_to_byte;      // code point (< 512) -> byte, -1 if none
 };
 const ByteLevelAlphabet& byte_level_alphabet();
