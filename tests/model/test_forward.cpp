@@ -1,0 +1,322 @@
+// Properties of the ragged forward that must hold exactly: a sequence's logits do not depend on
+// its neighbours in the batch, on how its tokens are split into forwards, or on KV that was
+// rolled back; plus hidden taps and the errors for malformed requests.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace specdec {
+namespace {
+
+bool cpu_has(const std::string& isa) {
+  const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (isa == "avx2") return avx2;
+  if (isa == "avx512")
+    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return true;
+}
+
+std::string model_dir(const std::string& name) {
+  if (name == "draft" || name == "target") return std::string(SPECDEC_SOURCE_DIR) + "/models/" + name;
+  return std::string(SPECDEC_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+}
+
+// Deterministic pseudo-random token ids in [0, vocab).
+std::vector<int32_t> tokens_for(int n, int vocab, uint32_t seed) {
+  std::vector<int32_t> out;
+  uint32_t x = seed * 2654435761u + 12345u;
+  for (int i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    out.push_back(static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab)));
+  }
+  return out;
+}
+
+std::vector<int32_t> all_positions(size_t n) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+// Feeds `tokens` to `seq` in chunks of `chunk` (0 = all at once), returning the logits at every
+// new position, concatenated.
+std::vector<float> run_chunked(Model& model, KvCache& cache, KvCache::SeqId seq, const std::vector<int32_t>& tokens,
+                               size_t chunk) {
+  if (chunk == 0) chunk = tokens.size();
+  std::vector<float> logits;
+  for (size_t begin = 0; begin < tokens.size(); begin += chunk) {
+    const size_t n = std::min(chunk, tokens.size() - begin);
+    EXPECT_TRUE(cache.reserve(seq, cache.length(seq) + static_cast<int>(n)));
+    SequenceInput row{seq, {tokens.begin() + static_cast<std::ptrdiff_t>(begin),
+                            tokens.begin() + static_cast<std::ptrdiff_t>(begin + n)},
+                      all_positions(n)};
+    const ForwardResult result = model.forward(ForwardRequest{{row}, {}}, cache);
+    logits.insert(logits.end(), result.logits.begin(), result.logits.end());
+  }
+  return logits;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct Case {
+  std::string model;
+  std::string isa;
+};
+
+class ForwardInvariance : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!cpu_has(GetParam().isa)) GTEST_SKIP() << "this CPU lacks " << GetParam().isa;
+    BackendOptions options;
+    options.cpu_isa = GetParam().isa;
+    backend = make_backend(options);
+    model = Model::load(model_dir(GetParam().model), *backend);
+    vocab = model->config().vocab_size;
+  }
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  int vocab = 0;
+};
+
+TEST_P(ForwardInvariance, LogitsDoNotDependOnTheOtherRowsOfTheBatch) {
+  const auto prompt = tokens_for(21, vocab, 1);
+  const auto follow = tokens_for(3, vocab, 2);  // a verify window after the prompt
+  auto cache = model->make_cache(64);
+
+  // Alone: the prompt, then the window.
+  const auto solo = cache->create();
+  const auto solo_prompt = run_chunked(*model, *cache, solo, prompt, 0);
+  const auto solo_window = run_chunked(*model, *cache, solo, follow, 0);
+
+  // In a batch between rows of other lengths: a 37-token prefill before, a 5-token one after;
+  // then the window together with a decode step and a 9-token prefill chunk.
+  const auto a = cache->create(), s = cache->create(), b = cache->create();
+  ASSERT_TRUE(cache->reserve(a, 37 + 1) && cache->reserve(s, 21 + 3) && cache->reserve(b, 5 + 9));
+  ForwardRequest first{{{a, tokens_for(37, vocab, 3), {36, 0}}, {s, prompt, all_positions(21)},
+                        {b, tokens_for(5, vocab, 4), {4}}},
+                       {}};
+  const ForwardResult r1 = model->forward(first, *cache);
+  ASSERT_EQ(r1.row_offsets, (std::vector<int>{0, 2, 23, 24}));
+  const std::vector<float> batched_prompt(r1.logits_row(2), r1.logits_row(23));
+  EXPECT_TRUE(bit_equal(batched_prompt, solo_prompt));
+
+  ForwardRequest second{{{b, tokens_for(9, vocab, 5), {8}}, {a, {7}, {0}}, {s, follow, all_positions(3)}}, {}};
+  const ForwardResult r2 = model->forward(second, *cache);
+  ASSERT_EQ(r2.row_offsets, (std::vector<int>{0, 1, 2, 5}));
+  const std::vector<float> batched_window(r2.logits_row(2), r2.logits_row(5));
+  EXPECT_TRUE(bit_equal(batched_window, solo_window));
+  EXPECT_EQ(cache->length(a), 38);
+  EXPECT_EQ(cache->length(s), 24);
+  EXPECT_EQ(cache->length(b), 14);
+}
+
+TEST_P(ForwardInvariance, LogitsDoNotDependOnHowTokensAreSplitIntoForwards) {
+  const auto tokens = tokens_for(20, vocab, 6);
+  auto cache = model->make_cache(8);
+  std::vector<std::vector<float>> runs;
+  for (size_t chunk : {size_t{0}, size_t{1}, size_t{3}}) {
+    const auto seq = cache->create();
+    runs.push_back(run_chunked(*model, *cache, seq, tokens, chunk));
+    cache->release(seq);
+  }
+  ASSERT_EQ(runs[0].size(), 20u * static_cast<size_t>(vocab));
+  EXPECT_TRUE(bit_equal(runs[0], runs[1])) << "one forward vs one token at a time";
+  EXPECT_TRUE(bit_equal(runs[0], runs[2])) << "one forward vs chunks of 3";
+}
+
+TEST_P(ForwardInvariance, RolledBackKvLeavesNoTrace) {
+  const auto prefix = tokens_for(5, vocab, 7);
+  const auto replacement = tokens_for(4, vocab, 8);
+  auto cache = model->make_cache(8);
+
+  const auto fresh = cache->create();
+  run_chunked(*model, *cache, fresh, {prefix.begin(), prefix.begin() + 2}, 0);
+  const auto want = run_chunked(*model, *cache, fresh, replacement, 0);
+
+  const auto rolled = cache->create();
+  run_chunked(*model, *cache, rolled, prefix, 0);
+  cache->truncate(rolled, 2);  // drop 3 positions
+  EXPECT_EQ(cache->length(rolled), 2);
+  EXPECT_TRUE(bit_equal(run_chunked(*model, *cache, rolled, replacement, 0), want));
+
+  // Across a block boundary: 20 positions, back to 14 (the second block is freed), then 6 new.
+  const auto long_tokens = tokens_for(20, vocab, 9);
+  const auto tail = tokens_for(6, vocab, 10);
+  const auto a = cache->create();
+  run_chunked(*model, *cache, a, {long_tokens.begin(), long_tokens.begin() + 14}, 0);
+  const auto want_tail = run_chunked(*model, *cache, a, tail, 0);
+  const auto b = cache->create();
+  run_chunked(*model, *cache, b, long_tokens, 0);
+  const int free_before = cache->free_blocks();
+  cache->truncate(b, 14);
+  EXPECT_EQ(cache->free_blocks(), free_before + 1);
+  EXPECT_TRUE(bit_equal(run_chunked(*model, *cache, b, tail, 0), want_tail));
+}
+
+std::vector<Case> invariance_cases() {
+  std::vector<Case> cases;
+  for (const char* m : {"qwen3", "qwen2", "draft"})
+    for (const char* isa : {"scalar", "avx2", "avx512"}) cases.push_back({m, isa});
+  cases.push_back({"target", ""});  // wider matrices, fastest kernels only
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ForwardInvariance, ::testing::ValuesIn(invariance_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.model + "_" + (info.param.isa.empty() ? "best" : info.param.isa);
+                         });
+
+// ---- taps and errors, on one tiny model ----
+
+class ForwardApi : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> backend = make_backend(BackendOptions{});
+  std::unique_ptr<Model> model = Model::load(model_dir("llama"), *backend);
+};
+
+TEST_F(ForwardApi, ReportsTheModelItLoaded) {
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(c.num_layers, 2);
+  EXPECT_EQ(&model->backend(), backend.get());
+  // embed + lm_head + final norm + per layer (q, k, v, o, gate, up, down, two norms).
+  const size_t H = 64, V = 512, I = static_cast<size_t>(c.intermediate_size);
+  const size_t kv = static_cast<size_t>(c.num_kv_heads * c.head_dim), q = static_cast<size_t>(c.num_heads * c.head_dim);
+  const size_t per_layer = H * q + 2 * H * kv + q * H + 3 * H * I + 2 * H;
+  EXPECT_EQ(model->parameter_count(), 2 * V * H + H + 2 * per_layer);
+  EXPECT_EQ(model->weight_bytes(), model->parameter_count() * 4);  // f32 fixture
+  auto cache = model->make_cache(3);
+  EXPECT_EQ(cache->total_blocks(), 3);
+  EXPECT_EQ(cache->num_layers(), 2);
+}
+
+TEST_F(ForwardApi, TapsAreTheHiddenStatesBehindTheLogits) {
+  const ModelConfig& c = model->config();
+  const int L = c.num_layers, H = c.hidden_size, V = c.vocab_size;
+  auto cache = model->make_cache(4);
+  const auto seq = cache->create();
+  ASSERT_TRUE(cache->reserve(seq, 12));
+  ForwardRequest request{{{seq, tokens_for(12, V, 11), {3, 11}}}, {L, 0, L - 1}};
+  const ForwardResult result = model->forward(request, *cache);
+  ASSERT_EQ(result.taps.size(), 3u);
+  for (const auto& t : result.taps) ASSERT_EQ(t.size(), 2u * static_cast<size_t>(H));
+
+  auto weights = WeightStore::open(model_dir("llama"));
+  const float* lm_head = weights.get("lm_head.weight").ptr<float>();
+  const float* norm = weights.get("model.norm.weight").ptr<float>();
+  for (int i = 0; i < 2; ++i) {
+    const float* last = result.taps[2].data() + static_cast<size_t>(i) * static_cast<size_t>(H);
+    const float* final_hidden = result.taps[0].data() + static_cast<size_t>(i) * static_cast<size_t>(H);
+    // The final normed hidden is RMSNorm(residual after the last layer).
+    double ms = 0;
+    for (int k = 0; k < H; ++k) ms += static_cast<double>(last[k]) * last[k];
+    const double inv = 1.0 / std::sqrt(ms / H + c.rms_norm_eps);
+    for (int k = 0; k < H; ++k) EXPECT_NEAR(final_hidden[k], last[k] * inv * norm[k], 1e-4);
+    // The logits are the LM head applied to it.
+    for (int v = 0; v < V; ++v) {
+      double dot = 0;
+      for (int k = 0; k < H; ++k) dot += static_cast<double>(final_hidden[k]) * lm_head[static_cast<size_t>(v) * H + k];
+      EXPECT_NEAR(result.logits_row(i)[v], dot, 1e-4);
+    }
+  }
+  // Tap 0 (after the first layer) differs from the last layer's output.
+  EXPECT_NE(result.taps[1], result.taps[2]);
+}
+
+TEST_F(ForwardApi, RowsWithoutLogitsStillWriteTheirKv) {
+  const int V = model->config().vocab_size;
+  const auto tokens = tokens_for(10, V, 12);
+  auto cache = model->make_cache(4);
+  const auto a = cache->create(), b = cache->create();
+  ASSERT_TRUE(cache->reserve(a, 10) && cache->reserve(b, 10));
+  const ForwardResult silent = model->forward(ForwardRequest{{{a, {tokens.begin(), tokens.begin() + 9}, {}}}, {}}, *cache);
+  EXPECT_TRUE(silent.logits.empty());
+  EXPECT_EQ(silent.row_offsets, (std::vector<int>{0, 0}));
+  EXPECT_EQ(cache->length(a), 9);
+  const ForwardResult last = model->forward(ForwardRequest{{{a, {tokens[9]}, {0}}}, {}}, *cache);
+  const ForwardResult whole = model->forward(ForwardRequest{{{b, tokens, {9}}}, {}}, *cache);
+  EXPECT_TRUE(bit_equal(last.logits, whole.logits));
+}
+
+// Expects forward to throw an Error whose message contains `needle`, leaving lengths unchanged.
+void expect_rejected(Model& model, KvCache& cache, const ForwardRequest& request, const std::string& needle) {
+  std::vector<int> before;
+  for (const auto& row : request.rows) before.push_back(cache.contains(row.seq) ? cache.length(row.seq) : -1);
+  try {
+    model.forward(request, cache);
+    ADD_FAILURE() << "no error; expected one mentioning \"" << needle << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  for (size_t r = 0; r < request.rows.size(); ++r) {
+    if (before[r] >= 0) {
+      EXPECT_EQ(cache.length(request.rows[r].seq), before[r]);
+    }
+  }
+}
+
+TEST_F(ForwardApi, RejectsMalformedRequestsWithoutTouchingTheCache) {
+  const ModelConfig& c = model->config();
+  auto cache = model->make_cache(40);
+  const auto s = cache->create(), t = cache->create();
+  ASSERT_TRUE(cache->reserve(s, 8) && cache->reserve(t, 8));
+  expect_rejected(*model, *cache, ForwardRequest{}, "no rows");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {}, {}}}, {}}, "no tokens");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {1, 2}, {1}}, {t, {}, {}}}, {}}, "no tokens");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {1, c.vocab_size}, {1}}}, {}}, "outside the vocabulary");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {-1}, {0}}}, {}}, "outside the vocabulary");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {1}, {0}}, {s, {2}, {0}}}, {}}, "twice");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {1, 2}, {2}}}, {}}, "logits_at");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {1}, {0}}}, {c.num_layers + 1}}, "tap layer");
+  expect_rejected(*model, *cache, ForwardRequest{{{999, {1}, {0}}}, {}}, "unknown");
+  // KV not reserved: 17 positions need a second block.
+  expect_rejected(*model, *cache, ForwardRequest{{{s, std::vector<int32_t>(17, 1), {0}}}, {}}, "reserve");
+
+  // Longer than the context: fill to max_position - 2, then ask for 3 more.
+  const auto long_seq = cache->create();
+  const int max_pos = c.max_position;
+  ASSERT_TRUE(cache->reserve(long_seq, max_pos + 16));
+  model->forward(ForwardRequest{{{long_seq, std::vector<int32_t>(static_cast<size_t>(max_pos - 2), 5), {}}}, {}},
+                 *cache);
+  expect_rejected(*model, *cache, ForwardRequest{{{long_seq, {1, 2, 3}, {2}}}, {}}, "longer than the context");
+  try {
+    model->forward(ForwardRequest{{{long_seq, {1, 2, 3}, {2}}}, {}}, *cache);
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(std::to_string(max_pos + 1)), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(max_pos)), std::string::npos) << msg;
+  }
+  // Exactly at the limit is fine.
+  model->forward(ForwardRequest{{{long_seq, {1, 2}, {1}}}, {}}, *cache);
+  EXPECT_EQ(cache->length(long_seq), max_pos);
+
+  // A cache shaped for another model.
+  KvCache other(*backend, c.num_layers + 1, c.num_kv_heads, c.head_dim, 2);
+  const auto o = other.create();
+  ASSERT_TRUE(other.reserve(o, 1));
+  expect_rejected(*model, other, ForwardRequest{{{o, {1}, {0}}}, {}}, "KV cache shaped");
+
+  // After all that, the sequences still work and lengths never moved.
+  EXPECT_EQ(cache->length(s), 0);
+  model->forward(ForwardRequest{{{s, {1, 2}, {1}}}, {}}, *cache);
+  EXPECT_EQ(cache->length(s), 2);
+}
+
+TEST(ModelLoad, NamesWhatIsMissing) {
+  auto backend = make_backend(BackendOptions{});
+  EXPECT_THROW(Model::load(std::string(SPECDEC_SOURCE_DIR) + "/tests/fixtures/no_such_model", *backend), Error);
+}
+
+}  // namespace
+}  // namespace specdec
