@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_graph.h"
 #include "llama_step.h"
 
 namespace specdec::bench {
@@ -145,6 +146,19 @@ int run(int argc, char** argv) {
       Step step(*be, s, w, B, 1, context);
       Result r{"decode ctx " + std::to_string(context), mode, B, B, 0, 0, 0};
       r.ms = time_ms(stream_of(*be), [&] { step.run(); }, 2, 7);
+      const StepCost c = decode_cost(s, B, context);
+      r.bytes = c.bytes();
+      r.flops = c.flops;
+      results.push_back(r);
+      print_row(r, copy_bw);
+    }
+    for (int B : {1, 8}) {  // the same steps replayed as one CUDA graph: launch gaps removed
+      Step step(*be, s, w, B, 1, context);
+      step.run();
+      CudaGraphRunner graph(*be);
+      graph.capture([&] { step.run(); });
+      Result r{"decode ctx " + std::to_string(context) + " graph", mode, B, B, 0, 0, 0};
+      r.ms = time_ms(stream_of(*be), [&] { graph.replay(); }, 2, 7);
       const StepCost c = decode_cost(s, B, context);
       r.bytes = c.bytes();
       r.flops = c.flops;

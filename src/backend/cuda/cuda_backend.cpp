@@ -139,22 +139,21 @@ class CudaBackend final : public Backend {
     SPECDEC_CHECK(out.rank >= 1 && out.dim(-1) == N && out.numel() == M * N, op, ": out ", out.shape_string(),
                   " must be [", M, ", ", N, "]");
     SPECDEC_CHECK(out.data != x.data || out.numel() == 0, op, ": out must not alias x");
-    ElemType bt = ElemType::f32;
-    const void* bias_data = nullptr;
+    const float* bias_data = nullptr;
     if (bias && !bias->empty()) {
-      bt = elem_type(*bias, op, "bias");
+      expect_dtype(*bias, DType::f32, op, "bias");
       SPECDEC_CHECK(bias->numel() == N, op, ": bias ", bias->shape_string(), " must have N = ", N, " elements");
-      bias_data = bias->data;
+      bias_data = bias->ptr<float>();
     }
     const int m = to_int(M, op, "M"), n = to_int(N, op, "N"), k = to_int(K, op, "K");
     if (invariant_ || M <= kSmallM || K == 0) {
-      cuda::launch_linear_rows(x.ptr<float>(), weight.data, wt, bias_data, bt, out.ptr<float>(), m, n, k, stream_);
+      cuda::launch_linear_rows(x.ptr<float>(), weight.data, wt, bias_data, out.ptr<float>(), m, n, k, stream_);
       check_launch("linear (row-streaming kernel)", M, "x", K, " by ", N, "x", K);
       return;
     }
     linear_lt(x, weight, wt, m, n, k, out);
     if (bias_data) {
-      cuda::launch_add_bias(out.ptr<float>(), bias_data, bt, m, n, stream_);
+      cuda::launch_add_bias(out.ptr<float>(), bias_data, m, n, stream_);
       check_launch("linear bias", M, "x", N);
     }
   }

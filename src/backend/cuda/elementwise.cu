@@ -113,11 +113,10 @@ __global__ void convert_kernel(const float* __restrict__ x, T* __restrict__ out,
     out[i] = from_float<T>(x[i]);
 }
 
-template <typename T>
-__global__ void add_bias_kernel(float* out, const T* __restrict__ bias, int64_t n, int cols) {
+__global__ void add_bias_kernel(float* out, const float* __restrict__ bias, int64_t n, int cols) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] += to_float(bias[i % cols]);
+    out[i] += bias[i % cols];
 }
 
 }  // namespace
@@ -179,12 +178,10 @@ void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, cud
                         convert_kernel<T><<<blocks_for(n, 256), 256, 0, stream>>>(x, static_cast<T*>(out), n));
 }
 
-void launch_add_bias(float* out, const void* bias, ElemType type, int rows, int cols, cudaStream_t stream) {
+void launch_add_bias(float* out, const float* bias, int rows, int cols, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(rows) * cols;
   if (n == 0) return;
-  SPECDEC_DISPATCH_ELEM(type, T,
-                        add_bias_kernel<T><<<blocks_for(n, 256), 256, 0, stream>>>(out, static_cast<const T*>(bias),
-                                                                                   n, cols));
+  add_bias_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, bias, n, cols);
 }
 
 }  // namespace specdec::cuda

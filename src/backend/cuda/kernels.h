@@ -31,13 +31,14 @@ void launch_argmax(const float* logits, int* out, int rows, int vocab, cudaStrea
 // out (bf16 or f16) = round-to-nearest-even of x.
 void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, cudaStream_t stream);
 // out[m, n] += bias[n].
-void launch_add_bias(float* out, const void* bias, ElemType type, int rows, int cols, cudaStream_t stream);
+void launch_add_bias(float* out, const float* bias, int rows, int cols, cudaStream_t stream);
 
 // out[M, N] = x[M, K] · w[N, K]ᵀ (+ bias) with f32 accumulation. Each output is reduced in an
 // order fixed by K alone (lane-strided 16-byte vectors, then a butterfly over the warp), so the
 // result of one row of x never depends on M or on the other rows: batch invariant.
-void launch_linear_rows(const float* x, const void* w, ElemType w_type, const void* bias, ElemType bias_type,
-                        float* out, int M, int N, int K, cudaStream_t stream);
+// bias (f32, [N]) may be null.
+void launch_linear_rows(const float* x, const void* w, ElemType w_type, const float* bias, float* out, int M, int N,
+                        int K, cudaStream_t stream);
 
 // k, v [tokens, kv_heads, head_dim] f32 into pools [slots, kv_heads, head_dim] at slots[t]
 // (negative slots are skipped; slots >= pool_slots are skipped).

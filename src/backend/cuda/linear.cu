@@ -46,9 +46,9 @@ __device__ __forceinline__ void accumulate_vec(const uint4& raw, const float* xs
 
 // kVec: w rows are 16-byte aligned and loaded as vectors; otherwise element by element (V = 1),
 // chosen by K and the weight's alignment only, never by M.
-template <typename W, typename B, int MT, bool kVec>
+template <typename W, int MT, bool kVec>
 __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const float* __restrict__ x, const W* __restrict__ w,
-                                                               const B* __restrict__ bias, float* __restrict__ out,
+                                                               const float* __restrict__ bias, float* __restrict__ out,
                                                                int M, int N, int K, int kc) {
   extern __shared__ float4 smem_raw[];
   float* xs = reinterpret_cast<float*>(smem_raw);  // [MT][kc]
@@ -108,13 +108,13 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const float* __re
 #pragma unroll
   for (int m = 0; m < MT; ++m) acc[m] = warp_sum(acc[m]);
   if (lane == 0) {
-    const float b = bias ? to_float(bias[n]) : 0.0f;
+    const float b = bias ? bias[n] : 0.0f;
     for (int m = 0; m < mt; ++m) out[static_cast<int64_t>(m0 + m) * N + n] = acc[m] + b;
   }
 }
 
-template <typename W, typename B, int MT>
-void launch_tile(const float* x, const void* w, const void* bias, float* out, int M, int N, int K,
+template <typename W, int MT>
+void launch_tile(const float* x, const void* w, const float* bias, float* out, int M, int N, int K,
                  cudaStream_t stream) {
   // K tile: as much of K as fits the budget, a multiple of 256 (whole vectors for every lane).
   int kc = kSmemBudget / (MT * static_cast<int>(sizeof(float))) / 256 * 256;
@@ -124,36 +124,36 @@ void launch_tile(const float* x, const void* w, const void* bias, float* out, in
   const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
   const bool vec = K % Vec16<W>::n == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
   if (vec) {
-    linear_rows_kernel<W, B, MT, true><<<grid, kThreads, smem, stream>>>(
-        x, static_cast<const W*>(w), static_cast<const B*>(bias), out, M, N, K, kc);
+    linear_rows_kernel<W, MT, true><<<grid, kThreads, smem, stream>>>(
+        x, static_cast<const W*>(w), bias, out, M, N, K, kc);
   } else {
-    linear_rows_kernel<W, B, MT, false><<<grid, kThreads, smem, stream>>>(
-        x, static_cast<const W*>(w), static_cast<const B*>(bias), out, M, N, K, kc);
+    linear_rows_kernel<W, MT, false><<<grid, kThreads, smem, stream>>>(
+        x, static_cast<const W*>(w), bias, out, M, N, K, kc);
   }
 }
 
-template <typename W, typename B>
-void launch_for_m(const float* x, const void* w, const void* bias, float* out, int M, int N, int K,
+template <typename W>
+void launch_for_m(const float* x, const void* w, const float* bias, float* out, int M, int N, int K,
                   cudaStream_t stream) {
   if (M <= 1) {
-    launch_tile<W, B, 1>(x, w, bias, out, M, N, K, stream);
+    launch_tile<W, 1>(x, w, bias, out, M, N, K, stream);
   } else if (M <= 2) {
-    launch_tile<W, B, 2>(x, w, bias, out, M, N, K, stream);
+    launch_tile<W, 2>(x, w, bias, out, M, N, K, stream);
   } else if (M <= 4) {
-    launch_tile<W, B, 4>(x, w, bias, out, M, N, K, stream);
+    launch_tile<W, 4>(x, w, bias, out, M, N, K, stream);
   } else if (M <= 8) {
-    launch_tile<W, B, 8>(x, w, bias, out, M, N, K, stream);
+    launch_tile<W, 8>(x, w, bias, out, M, N, K, stream);
   } else {
-    launch_tile<W, B, 16>(x, w, bias, out, M, N, K, stream);
+    launch_tile<W, 16>(x, w, bias, out, M, N, K, stream);
   }
 }
 
 }  // namespace
 
-void launch_linear_rows(const float* x, const void* w, ElemType w_type, const void* bias, ElemType bias_type,
-                        float* out, int M, int N, int K, cudaStream_t stream) {
+void launch_linear_rows(const float* x, const void* w, ElemType w_type, const float* bias, float* out, int M, int N,
+                        int K, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
-  SPECDEC_DISPATCH_ELEM(w_type, W, SPECDEC_DISPATCH_ELEM(bias_type, B, launch_for_m<W, B>(x, w, bias, out, M, N, K, stream)));
+  SPECDEC_DISPATCH_ELEM(w_type, W, launch_for_m<W>(x, w, bias, out, M, N, K, stream));
 }
 
 }  // namespace specdec::cuda
