@@ -20,6 +20,7 @@ bool cpu_has(const std::string& isa) {
   const bool avx2 =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   if (isa == "avx2") return avx2;
+  if (isa == "avx512-bf16") return cpu_has("avx512") && __builtin_cpu_supports("avx512bf16");
   if (isa == "avx512")
     return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
@@ -170,12 +171,14 @@ std::vector<Case> invariance_cases() {
   for (const char* m : {"qwen3", "qwen2", "draft"})
     for (const char* isa : {"scalar", "avx2", "avx512"}) cases.push_back({m, isa});
   cases.push_back({"target", ""});  // wider matrices, fastest kernels only
+  // Opt-in bf16 dot products: not reference-exact, but invariance must still hold exactly.
+  cases.push_back({"draft", "avx512-bf16"});
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ForwardInvariance, ::testing::ValuesIn(invariance_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return info.param.model + "_" + (info.param.isa.empty() ? "best" : info.param.isa);
+                           return info.param.model + "_" + (info.param.isa.empty() ? "best" : info.param.isa == "avx512-bf16" ? "avx512bf16" : info.param.isa);
                          });
 
 // ---- taps and errors, on one tiny model ----
