@@ -11,6 +11,7 @@
 namespace specdec {
 
 void AddedVocabulary::Trie::insert(std::string_view key, size_t token_index) {
+  if (!key.empty()) first_byte_[static_cast<unsigned char>(key[0])] = true;
   int32_t node = 0;
   for (char c : key) {
     const uint64_t edge = (static_cast<uint64_t>(node) << 8) | static_cast<unsigned char>(c);
@@ -28,6 +29,7 @@ void AddedVocabulary::Trie::insert(std::string_view key, size_t token_index) {
 }
 
 void AddedVocabulary::Trie::prefixes(std::string_view text, size_t pos, std::vector<size_t>& out) const {
+  if (pos >= text.size() || !first_byte_[static_cast<unsigned char>(text[pos])]) return;
   int32_t node = 0;
   for (size_t i = pos; i < text.size(); ++i) {
     const uint64_t edge = (static_cast<uint64_t>(node) << 8) | static_cast<unsigned char>(text[i]);

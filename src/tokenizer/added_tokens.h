@@ -3,6 +3,7 @@
 // Matching is leftmost-longest, honouring single_word / lstrip / rstrip like the library.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -67,6 +68,7 @@ class AddedVocabulary {
    private:
     std::unordered_map<uint64_t, int32_t> edges_;  // (node << 8 | byte) -> child node
     std::vector<int64_t> terminal_{-1};            // node -> token index or -1
+    std::array<bool, 256> first_byte_{};           // bytes that start some key: a cheap pre-filter
     size_t count_ = 0;
   };
 

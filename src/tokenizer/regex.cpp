@@ -28,6 +28,51 @@ struct MatchData {
   pcre2_match_data* data;
 };
 
+// Oniguruma's \s is Unicode White_Space; PCRE2's (with UCP) also matches U+180E. Spell the
+// class out so both engines split text the same way. Inside [...] the list goes in bare.
+constexpr std::string_view kWhiteSpace =
+    "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+
+std::string with_unicode_whitespace(std::string_view pattern) {
+  std::string out;
+  out.reserve(pattern.size());
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[++i];
+      if (e == 's') {
+        out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      } else if (e == 'S' && !in_class) {
+        out += "[^" + std::string(kWhiteSpace) + "]";
+      } else {
+        out.push_back(c);
+        out.push_back(e);
+      }
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out.push_back(c);
+      // A ']' right after '[' or '[^' is a literal member, not the end of the class.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out.push_back(pattern[++i]);
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out.push_back(pattern[++i]);
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {
+      const size_t close = pattern.find(":]", i + 2);  // POSIX class such as [:alpha:]
+      if (close != std::string_view::npos) {
+        out.append(pattern.substr(i, close + 2 - i));
+        i = close + 1;
+        continue;
+      }
+    }
+    if (in_class && c == ']') in_class = false;
+    out.push_back(c);
+  }
+  return out;
+}
+
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buffer[256];
   pcre2_get_error_message(code, buffer, sizeof(buffer));
@@ -39,9 +84,10 @@ std::string pcre2_message(int code) {
 Regex::Regex(std::string_view pattern, std::string_view where) {
   auto compiled = std::make_shared<Compiled>();
   compiled->pattern = std::string(pattern);
+  const std::string translated = with_unicode_whitespace(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+  compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                                  PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   if (compiled->code == nullptr) {
     fail(where, ": cannot compile regex '", pattern, "' at offset ", offset, ": ", pcre2_message(error));

@@ -2,6 +2,7 @@
 // worked out by hand from the `tokenizers` library's documented rules.
 #include <gtest/gtest.h>
 
+#include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/utf8.h"
 #include "synthetic_tokenizer.h"
 
@@ -221,6 +222,22 @@ TEST(TokenizerComponents, AddedTokenFlags) {
   // Glued to a word, "<m>" is not matched; its characters are outside the vocabulary and, with no
   // unknown token, the model drops them.
   EXPECT_EQ(word.encode("a<m> b"), (Ids{0, 1, 3}));
+}
+
+TEST(TokenizerComponents, RegexWhitespaceIsUnicodeWhiteSpace) {
+  // Patterns are written for Oniguruma, whose \s is exactly Unicode White_Space: U+180E (a
+  // format character) is not whitespace there, while U+2003 (em space) is.
+  const auto pre = make_pre_tokenizer(
+      {{"type", "Split"}, {"pattern", {{"Regex", R"(\s+|\S+)"}}}, {"behavior", "Isolated"}, {"invert", false}},
+      "test");
+  std::vector<Piece> pieces{{"a\xE1\xA0\x8E" "b\xE2\x80\x83" "c", true}};
+  pre->pre_tokenize(pieces);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[0].text, "a\xE1\xA0\x8E" "b");
+  EXPECT_EQ(pieces[1].text, "\xE2\x80\x83");
+  EXPECT_EQ(pieces[2].text, "c");
+  EXPECT_TRUE(pieces[0].at_start);
+  EXPECT_FALSE(pieces[2].at_start);
 }
 
 }  // namespace
