@@ -11,7 +11,10 @@
 namespace specdec::test {
 namespace {
 
-constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 20, kBlock = 4, kBlocks = 64, kMaxBlocks = 8;
+constexpr int64_t kHeads = 4, kKvHeads = 2, kBlock = 4, kBlocks = 64, kMaxBlocks = 8;
+// Head dims the tests sweep: below one vector, the common 64 and 128, and ragged tails past them.
+constexpr int64_t kDims[] = {20, 64, 80, 136};
+int64_t kDim = 20;  // the head dim of the current sweep step
 
 // One sequence's data: q/k/v for each of its tokens, and its place in the pools.
 struct Seq {
@@ -34,7 +37,7 @@ struct Pools {
   HostTensor v{DType::f32, {kBlocks, kBlock, kKvHeads, kDim}};
 };
 
-const float kScale = 1.0f / std::sqrt(static_cast<float>(kDim));
+float scale_for_dim() { return 1.0f / std::sqrt(static_cast<float>(kDim)); }
 
 // One forward: each (seq, count) pair brings the seq's next `count` tokens.
 void step(Backend& backend, Pools& pools, const std::vector<std::pair<Seq*, int64_t>>& segs) {
@@ -75,7 +78,7 @@ void step(Backend& backend, Pools& pools, const std::vector<std::pair<Seq*, int6
   b.row_lens = lens.t;
   b.block_table = table.t;
   backend.kv_write(k.t, v.t, pools.k.t, pools.v.t, b);
-  backend.attention(q.t, pools.k.t, pools.v.t, b, kScale, out.t);
+  backend.attention(q.t, pools.k.t, pools.v.t, b, scale_for_dim(), out.t);
   t = 0;
   for (const auto& [s, n] : segs) {
     std::memcpy(s->out.data() + s->cached * kHeads * kDim, out.f() + t * kHeads * kDim,
@@ -98,6 +101,8 @@ std::vector<std::vector<int32_t>> block_tables(std::mt19937& rng, int rows) {
 class CpuAttention : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CpuAttention, MatchesDoubleReference) {
+  for (int64_t dim : kDims) {
+  kDim = dim;
   std::mt19937 rng(21);
   auto backend = make_cpu(GetParam(), 2);
   Pools pools;
@@ -117,7 +122,7 @@ TEST_P(CpuAttention, MatchesDoubleReference) {
             dot += static_cast<double>(s->q[static_cast<size_t>((t * kHeads + h) * kDim + i)]) *
                    s->k[static_cast<size_t>((j * kKvHeads + kvh) * kDim + i)];
           }
-          w[static_cast<size_t>(j)] = dot * kScale;
+          w[static_cast<size_t>(j)] = dot * scale_for_dim();
           mx = std::max(mx, w[static_cast<size_t>(j)]);
         }
         for (double& x : w) sum += (x = std::exp(x - mx));
@@ -129,14 +134,17 @@ TEST_P(CpuAttention, MatchesDoubleReference) {
             mag += std::fabs(term);
           }
           ASSERT_NEAR(s->out[static_cast<size_t>((t * kHeads + h) * kDim + i)], ref, 1e-5 * mag)
-              << "len " << s->len << " token " << t << " head " << h << " dim " << i;
+              << "head_dim " << kDim << " len " << s->len << " token " << t << " head " << h << " dim " << i;
         }
       }
     }
   }
+  }
 }
 
 TEST_P(CpuAttention, RowOutputIgnoresNeighboursChunkingAndThreads) {
+  for (int64_t dim : kDims) {
+  kDim = dim;
   std::vector<std::vector<float>> results;
   for (size_t threads : {1, 2}) {
     auto backend = make_cpu(GetParam(), threads);
@@ -167,7 +175,9 @@ TEST_P(CpuAttention, RowOutputIgnoresNeighboursChunkingAndThreads) {
     }
   }
   for (size_t i = 1; i < results.size(); ++i) {
-    ASSERT_TRUE(same_bits(results[0].data(), results[i].data(), results[0].size())) << "config " << i;
+    ASSERT_TRUE(same_bits(results[0].data(), results[i].data(), results[0].size()))
+        << "head_dim " << kDim << " config " << i;
+  }
   }
 }
 
@@ -187,10 +197,10 @@ TEST_P(CpuAttention, RefusesPositionsOutsideTheCache) {
   lens.i()[0] = 4;
   std::memcpy(table.i(), s.blocks.data(), kMaxBlocks * sizeof(int32_t));
   AttentionBatch b{positions.t, slots.t, starts.t, lens.t, table.t, 1, 1, static_cast<int>(kMaxBlocks), static_cast<int>(kBlock), 4, 1};
-  EXPECT_THROW(backend->attention(q.t, pools.k.t, pools.v.t, b, kScale, out.t), Error);
+  EXPECT_THROW(backend->attention(q.t, pools.k.t, pools.v.t, b, scale_for_dim(), out.t), Error);
   positions.i()[0] = 3;
   table.i()[0] = static_cast<int32_t>(kBlocks);
-  EXPECT_THROW(backend->attention(q.t, pools.k.t, pools.v.t, b, kScale, out.t), Error);
+  EXPECT_THROW(backend->attention(q.t, pools.k.t, pools.v.t, b, scale_for_dim(), out.t), Error);
   slots.i()[0] = static_cast<int32_t>(kBlocks * kBlock);
   HostTensor kv = random_f32(rng, {1, kKvHeads, kDim});
   EXPECT_THROW(backend->kv_write(kv.t, kv.t, pools.k.t, pools.v.t, b), Error);

@@ -3,9 +3,7 @@
 // 0..p in order, their max, the sum of exponentials in order, then the weighted sum of V in
 // order. So a row's output does not depend on its neighbours or on how its tokens were chunked.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -107,34 +105,22 @@ void attention(ThreadPool& pool, const Kernels& kernels, const Tensor& q, const 
   float* op_out = out.ptr<float>();
   const auto work = [&](size_t begin, size_t end) {
     std::vector<float> scores;
-    std::vector<float> acc(static_cast<size_t>(d));
     for (size_t item = begin; item < end; ++item) {
       const int64_t t = static_cast<int64_t>(item) / heads, h = static_cast<int64_t>(item) % heads;
-      const int64_t kvh = h / group;
-      const int32_t* blocks = table + static_cast<int64_t>(token_row[static_cast<size_t>(t)]) * batch.max_blocks;
-      const int64_t n = static_cast<int64_t>(pos[t]) + 1;
-      scores.resize(static_cast<size_t>(n));
-      const float* qv = qp + (t * heads + h) * d;
-      const auto entry = [&](const float* base, int64_t j) {
-        return base + ((static_cast<int64_t>(blocks[j / bs]) * bs + j % bs) * kv_heads + kvh) * d;
-      };
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        const float s = kernels.dot(qv, entry(kp, j), d) * scale;
-        scores[static_cast<size_t>(j)] = s;
-        mx = std::max(mx, s);
-      }
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) {
-        const float e = std::exp(scores[static_cast<size_t>(j)] - mx);
-        scores[static_cast<size_t>(j)] = e;
-        sum = sum + e;
-      }
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j < n; ++j) kernels.axpy(scores[static_cast<size_t>(j)], entry(vp, j), acc.data(), d);
-      const float inv = 1.0f / sum;
-      float* o = op_out + (t * heads + h) * d;
-      for (int64_t i = 0; i < d; ++i) o[i] = acc[static_cast<size_t>(i)] * inv;
+      AttendArgs args;
+      args.n = static_cast<int64_t>(pos[t]) + 1;
+      scores.resize(static_cast<size_t>(args.n));
+      args.q = qp + (t * heads + h) * d;
+      args.k = kp + (h / group) * d;
+      args.v = vp + (h / group) * d;
+      args.blocks = table + static_cast<int64_t>(token_row[static_cast<size_t>(t)]) * batch.max_blocks;
+      args.block_size = bs;
+      args.stride = kv_heads * d;
+      args.d = d;
+      args.scale = scale;
+      args.scores = scores.data();
+      args.out = op_out + (t * heads + h) * d;
+      kernels.attend(args);
     }
   };
   // Per (token, head): two passes over up to max_row_len cached positions of head_dim floats.

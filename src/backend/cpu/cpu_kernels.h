@@ -27,16 +27,33 @@ struct LinearArgs {
 // tail handling, reduction tree) does not depend on M, on m's place in a register tile, or on
 // the [n_begin, n_end) split, so results are batch- and thread-count-invariant.
 using LinearFn = void (*)(const LinearArgs& args, int64_t n_begin, int64_t n_end);
-// Fixed-order dot product of two f32 vectors of length n.
-using DotFn = float (*)(const float* a, const float* b, int64_t n);
-// y[i] += a * x[i], element by element (no reduction: order-free).
-using AxpyFn = void (*)(float a, const float* x, float* y, int64_t n);
+
+// One (token, head) of causal attention over a paged cache: cache position j (0 <= j < n) lives
+// in slot blocks[j / block_size] * block_size + j % block_size, whose key is at k + slot * stride
+// (k already points at this head's kv head), likewise its value.
+struct AttendArgs {
+  const float* q = nullptr;  // [d]
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const int32_t* blocks = nullptr;
+  int64_t block_size = 0;
+  int64_t stride = 0;  // floats between consecutive slots (kv_heads * d)
+  int64_t d = 0;
+  int64_t n = 0;  // positions attended: 0 .. n - 1
+  float scale = 1.0f;
+  float* scores = nullptr;  // scratch [n]
+  float* out = nullptr;     // [d]
+};
+// Invariant: out is a pure function of (q, the n keys and values, scale): scores in position
+// order, their max, exp and their sum with a lane assignment fixed by the position index, then
+// the weighted values accumulated in position order. Nothing depends on the other tokens of the
+// call, so outputs are batch-, chunking- and thread-invariant.
+using AttendFn = void (*)(const AttendArgs& args);
 
 struct Kernels {
   const char* isa;  // "scalar", "avx2", "avx512", "avx512-bf16"
   LinearFn linear;
-  DotFn dot;
-  AxpyFn axpy;
+  AttendFn attend;
   // linear wants LinearArgs::x_bf16 filled when the weights are bf16.
   bool bf16_activations = false;
 };
@@ -44,6 +61,11 @@ struct Kernels {
 // Instruction-set kernel files must not instantiate std templates or other inline functions
 // with out-of-line bodies: the linker keeps one copy of each, possibly the AVX-512 one, and
 // would hand it to the portable path.
+
+// The attention kernels of each instruction set (attention_*.cpp), gathered into the tables.
+void attend_scalar(const AttendArgs& args);
+void attend_avx2(const AttendArgs& args);
+void attend_avx512(const AttendArgs& args);
 
 const Kernels& scalar_kernels();
 const Kernels& avx2_kernels();

@@ -135,29 +135,10 @@ void linear_avx2(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
-float dot_avx2(const float* a, const float* b, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc);
-  if (k < n) acc = _mm256_fmadd_ps(load_x_tail(a + k, n - k), load_x_tail(b + k, n - k), acc);
-  return hsum(acc);
-}
-
-void axpy_avx2(float s, const float* x, float* y, int64_t n) {
-  const __m256 sv = _mm256_set1_ps(s);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(sv, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  }
-  for (; i < n; ++i) {
-    y[i] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(s), _mm_set_ss(x[i]), _mm_set_ss(y[i])));
-  }
-}
-
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels k{"avx2", linear_avx2, dot_avx2, axpy_avx2};
+  static const Kernels k{"avx2", linear_avx2, attend_avx2};
   return k;
 }
 

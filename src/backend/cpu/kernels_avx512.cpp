@@ -141,33 +141,10 @@ void linear_avx512(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
-float dot_avx512(const float* a, const float* b, int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc);
-  if (k < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - k)) - 1u);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), acc);
-  }
-  return hsum(acc);
-}
-
-void axpy_avx512(float s, const float* x, float* y, int64_t n) {
-  const __m512 sv = _mm512_set1_ps(s);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(sv, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
-  }
-  if (i < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
-  }
-}
-
 }  // namespace
 
 const Kernels& avx512_kernels() {
-  static const Kernels k{"avx512", linear_avx512, dot_avx512, axpy_avx512};
+  static const Kernels k{"avx512", linear_avx512, attend_avx512};
   return k;
 }
 

@@ -1,4 +1,4 @@
-// Portable kernels (no instruction-set extensions): the reference path of the CPU backend and
+// Portable linear (no instruction-set extensions): the reference path of the CPU backend and
 // the fallback on CPUs without AVX2. Each dot product keeps 16 partial sums (lane l takes the
 // k ≡ l mod 16 terms) and folds them with a fixed tree, so the compiler may vectorise the lanes
 // without changing any result.
@@ -69,17 +69,10 @@ void linear_scalar(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
-void axpy_scalar(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float p = a * x[i];
-    y[i] = y[i] + p;
-  }
-}
-
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", linear_scalar, dot_lanes, axpy_scalar};
+  static const Kernels k{"scalar", linear_scalar, attend_scalar};
   return k;
 }
 
