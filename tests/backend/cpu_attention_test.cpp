@@ -44,8 +44,8 @@ void step(Backend& backend, Pools& pools, const std::vector<std::pair<Seq*, int6
   const int64_t R = static_cast<int64_t>(segs.size());
   int64_t T = 0;
   for (const auto& [s, n] : segs) T += n;
-  HostTensor positions(DType::i32, {T}), slots(DType::i32, {T}), starts(DType::i32, {R + 1}),
-      lens(DType::i32, {R}), table(DType::i32, {R, kMaxBlocks});
+  HostTensor positions(DType::i32, {T}), slots(DType::i32, {T}), starts(DType::i32, {R + 1}), lens(DType::i32, {R}),
+      table(DType::i32, {R, kMaxBlocks});
   HostTensor q(DType::f32, {T, kHeads, kDim}), k(DType::f32, {T, kKvHeads, kDim}), v(DType::f32, {T, kKvHeads, kDim});
   HostTensor out(DType::f32, {T, kHeads, kDim});
   AttentionBatch b;
@@ -102,82 +102,83 @@ class CpuAttention : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CpuAttention, MatchesDoubleReference) {
   for (int64_t dim : kDims) {
-  kDim = dim;
-  std::mt19937 rng(21);
-  auto backend = make_cpu(GetParam(), 2);
-  Pools pools;
-  auto tables = block_tables(rng, 3);
-  Seq a(rng, 13, tables[0]), b(rng, 5, tables[1]), c(rng, 29, tables[2]);
-  step(*backend, pools, {{&a, 6}, {&b, 5}, {&c, 20}});
-  step(*backend, pools, {{&c, 9}, {&a, 7}});
-  for (const Seq* s : {&a, &b, &c}) {
-    for (int64_t t = 0; t < s->len; ++t) {
-      for (int64_t h = 0; h < kHeads; ++h) {
-        const int64_t kvh = h / (kHeads / kKvHeads);
-        std::vector<double> w(static_cast<size_t>(t + 1));
-        double mx = -1e300, sum = 0;
-        for (int64_t j = 0; j <= t; ++j) {
-          double dot = 0;
-          for (int64_t i = 0; i < kDim; ++i) {
-            dot += static_cast<double>(s->q[static_cast<size_t>((t * kHeads + h) * kDim + i)]) *
-                   s->k[static_cast<size_t>((j * kKvHeads + kvh) * kDim + i)];
-          }
-          w[static_cast<size_t>(j)] = dot * scale_for_dim();
-          mx = std::max(mx, w[static_cast<size_t>(j)]);
-        }
-        for (double& x : w) sum += (x = std::exp(x - mx));
-        for (int64_t i = 0; i < kDim; ++i) {
-          double ref = 0, mag = 0;
+    kDim = dim;
+    std::mt19937 rng(21);
+    auto backend = make_cpu(GetParam(), 2);
+    Pools pools;
+    auto tables = block_tables(rng, 3);
+    Seq a(rng, 13, tables[0]), b(rng, 5, tables[1]), c(rng, 29, tables[2]);
+    step(*backend, pools, {{&a, 6}, {&b, 5}, {&c, 20}});
+    step(*backend, pools, {{&c, 9}, {&a, 7}});
+    for (const Seq* s : {&a, &b, &c}) {
+      for (int64_t t = 0; t < s->len; ++t) {
+        for (int64_t h = 0; h < kHeads; ++h) {
+          const int64_t kvh = h / (kHeads / kKvHeads);
+          std::vector<double> w(static_cast<size_t>(t + 1));
+          double mx = -1e300, sum = 0;
           for (int64_t j = 0; j <= t; ++j) {
-            const double term = w[static_cast<size_t>(j)] / sum * s->v[static_cast<size_t>((j * kKvHeads + kvh) * kDim + i)];
-            ref += term;
-            mag += std::fabs(term);
+            double dot = 0;
+            for (int64_t i = 0; i < kDim; ++i) {
+              dot += static_cast<double>(s->q[static_cast<size_t>((t * kHeads + h) * kDim + i)]) *
+                     s->k[static_cast<size_t>((j * kKvHeads + kvh) * kDim + i)];
+            }
+            w[static_cast<size_t>(j)] = dot * scale_for_dim();
+            mx = std::max(mx, w[static_cast<size_t>(j)]);
           }
-          ASSERT_NEAR(s->out[static_cast<size_t>((t * kHeads + h) * kDim + i)], ref, 1e-5 * mag)
-              << "head_dim " << kDim << " len " << s->len << " token " << t << " head " << h << " dim " << i;
+          for (double& x : w) sum += (x = std::exp(x - mx));
+          for (int64_t i = 0; i < kDim; ++i) {
+            double ref = 0, mag = 0;
+            for (int64_t j = 0; j <= t; ++j) {
+              const double term =
+                  w[static_cast<size_t>(j)] / sum * s->v[static_cast<size_t>((j * kKvHeads + kvh) * kDim + i)];
+              ref += term;
+              mag += std::fabs(term);
+            }
+            ASSERT_NEAR(s->out[static_cast<size_t>((t * kHeads + h) * kDim + i)], ref, 1e-5 * mag)
+                << "head_dim " << kDim << " len " << s->len << " token " << t << " head " << h << " dim " << i;
+          }
         }
       }
     }
-  }
   }
 }
 
 TEST_P(CpuAttention, RowOutputIgnoresNeighboursChunkingAndThreads) {
   for (int64_t dim : kDims) {
-  kDim = dim;
-  std::vector<std::vector<float>> results;
-  for (size_t threads : {1, 2}) {
-    auto backend = make_cpu(GetParam(), threads);
-    for (int mode = 0; mode < 5; ++mode) {
-      std::mt19937 rng(33);  // same data for every mode
-      auto tables = block_tables(rng, 3);
-      Seq row(rng, 12, tables[0]), left(rng, 30, tables[1]), right(rng, 9, tables[2]);
-      Pools pools;
-      switch (mode) {
-        case 0:  // alone, one chunk of 12
-          step(*backend, pools, {{&row, 12}});
-          break;
-        case 1:  // twelve one-token calls
-          for (int i = 0; i < 12; ++i) step(*backend, pools, {{&row, 1}});
-          break;
-        case 2:  // windows of 3
-          for (int i = 0; i < 4; ++i) step(*backend, pools, {{&row, 3}});
-          break;
-        case 3:  // one chunk of 12 between two other rows
-          step(*backend, pools, {{&left, 30}, {&row, 12}, {&right, 9}});
-          break;
-        case 4:  // windows of 3 beside rows that are decoding, then prefilling
-          step(*backend, pools, {{&left, 20}, {&right, 4}});
-          for (int i = 0; i < 4; ++i) step(*backend, pools, {{&right, 1}, {&row, 3}, {&left, i < 2 ? 5 : 0}});
-          break;
+    kDim = dim;
+    std::vector<std::vector<float>> results;
+    for (size_t threads : {1, 2}) {
+      auto backend = make_cpu(GetParam(), threads);
+      for (int mode = 0; mode < 5; ++mode) {
+        std::mt19937 rng(33);  // same data for every mode
+        auto tables = block_tables(rng, 3);
+        Seq row(rng, 12, tables[0]), left(rng, 30, tables[1]), right(rng, 9, tables[2]);
+        Pools pools;
+        switch (mode) {
+          case 0:  // alone, one chunk of 12
+            step(*backend, pools, {{&row, 12}});
+            break;
+          case 1:  // twelve one-token calls
+            for (int i = 0; i < 12; ++i) step(*backend, pools, {{&row, 1}});
+            break;
+          case 2:  // windows of 3
+            for (int i = 0; i < 4; ++i) step(*backend, pools, {{&row, 3}});
+            break;
+          case 3:  // one chunk of 12 between two other rows
+            step(*backend, pools, {{&left, 30}, {&row, 12}, {&right, 9}});
+            break;
+          case 4:  // windows of 3 beside rows that are decoding, then prefilling
+            step(*backend, pools, {{&left, 20}, {&right, 4}});
+            for (int i = 0; i < 4; ++i) step(*backend, pools, {{&right, 1}, {&row, 3}, {&left, i < 2 ? 5 : 0}});
+            break;
+        }
+        results.push_back(row.out);
       }
-      results.push_back(row.out);
     }
-  }
-  for (size_t i = 1; i < results.size(); ++i) {
-    ASSERT_TRUE(same_bits(results[0].data(), results[i].data(), results[0].size()))
-        << "head_dim " << kDim << " config " << i;
-  }
+    for (size_t i = 1; i < results.size(); ++i) {
+      ASSERT_TRUE(same_bits(results[0].data(), results[i].data(), results[0].size()))
+          << "head_dim " << kDim << " config " << i;
+    }
   }
 }
 
@@ -196,7 +197,9 @@ TEST_P(CpuAttention, RefusesPositionsOutsideTheCache) {
   starts.i()[1] = 1;
   lens.i()[0] = 4;
   std::memcpy(table.i(), s.blocks.data(), kMaxBlocks * sizeof(int32_t));
-  AttentionBatch b{positions.t, slots.t, starts.t, lens.t, table.t, 1, 1, static_cast<int>(kMaxBlocks), static_cast<int>(kBlock), 4, 1};
+  AttentionBatch b{
+      positions.t, slots.t, starts.t, lens.t, table.t, 1, 1, static_cast<int>(kMaxBlocks), static_cast<int>(kBlock),
+      4,           1};
   EXPECT_THROW(backend->attention(q.t, pools.k.t, pools.v.t, b, scale_for_dim(), out.t), Error);
   positions.i()[0] = 3;
   table.i()[0] = static_cast<int32_t>(kBlocks);

@@ -74,7 +74,8 @@ TEST_P(CpuElementwise, RopeRotatesHalvesLikeTransformers) {
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t i = 0; i < half; ++i) {
         const float angle = static_cast<float>(pos.i()[t]) * inv_freq.f()[i];  // f32 product, as specified
-        const double c = std::cos(static_cast<double>(angle)) * scaling, s = std::sin(static_cast<double>(angle)) * scaling;
+        const double c = std::cos(static_cast<double>(angle)) * scaling,
+                     s = std::sin(static_cast<double>(angle)) * scaling;
         const double x1 = orig[static_cast<size_t>((t * heads + h) * d + i)];
         const double x2 = orig[static_cast<size_t>((t * heads + h) * d + i + half)];
         const double bound = 1e-5 * (std::fabs(x1 * c) + std::fabs(x2 * s));

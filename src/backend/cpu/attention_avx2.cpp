@@ -88,7 +88,8 @@ void attend_avx2(const AttendArgs& a) {
     const int64_t count = a.n - j0 < a.block_size ? a.n - j0 : a.block_size;
     int64_t j = 0;
     for (; j + 4 <= count; j += 4) {
-      const float* k[4] = {kb + j * a.stride, kb + (j + 1) * a.stride, kb + (j + 2) * a.stride, kb + (j + 3) * a.stride};
+      const float* k[4] = {kb + j * a.stride, kb + (j + 1) * a.stride, kb + (j + 2) * a.stride,
+                           kb + (j + 3) * a.stride};
       scores<4>(a.q, k, a.d, a.scale, a.scores + j0 + j);
     }
     for (; j < count; ++j) {
@@ -106,8 +107,8 @@ void attend_avx2(const AttendArgs& a) {
   __m256 sum = _mm256_setzero_ps();
   for (int64_t j = 0; j < a.n; j += 8) {
     const __m256i m = tail_mask(a.n - j);
-    const __m256 e = _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(a.scores + j, m), mxv)),
-                                   _mm256_castsi256_ps(m));
+    const __m256 e =
+        _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(a.scores + j, m), mxv)), _mm256_castsi256_ps(m));
     _mm256_maskstore_ps(a.scores + j, m, e);
     sum = _mm256_add_ps(sum, e);
   }
@@ -115,10 +116,17 @@ void attend_avx2(const AttendArgs& a) {
   int64_t first = 0;
   for (; first + 32 <= a.d; first += 32) weighted_values<4>(a, first, a.out);
   switch ((a.d - first + 7) / 8) {
-    case 1: weighted_values<1>(a, first, a.out); break;
-    case 2: weighted_values<2>(a, first, a.out); break;
-    case 3: weighted_values<3>(a, first, a.out); break;
-    default: break;
+    case 1:
+      weighted_values<1>(a, first, a.out);
+      break;
+    case 2:
+      weighted_values<2>(a, first, a.out);
+      break;
+    case 3:
+      weighted_values<3>(a, first, a.out);
+      break;
+    default:
+      break;
   }
   for (int64_t i = 0; i < a.d; i += 8) {
     const __m256i m = tail_mask(a.d - i);

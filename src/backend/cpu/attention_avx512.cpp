@@ -86,7 +86,8 @@ void attend_avx512(const AttendArgs& a) {
     const int64_t count = a.n - j0 < a.block_size ? a.n - j0 : a.block_size;
     int64_t j = 0;
     for (; j + 4 <= count; j += 4) {
-      const float* k[4] = {kb + j * a.stride, kb + (j + 1) * a.stride, kb + (j + 2) * a.stride, kb + (j + 3) * a.stride};
+      const float* k[4] = {kb + j * a.stride, kb + (j + 1) * a.stride, kb + (j + 2) * a.stride,
+                           kb + (j + 3) * a.stride};
       scores<4>(a.q, k, a.d, a.scale, a.scores + j0 + j);
     }
     for (; j < count; ++j) {
@@ -104,7 +105,8 @@ void attend_avx512(const AttendArgs& a) {
   __m512 sum = _mm512_setzero_ps();
   for (int64_t j = 0; j < a.n; j += 16) {
     const __mmask16 m = tail_mask(a.n - j);
-    const __m512 e = _mm512_maskz_mov_ps(m, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, a.scores + j), mxv)));
+    const __m512 e =
+        _mm512_maskz_mov_ps(m, exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, a.scores + j), mxv)));
     _mm512_mask_storeu_ps(a.scores + j, m, e);
     sum = _mm512_add_ps(sum, e);
   }
@@ -113,10 +115,17 @@ void attend_avx512(const AttendArgs& a) {
   int64_t first = 0;
   for (; first + 64 <= a.d; first += 64) weighted_values<4>(a, first, a.out);
   switch ((a.d - first + 15) / 16) {
-    case 1: weighted_values<1>(a, first, a.out); break;
-    case 2: weighted_values<2>(a, first, a.out); break;
-    case 3: weighted_values<3>(a, first, a.out); break;
-    default: break;
+    case 1:
+      weighted_values<1>(a, first, a.out);
+      break;
+    case 2:
+      weighted_values<2>(a, first, a.out);
+      break;
+    case 3:
+      weighted_values<3>(a, first, a.out);
+      break;
+    default:
+      break;
   }
   for (int64_t i = 0; i < a.d; i += 16) {
     const __mmask16 m = tail_mask(a.d - i);

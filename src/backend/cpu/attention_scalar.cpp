@@ -31,7 +31,9 @@ float dot16(const float* a, const float* b, int64_t n) {
 }  // namespace
 
 void attend_scalar(const AttendArgs& a) {
-  const auto slot = [&](int64_t j) { return (static_cast<int64_t>(a.blocks[j / a.block_size]) * a.block_size + j % a.block_size) * a.stride; };
+  const auto slot = [&](int64_t j) {
+    return (static_cast<int64_t>(a.blocks[j / a.block_size]) * a.block_size + j % a.block_size) * a.stride;
+  };
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < a.n; ++j) {
     const float s = dot16(a.q, a.k + slot(j), a.d) * a.scale;

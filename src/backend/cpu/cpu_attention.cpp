@@ -54,8 +54,8 @@ void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tens
   }
 }
 
-void attention(ThreadPool& pool, const Kernels& kernels, const Tensor& q, const Tensor& k_pool,
-               const Tensor& v_pool, const AttentionBatch& batch, float scale, const Tensor& out) {
+void attention(ThreadPool& pool, const Kernels& kernels, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+               const AttentionBatch& batch, float scale, const Tensor& out) {
   const char* op = "attention";
   check_dtype(q, DType::f32, op, "q");
   check_dtype(out, DType::f32, op, "out");

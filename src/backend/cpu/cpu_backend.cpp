@@ -56,8 +56,8 @@ class CpuBackend final : public Backend {
   void copy(const Tensor& src, const Tensor& dst) override {
     cpu::check_host(src, "copy", "src");
     cpu::check_host(dst, "copy", "dst");
-    SPECDEC_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy: src ", src.shape_string(),
-                  " and dst ", dst.shape_string(), " differ in dtype or element count");
+    SPECDEC_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy: src ", src.shape_string(), " and dst ",
+                  dst.shape_string(), " differ in dtype or element count");
     if (src.data != dst.data && src.bytes() > 0) std::memmove(dst.data, src.data, src.bytes());
   }
   void synchronize() override {}
@@ -85,8 +85,8 @@ class CpuBackend final : public Backend {
                 const AttentionBatch& batch) override {
     cpu::kv_write(k, v, k_pool, v_pool, batch);
   }
-  void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch,
-                 float scale, const Tensor& out) override {
+  void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch, float scale,
+                 const Tensor& out) override {
     cpu::attention(pool_, kernels_, q, k_pool, v_pool, batch, scale, out);
   }
   void argmax(const Tensor& logits, const Tensor& out) override { cpu::argmax(pool_, logits, out); }

@@ -14,8 +14,8 @@ struct LinearArgs {
   const float* x = nullptr;  // [M, K]
   const void* w = nullptr;   // [N, K] of wdtype (f32, bf16 or f16)
   DType wdtype = DType::f32;
-  const float* bias = nullptr;  // [N] or null
-  float* out = nullptr;         // [M, N]
+  const float* bias = nullptr;       // [N] or null
+  float* out = nullptr;              // [M, N]
   const uint16_t* x_bf16 = nullptr;  // x rounded to bf16 [M, K], for kernels that ask for it
   int64_t M = 0;
   int64_t N = 0;

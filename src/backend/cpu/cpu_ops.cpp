@@ -18,10 +18,14 @@ void for_rows(ThreadPool& pool, int64_t rows, int64_t work_per_row, const std::f
 
 float load_f32(const void* p, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::i32: break;
+    case DType::f32:
+      return static_cast<const float*>(p)[i];
+    case DType::bf16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::i32:
+      break;
   }
   return 0.0f;
 }
@@ -90,8 +94,8 @@ void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& w
   a.N = weight.dim(0);
   SPECDEC_CHECK(weight.dim(1) == a.K, "linear: x ", x.shape_string(), " has K = ", a.K, " but weight is ",
                 weight.shape_string());
-  SPECDEC_CHECK(row_count(out) == a.M && row_length(out) == a.N, "linear: out ", out.shape_string(),
-                " must be [", a.M, ", ", a.N, "] for x ", x.shape_string(), " and weight ", weight.shape_string());
+  SPECDEC_CHECK(row_count(out) == a.M && row_length(out) == a.N, "linear: out ", out.shape_string(), " must be [", a.M,
+                ", ", a.N, "] for x ", x.shape_string(), " and weight ", weight.shape_string());
   if (bias) {
     check_dtype(*bias, DType::f32, "linear", "bias");
     SPECDEC_CHECK(bias->numel() == a.N, "linear: bias ", bias->shape_string(), " must have ", a.N, " elements");
@@ -122,8 +126,8 @@ void embedding(ThreadPool& pool, const Tensor& table, const Tensor& ids, const T
   check_dtype(out, DType::f32, "embedding", "out");
   SPECDEC_CHECK(table.rank == 2, "embedding: table must be [V, H], got ", table.shape_string());
   const int64_t V = table.dim(0), H = table.dim(1), T = ids.numel();
-  SPECDEC_CHECK(row_count(out) == T && row_length(out) == H, "embedding: out ", out.shape_string(), " must be [",
-                T, ", ", H, "]");
+  SPECDEC_CHECK(row_count(out) == T && row_length(out) == H, "embedding: out ", out.shape_string(), " must be [", T,
+                ", ", H, "]");
   const int32_t* id = ids.ptr<int32_t>();
   for (int64_t t = 0; t < T; ++t) {
     SPECDEC_CHECK(id[t] >= 0 && id[t] < V, "embedding: id ", id[t], " at ", t, " outside vocabulary of ", V);
@@ -239,8 +243,8 @@ void gather_rows(ThreadPool& pool, const Tensor& x, const Tensor& indices, const
   check_dtype(out, x.dtype, "gather_rows", "out");
   const int64_t rows = x.dim(0), n = indices.numel();
   const int64_t row_elems = rows == 0 ? 0 : x.numel() / rows;
-  SPECDEC_CHECK(out.dim(0) == n && out.numel() == n * row_elems, "gather_rows: out ", out.shape_string(),
-                " must hold ", n, " rows of ", row_elems, " elements");
+  SPECDEC_CHECK(out.dim(0) == n && out.numel() == n * row_elems, "gather_rows: out ", out.shape_string(), " must hold ",
+                n, " rows of ", row_elems, " elements");
   SPECDEC_CHECK(!overlaps(x, out) || n == 0, "gather_rows: out must not alias x");
   const int32_t* idx = indices.ptr<int32_t>();
   for (int64_t i = 0; i < n; ++i) {

@@ -40,7 +40,7 @@ void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out);
 
 void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
               const AttentionBatch& batch);
-void attention(ThreadPool& pool, const Kernels& kernels, const Tensor& q, const Tensor& k_pool,
-               const Tensor& v_pool, const AttentionBatch& batch, float scale, const Tensor& out);
+void attention(ThreadPool& pool, const Kernels& kernels, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+               const AttentionBatch& batch, float scale, const Tensor& out);
 
 }  // namespace specdec::cpu

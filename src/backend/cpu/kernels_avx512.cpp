@@ -134,10 +134,14 @@ void linear_typed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 
 void linear_avx512(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   switch (a.wdtype) {
-    case DType::f32: return linear_typed<DType::f32>(a, n_begin, n_end);
-    case DType::bf16: return linear_typed<DType::bf16>(a, n_begin, n_end);
-    case DType::f16: return linear_typed<DType::f16>(a, n_begin, n_end);
-    case DType::i32: return;
+    case DType::f32:
+      return linear_typed<DType::f32>(a, n_begin, n_end);
+    case DType::bf16:
+      return linear_typed<DType::bf16>(a, n_begin, n_end);
+    case DType::f16:
+      return linear_typed<DType::f16>(a, n_begin, n_end);
+    case DType::i32:
+      return;
   }
 }
 

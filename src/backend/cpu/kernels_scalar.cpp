@@ -48,7 +48,8 @@ void widen_row(const void* w, DType dtype, int64_t row, int64_t K, float* dst) {
       for (int64_t k = 0; k < K; ++k) dst[k] = f16_to_f32(src[k]);
       return;
     }
-    case DType::i32: break;
+    case DType::i32:
+      break;
   }
 }
 

@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   Buffer kp = filled(static_cast<size_t>(num_blocks) * bs * kv_heads * d);
   Buffer vp = filled(static_cast<size_t>(num_blocks) * bs * kv_heads * d);
   Buffer q = filled(static_cast<size_t>(R) * heads * d), out = filled(static_cast<size_t>(R) * heads * d);
-  std::vector<int32_t> positions(R, L - 1), slots(R), starts(R + 1), lens(R, L), table(static_cast<size_t>(R) * max_blocks);
+  std::vector<int32_t> positions(R, L - 1), slots(R), starts(R + 1), lens(R, L),
+      table(static_cast<size_t>(R) * max_blocks);
   for (int r = 0; r < R; ++r) {
     starts[r + 1] = r + 1;
     for (int b = 0; b < max_blocks; ++b) table[static_cast<size_t>(r * max_blocks + b)] = r * max_blocks + b;
@@ -51,7 +52,8 @@ int main(int argc, char** argv) {
   batch.block_size = bs;
   batch.max_row_len = L;
   batch.max_row_tokens = 1;
-  const Tensor kt(kp.data(), DType::f32, {num_blocks, bs, kv_heads, d}), vt(vp.data(), DType::f32, {num_blocks, bs, kv_heads, d});
+  const Tensor kt(kp.data(), DType::f32, {num_blocks, bs, kv_heads, d}),
+      vt(vp.data(), DType::f32, {num_blocks, bs, kv_heads, d});
   const Tensor qt(q.data(), DType::f32, {R, heads, d}), ot(out.data(), DType::f32, {R, heads, d});
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();

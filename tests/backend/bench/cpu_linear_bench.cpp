@@ -6,8 +6,8 @@
 // Usage: cpu_linear_bench [isa] [threads] [M] [seconds]
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,7 +32,9 @@ int main(int argc, char** argv) {
   const double seconds = argc > 4 ? std::stod(argv[4]) : 2.0;
   auto backend = make_backend(o);
 
-  struct Shape { int64_t n, k; };
+  struct Shape {
+    int64_t n, k;
+  };
   std::vector<Shape> shapes;
   for (int l = 0; l < 8; ++l) {
     for (Shape s : {Shape{512, 512}, Shape{128, 512}, Shape{128, 512}, Shape{512, 512}, Shape{1024, 512},
@@ -80,10 +82,10 @@ int main(int argc, char** argv) {
   } while (elapsed < seconds);
   // The best run is the least disturbed by other work on the machine.
   const double mean = elapsed / runs;
-  std::printf("%s M=%lld: best %.3f ms, mean %.3f ms per forward (%d runs), %.1f MB bf16 weights, best %.2f GB/s, "
-              "%.1f GFLOP/s; best process cpu time %.3f ms\n",
-              backend->name().c_str(), static_cast<long long>(M), best * 1e3, mean * 1e3, runs, weight_bytes / 1e6,
-              weight_bytes / best / 1e9, 2.0 * static_cast<double>(M) * (weight_bytes / 2) / best / 1e9,
-              best_cpu * 1e3);
+  std::printf(
+      "%s M=%lld: best %.3f ms, mean %.3f ms per forward (%d runs), %.1f MB bf16 weights, best %.2f GB/s, "
+      "%.1f GFLOP/s; best process cpu time %.3f ms\n",
+      backend->name().c_str(), static_cast<long long>(M), best * 1e3, mean * 1e3, runs, weight_bytes / 1e6,
+      weight_bytes / best / 1e9, 2.0 * static_cast<double>(M) * (weight_bytes / 2) / best / 1e9, best_cpu * 1e3);
   return 0;
 }
