@@ -13,6 +13,7 @@ namespace {
 
 void check_pool(const Tensor& pool, const AttentionBatch& batch, const char* op, const char* name) {
   check_dtype(pool, DType::f32, op, name);
+  SPECDEC_CHECK(batch.block_size > 0, op, ": batch.block_size is ", batch.block_size);
   SPECDEC_CHECK(pool.rank == 4, op, ": ", name, " must be [num_blocks, block_size, kv_heads, head_dim], got ",
                 pool.shape_string());
   SPECDEC_CHECK(pool.dim(1) == batch.block_size, op, ": ", name, " ", pool.shape_string(), " has block size ",
@@ -81,9 +82,11 @@ void attention(ThreadPool& pool, const Kernels& kernels, const Tensor& q, const 
   const int32_t* lens = batch.row_lens.ptr<int32_t>();
   const int32_t* table = batch.block_table.ptr<int32_t>();
   SPECDEC_CHECK(starts[0] == 0 && starts[R] == T, op, ": row_starts must run from 0 to ", T);
-  std::vector<int32_t> token_row(static_cast<size_t>(T));
   for (int64_t r = 0; r < R; ++r) {
     SPECDEC_CHECK(starts[r] <= starts[r + 1], op, ": row_starts decrease at row ", r);
+  }
+  std::vector<int32_t> token_row(static_cast<size_t>(T));
+  for (int64_t r = 0; r < R; ++r) {
     const int64_t len = lens[r];
     SPECDEC_CHECK(len >= 0 && (len + bs - 1) / bs <= batch.max_blocks, op, ": row ", r, " length ", len,
                   " exceeds its block table of ", batch.max_blocks, " blocks");
