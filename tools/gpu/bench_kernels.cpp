@@ -93,7 +93,8 @@ void print_row(const Result& r, double copy_bw) {
               gbps, 100.0 * r.bytes / s / copy_bw, tflops, 100.0 * tflops / kPeakTflops);
 }
 
-void write_json(const std::string& path, const std::string& device, double copy_bw, const std::vector<Result>& rs) {
+void write_json(const std::string& path, const std::string& device, double copy_bw, const std::vector<Result>& rs,
+                const std::vector<std::string>& profile) {
   std::ofstream f(path);
   SPECDEC_CHECK(f.good(), "bench: cannot write ", path);
   f << "{\n  \"device\": \"" << device << "\",\n  \"copy_bandwidth_gbps\": " << copy_bw / 1e9
@@ -108,6 +109,8 @@ void write_json(const std::string& path, const std::string& device, double copy_
       << ", \"fraction_of_peak_flops\": " << r.flops / s / 1e12 / kPeakTflops << "}"
       << (i + 1 < rs.size() ? "," : "") << "\n";
   }
+  f << "  ],\n  \"profile\": [\n";
+  for (size_t i = 0; i < profile.size(); ++i) f << "    " << profile[i] << (i + 1 < profile.size() ? "," : "") << "\n";
   f << "  ]\n}\n";
 }
 
@@ -174,7 +177,35 @@ int run(int argc, char** argv) {
     results.push_back(r);
     print_row(r, copy_bw);
   }
-  write_json(json, prop.name, copy_bw, results);
+  // Per-kernel times of one layer (layer 0) and the head, each kernel timed alone.
+  std::printf("\nper-kernel time (us), one layer, each kernel alone; 'x32 layers' = layer sum x 32 + head\n");
+  std::vector<std::string> profile_json;
+  for (auto* be : {inv.get(), fast.get()}) {
+    const char* mode = be == inv.get() ? "invariant" : "fast";
+    for (int B : {1, 8, 64}) {
+      Step step(*be, s, w, B, 1, context);
+      step.run();
+      std::string line = std::string("| ") + mode + " B=" + std::to_string(B) + " |";
+      std::string js = std::string("{\"mode\": \"") + mode + "\", \"batch\": " + std::to_string(B) + ", \"us\": {";
+      double layer_us = 0, head_us = 0;
+      auto ops = step.layer_ops(0);
+      auto head = step.head_ops();
+      for (size_t i = 0; i < ops.size() + head.size(); ++i) {
+        auto& op = i < ops.size() ? ops[i] : head[i - ops.size()];
+        const double us = 1e3 * time_ms(stream_of(*be), op.run, 3, 15);
+        (i < ops.size() ? layer_us : head_us) += us;
+        char buf[96];
+        std::snprintf(buf, sizeof buf, " %s %.1f |", op.name, us);
+        line += buf;
+        js += std::string(i ? ", " : "") + "\"" + std::to_string(i) + " " + op.name + "\": " + std::to_string(us);
+      }
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " layer %.1f | x32 layers %.0f |", layer_us, layer_us * s.layers + head_us);
+      std::printf("%s%s\n", line.c_str(), buf);
+      profile_json.push_back(js + "}}");
+    }
+  }
+  write_json(json, prop.name, copy_bw, results, profile_json);
   std::printf("\nJSON written to %s\n", json.c_str());
   return 0;
 }

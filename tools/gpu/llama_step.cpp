@@ -167,43 +167,63 @@ Step::Step(Backend& be, const Shape& s, Weights& w, int rows, int tokens_per_row
   be.synchronize();
 }
 
-void Step::run() {
+std::vector<Step::Op> Step::layer_ops(int l) {
   const Shape& s = s_;
   const int T = tokens_;
   const int64_t h = s.hidden, qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
-  const int64_t pool_shape_blocks = w_.pool_blocks;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  be_.embedding(view(w_.embed, DType::bf16, {s.vocab, h}), ids_, x_);
-  for (int l = 0; l < s.layers; ++l) {
-    const auto& L = w_.layers[static_cast<size_t>(l)];
-    const Tensor kp = view(w_.k_pools[static_cast<size_t>(l)], DType::bf16,
-                           {pool_shape_blocks, s.block_size, s.kv_heads, s.head_dim});
-    const Tensor vp = view(w_.v_pools[static_cast<size_t>(l)], DType::bf16,
-                           {pool_shape_blocks, s.block_size, s.kv_heads, s.head_dim});
-    be_.rms_norm(x_, view(L.ln1, DType::bf16, {h}), kEps, h_);
-    be_.linear(h_, view(L.q, DType::bf16, {qd, h}), nullptr, q_);
-    be_.linear(h_, view(L.k, DType::bf16, {kvd, h}), nullptr, k_);
-    be_.linear(h_, view(L.v, DType::bf16, {kvd, h}), nullptr, v_);
-    const Tensor q3 = q_.reshape({T, s.heads, s.head_dim});
-    const Tensor k3 = k_.reshape({T, s.kv_heads, s.head_dim});
-    const Tensor v3 = v_.reshape({T, s.kv_heads, s.head_dim});
-    be_.rope(q3, batch_.positions, inv_freq_, 1.0f);
-    be_.rope(k3, batch_.positions, inv_freq_, 1.0f);
-    be_.kv_write(k3, v3, kp, vp, batch_);
-    be_.attention(q3, kp, vp, batch_, scale, attn_.reshape({T, s.heads, s.head_dim}));
-    be_.linear(attn_, view(L.o, DType::bf16, {h, qd}), nullptr, tmp_);
-    be_.add(x_, tmp_, x_);
-    be_.rms_norm(x_, view(L.ln2, DType::bf16, {h}), kEps, h_);
-    be_.linear(h_, view(L.gate, DType::bf16, {s.intermediate, h}), nullptr, gate_);
-    be_.linear(h_, view(L.up, DType::bf16, {s.intermediate, h}), nullptr, up_);
-    be_.silu_mul(gate_, up_, gate_);
-    be_.linear(gate_, view(L.down, DType::bf16, {h, s.intermediate}), nullptr, tmp_);
-    be_.add(x_, tmp_, x_);
-  }
-  be_.gather_rows(x_, last_idx_, last_);
-  be_.rms_norm(last_, view(w_.norm, DType::bf16, {h}), kEps, last_);
-  be_.linear(last_, view(w_.lm_head, DType::bf16, {s.vocab, h}), nullptr, logits_);
-  be_.argmax(logits_, next_);
+  const auto& L = w_.layers[static_cast<size_t>(l)];
+  const int64_t blocks = w_.pool_blocks;
+  const Tensor kp = view(w_.k_pools[static_cast<size_t>(l)], DType::bf16, {blocks, s.block_size, s.kv_heads, s.head_dim});
+  const Tensor vp = view(w_.v_pools[static_cast<size_t>(l)], DType::bf16, {blocks, s.block_size, s.kv_heads, s.head_dim});
+  const Tensor q3 = q_.reshape({T, s.heads, s.head_dim});
+  const Tensor k3 = k_.reshape({T, s.kv_heads, s.head_dim});
+  const Tensor v3 = v_.reshape({T, s.kv_heads, s.head_dim});
+  const Tensor a3 = attn_.reshape({T, s.heads, s.head_dim});
+  const Tensor ln1 = view(L.ln1, DType::bf16, {h}), ln2 = view(L.ln2, DType::bf16, {h});
+  const Tensor wq = view(L.q, DType::bf16, {qd, h}), wk = view(L.k, DType::bf16, {kvd, h});
+  const Tensor wv = view(L.v, DType::bf16, {kvd, h}), wo = view(L.o, DType::bf16, {h, qd});
+  const Tensor wg = view(L.gate, DType::bf16, {s.intermediate, h}), wu = view(L.up, DType::bf16, {s.intermediate, h});
+  const Tensor wd = view(L.down, DType::bf16, {h, s.intermediate});
+  Backend& b = be_;
+  return {
+      {"rms_norm", [=, this, &b] { b.rms_norm(x_, ln1, kEps, h_); }},
+      {"linear q", [=, this, &b] { b.linear(h_, wq, nullptr, q_); }},
+      {"linear k", [=, this, &b] { b.linear(h_, wk, nullptr, k_); }},
+      {"linear v", [=, this, &b] { b.linear(h_, wv, nullptr, v_); }},
+      {"rope q", [=, this, &b] { b.rope(q3, batch_.positions, inv_freq_, 1.0f); }},
+      {"rope k", [=, this, &b] { b.rope(k3, batch_.positions, inv_freq_, 1.0f); }},
+      {"kv_write", [=, this, &b] { b.kv_write(k3, v3, kp, vp, batch_); }},
+      {"attention", [=, this, &b] { b.attention(q3, kp, vp, batch_, scale, a3); }},
+      {"linear o", [=, this, &b] { b.linear(attn_, wo, nullptr, tmp_); }},
+      {"add", [=, this, &b] { b.add(x_, tmp_, x_); }},
+      {"rms_norm", [=, this, &b] { b.rms_norm(x_, ln2, kEps, h_); }},
+      {"linear gate", [=, this, &b] { b.linear(h_, wg, nullptr, gate_); }},
+      {"linear up", [=, this, &b] { b.linear(h_, wu, nullptr, up_); }},
+      {"silu_mul", [=, this, &b] { b.silu_mul(gate_, up_, gate_); }},
+      {"linear down", [=, this, &b] { b.linear(gate_, wd, nullptr, tmp_); }},
+      {"add", [=, this, &b] { b.add(x_, tmp_, x_); }},
+  };
+}
+
+std::vector<Step::Op> Step::head_ops() {
+  const Shape& s = s_;
+  const int64_t h = s.hidden;
+  const Tensor norm = view(w_.norm, DType::bf16, {h}), head = view(w_.lm_head, DType::bf16, {s.vocab, h});
+  Backend& b = be_;
+  return {
+      {"gather_rows", [=, this, &b] { b.gather_rows(x_, last_idx_, last_); }},
+      {"rms_norm", [=, this, &b] { b.rms_norm(last_, norm, kEps, last_); }},
+      {"lm_head", [=, this, &b] { b.linear(last_, head, nullptr, logits_); }},
+      {"argmax", [=, this, &b] { b.argmax(logits_, next_); }},
+  };
+}
+
+void Step::run() {
+  be_.embedding(view(w_.embed, DType::bf16, {s_.vocab, s_.hidden}), ids_, x_);
+  for (int l = 0; l < s_.layers; ++l)
+    for (auto& op : layer_ops(l)) op.run();
+  for (auto& op : head_ops()) op.run();
 }
 
 }  // namespace specdec::bench

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -48,8 +49,15 @@ StepCost prefill_cost(const Shape& s, int tokens);
 // Allocates its activations and batch tensors up front (Prepared), so repeats time only kernels.
 class Step {
  public:
+  struct Op {
+    const char* name;
+    std::function<void()> run;
+  };
   Step(Backend& be, const Shape& s, Weights& w, int rows, int tokens_per_row, int context);
   void run();
+  // The kernels of layer l, in order, each callable alone (for per-kernel timing), and the head.
+  std::vector<Op> layer_ops(int l);
+  std::vector<Op> head_ops();
 
  private:
   Backend& be_;

@@ -1,7 +1,7 @@
 // Paged KV writes and causal paged attention over a ragged batch (prefill chunks, decode steps
 // and verify windows in one launch). One block per (token, head): warp w visits the row's cached
-// positions w, w + W, ... in increasing order with an online softmax; the W partial states are
-// then merged in warp order. The order depends only on the token's own row, so a row's output
+// positions w, w + W, ... in increasing order, in groups of kUnroll, with an online softmax; the
+// W partial states are then merged in warp order. The order depends only on the token's own row, so a row's output
 // is the same alone or with neighbours (batch invariant).
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -9,7 +9,7 @@
 namespace specdec::cuda {
 namespace {
 
-constexpr int kAttnWarps = 8;
+constexpr int kAttnWarps = 16;
 constexpr int kUnroll = 4;  // positions whose K/V loads a warp issues together
 
 template <typename T>
@@ -77,27 +77,40 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
         slot = static_cast<int64_t>(block) * a.block_size + p % a.block_size;
       }
       live[u] = slot >= 0 && slot < pool_slots;  // a bad table entry skips the position
+#pragma unroll
+      for (int j = 0; j < E; ++j) kv[u][j] = vv[u][j] = 0.0f;
       if (live[u]) {
         const int64_t off = (slot * a.kv_heads + kvh) * D + lane * E;
         load_lane<E>(kp + off, kv[u]);
         load_lane<E>(vp + off, vv[u]);
       }
     }
+    // Scores of the kUnroll positions (independent butterflies), then one online-softmax
+    // update for the group: the max over the group first, one rescale of the running state.
+    float sc[kUnroll];
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int j = 0; j < E; ++j) dot = fmaf(q[j], kv[u][j], dot);
+      sc[u] = warp_sum(dot) * a.scale;
+      if (live[u]) m_new = fmaxf(m_new, sc[u]);
+    }
+    if (m_new == -INFINITY) continue;  // no live position in this group (uniform across the warp)
+    const float corr = expf(m - m_new);  // 0 while nothing was seen (m = -inf)
+    l *= corr;
+#pragma unroll
+    for (int j = 0; j < E; ++j) acc[j] *= corr;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       if (!live[u]) continue;  // uniform across the warp
-      float s = 0.0f;
+      const float e = expf(sc[u] - m_new);
+      l += e;
 #pragma unroll
-      for (int j = 0; j < E; ++j) s = fmaf(q[j], kv[u][j], s);
-      s = warp_sum(s) * a.scale;
-      const float m_new = fmaxf(m, s);
-      const float corr = expf(m - m_new);  // 0 on the first position (m = -inf)
-      const float e = expf(s - m_new);
-      l = l * corr + e;
-#pragma unroll
-      for (int j = 0; j < E; ++j) acc[j] = fmaf(e, vv[u][j], acc[j] * corr);
-      m = m_new;
+      for (int j = 0; j < E; ++j) acc[j] = fmaf(e, vv[u][j], acc[j]);
     }
+    m = m_new;
   }
 
   if (lane == 0) {

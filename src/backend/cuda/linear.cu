@@ -1,5 +1,5 @@
 // The row-streaming linear kernel: out[M, N] = x[M, K] · w[N, K]ᵀ with f32 accumulation.
-// One warp owns one output column n (one row of w) and a tile of up to MT rows of x; x is staged
+// One warp owns R output columns (R rows of w) and a tile of up to MT rows of x; x is staged
 // in shared memory by K tiles, w is streamed once per M tile with 16-byte loads. The reduction
 // order of one output is fixed by K alone: lane l accumulates the 16-byte vectors l, l+32, ...
 // in increasing order (fma per element, in element order), then the tail elements, then the
@@ -25,44 +25,56 @@ struct Vec16 {
   }
 };
 
-template <typename W, int MT>
-__device__ __forceinline__ void accumulate_vec(const uint4& raw, const float* xs, int kc, int offset, float* acc) {
+// acc[r][m] += w_r[k .. k+V) · x_m[k .. k+V), one fma per element in element order.
+template <typename W, int MT, int R>
+__device__ __forceinline__ void accumulate_vec(const uint4 (&raw)[R], const float* xs, int kc, int offset,
+                                               float (&acc)[R][MT]) {
   constexpr int V = Vec16<W>::n;
-  float wf[V];
-  Vec16<W>::widen(raw, wf);
+  float wf[R][V];
+#pragma unroll
+  for (int r = 0; r < R; ++r) Vec16<W>::widen(raw[r], wf[r]);
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     const float4* xr = reinterpret_cast<const float4*>(xs + m * kc + offset);
 #pragma unroll
     for (int q = 0; q < V / 4; ++q) {
       const float4 xv = xr[q];
-      acc[m] = fmaf(wf[4 * q + 0], xv.x, acc[m]);
-      acc[m] = fmaf(wf[4 * q + 1], xv.y, acc[m]);
-      acc[m] = fmaf(wf[4 * q + 2], xv.z, acc[m]);
-      acc[m] = fmaf(wf[4 * q + 3], xv.w, acc[m]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        acc[r][m] = fmaf(wf[r][4 * q + 0], xv.x, acc[r][m]);
+        acc[r][m] = fmaf(wf[r][4 * q + 1], xv.y, acc[r][m]);
+        acc[r][m] = fmaf(wf[r][4 * q + 2], xv.z, acc[r][m]);
+        acc[r][m] = fmaf(wf[r][4 * q + 3], xv.w, acc[r][m]);
+      }
     }
   }
 }
 
-// kVec: w rows are 16-byte aligned and loaded as vectors; otherwise element by element (V = 1),
-// chosen by K and the weight's alignment only, never by M.
-template <typename W, int MT, bool kVec>
+// One warp computes R consecutive output columns for MT rows of x. kVec: w rows are 16-byte
+// aligned and read as vectors; otherwise element by element (V = 1). kVec is chosen by K and the
+// weight's alignment, R by N: never by M, so the per-output order never depends on M.
+template <typename W, int MT, int R, bool kVec>
 __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const float* __restrict__ x, const W* __restrict__ w,
                                                                const float* __restrict__ bias, float* __restrict__ out,
                                                                int M, int N, int K, int kc) {
   extern __shared__ float4 smem_raw[];
   float* xs = reinterpret_cast<float*>(smem_raw);  // [MT][kc]
   constexpr int V = kVec ? Vec16<W>::n : 1;
+  constexpr int U = R >= 4 ? 1 : 4 / R;  // vectors per row loaded together: R * U loads in flight
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n = blockIdx.x * kWarps + warp;
+  const int n0 = (blockIdx.x * kWarps + warp) * R;
   const int m0 = blockIdx.y * MT;
   const int mt = min(MT, M - m0);
   const int kvec_end = K / V * V;
-  const W* wrow = w + static_cast<int64_t>(n < N ? n : 0) * K;
-
-  float acc[MT];
+  const W* wrow[R];
 #pragma unroll
-  for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+  for (int r = 0; r < R; ++r) wrow[r] = w + static_cast<int64_t>(min(n0 + r, N - 1)) * K;  // clamped: not stored
+
+  float acc[R][MT];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
 
   for (int k0 = 0; k0 < K; k0 += kc) {
     const int klen = min(kc, K - k0);
@@ -72,64 +84,87 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const float* __re
       xs[m * kc + k] = m < mt ? x[static_cast<int64_t>(m0 + m) * K + k0 + k] : 0.0f;
     }
     __syncthreads();
-    if (n >= N) continue;
+    if (n0 >= N) continue;
     const int vend = min(k0 + klen, kvec_end);
     int k = k0 + lane * V;
     if constexpr (kVec) {
-      // Four independent 16-byte loads in flight per lane; same per-lane order as one at a time.
-      for (; k + 3 * 32 * V < vend; k += 4 * 32 * V) {
-        uint4 raw[4];
+      for (; k + (U - 1) * 32 * V < vend; k += U * 32 * V) {
+        uint4 raw[U][R];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) raw[u] = __ldg(reinterpret_cast<const uint4*>(wrow + k + u * 32 * V));
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int u = 0; u < 4; ++u) accumulate_vec<W, MT>(raw[u], xs, kc, k + u * 32 * V - k0, acc);
+          for (int r = 0; r < R; ++r) raw[u][r] = __ldg(reinterpret_cast<const uint4*>(wrow[r] + k + u * 32 * V));
+#pragma unroll
+        for (int u = 0; u < U; ++u) accumulate_vec<W, MT, R>(raw[u], xs, kc, k + u * 32 * V - k0, acc);
       }
-      for (; k < vend; k += 32 * V) {
-        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(wrow + k));
-        accumulate_vec<W, MT>(raw, xs, kc, k - k0, acc);
+      for (; k < vend; k += 32 * V) {  // the last vectors, one at a time (same per-lane order)
+        uint4 raw[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) raw[r] = __ldg(reinterpret_cast<const uint4*>(wrow[r] + k));
+        accumulate_vec<W, MT, R>(raw, xs, kc, k - k0, acc);
       }
       if (k0 + klen == K) {  // tail elements past the last whole vector (fewer than V < 32)
         const int kt = kvec_end + lane;
         if (kt < K) {
-          const float wv = to_float(wrow[kt]);
 #pragma unroll
-          for (int m = 0; m < MT; ++m) acc[m] = fmaf(wv, xs[m * kc + kt - k0], acc[m]);
+          for (int r = 0; r < R; ++r) {
+            const float wv = to_float(wrow[r][kt]);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) acc[r][m] = fmaf(wv, xs[m * kc + kt - k0], acc[r][m]);
+          }
         }
       }
     } else {
       for (; k < vend; k += 32) {
-        const float wv = to_float(wrow[k]);
 #pragma unroll
-        for (int m = 0; m < MT; ++m) acc[m] = fmaf(wv, xs[m * kc + k - k0], acc[m]);
+        for (int r = 0; r < R; ++r) {
+          const float wv = to_float(wrow[r][k]);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) acc[r][m] = fmaf(wv, xs[m * kc + k - k0], acc[r][m]);
+        }
       }
     }
   }
-  if (n >= N) return;
+  if (n0 >= N) return;
 #pragma unroll
-  for (int m = 0; m < MT; ++m) acc[m] = warp_sum(acc[m]);
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = warp_sum(acc[r][m]);
   if (lane == 0) {
-    const float b = bias ? bias[n] : 0.0f;
-    for (int m = 0; m < mt; ++m) out[static_cast<int64_t>(m0 + m) * N + n] = acc[m] + b;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int n = n0 + r;
+      if (n >= N) break;
+      const float b = bias ? bias[n] : 0.0f;
+      for (int m = 0; m < mt; ++m) out[static_cast<int64_t>(m0 + m) * N + n] = acc[r][m] + b;
+    }
   }
+}
+
+template <typename W, int MT, int R, bool kVec>
+void launch_shape(const float* x, const void* w, const float* bias, float* out, int M, int N, int K,
+                  cudaStream_t stream) {
+  // K tile: as much of K as fits the budget, a multiple of 256 (whole vectors for every lane).
+  int kc = kSmemBudget / (MT * static_cast<int>(sizeof(float))) / 256 * 256;
+  const int k_round = (K + 255) / 256 * 256;
+  if (kc > k_round) kc = k_round;
+  const int cols_per_block = kWarps * R;
+  const dim3 grid((N + cols_per_block - 1) / cols_per_block, (M + MT - 1) / MT);
+  const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
+  linear_rows_kernel<W, MT, R, kVec><<<grid, kThreads, smem, stream>>>(x, static_cast<const W*>(w), bias, out, M, N,
+                                                                      K, kc);
 }
 
 template <typename W, int MT>
 void launch_tile(const float* x, const void* w, const float* bias, float* out, int M, int N, int K,
                  cudaStream_t stream) {
-  // K tile: as much of K as fits the budget, a multiple of 256 (whole vectors for every lane).
-  int kc = kSmemBudget / (MT * static_cast<int>(sizeof(float))) / 256 * 256;
-  const int k_round = (K + 255) / 256 * 256;
-  if (kc > k_round) kc = k_round;
-  const dim3 grid((N + kWarps - 1) / kWarps, (M + MT - 1) / MT);
-  const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
   const bool vec = K % Vec16<W>::n == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  if (vec) {
-    linear_rows_kernel<W, MT, true><<<grid, kThreads, smem, stream>>>(
-        x, static_cast<const W*>(w), bias, out, M, N, K, kc);
-  } else {
-    linear_rows_kernel<W, MT, false><<<grid, kThreads, smem, stream>>>(
-        x, static_cast<const W*>(w), bias, out, M, N, K, kc);
-  }
+  if (!vec) return launch_shape<W, MT, 1, false>(x, w, bias, out, M, N, K, stream);
+  // Columns per warp by N only: enough blocks to fill the GPU, and x (staged per block) reused
+  // across more weight rows when N is large.
+  if (N >= 8192) return launch_shape<W, MT, 4, true>(x, w, bias, out, M, N, K, stream);
+  if (N >= 2048) return launch_shape<W, MT, 2, true>(x, w, bias, out, M, N, K, stream);
+  launch_shape<W, MT, 1, true>(x, w, bias, out, M, N, K, stream);
 }
 
 template <typename W>
