@@ -1,7 +1,7 @@
 // kv_write + attention over paged pools on every instruction set this CPU has: against a
 // double-precision causal GQA reference, and bit-exact invariance of a row's outputs whether it
 // runs alone or beside other rows, and whether its tokens arrive as one chunk, one by one, or in
-// windows of 3 (the cache filled incrementally), with 1 or 2 threads.
+// windows of 3 (the cache filled incrementally), with 1, 2 or 4 threads.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -11,9 +11,9 @@
 namespace specdec::test {
 namespace {
 
-constexpr int64_t kHeads = 4, kKvHeads = 2, kBlock = 4, kBlocks = 64, kMaxBlocks = 8;
+constexpr int64_t kHeads = 12, kKvHeads = 2, kBlock = 4, kBlocks = 64, kMaxBlocks = 8;
 // Head dims the tests sweep: below one vector, the common 64 and 128, and ragged tails past them.
-constexpr int64_t kDims[] = {20, 64, 80, 136};
+constexpr int64_t kDims[] = {20, 64, 80, 136, 264};
 int64_t kDim = 20;  // the head dim of the current sweep step
 
 // One sequence's data: q/k/v for each of its tokens, and its place in the pools.
@@ -147,7 +147,7 @@ TEST_P(CpuAttention, RowOutputIgnoresNeighboursChunkingAndThreads) {
   for (int64_t dim : kDims) {
     kDim = dim;
     std::vector<std::vector<float>> results;
-    for (size_t threads : {1, 2}) {
+    for (size_t threads : {1, 2, 4}) {  // 4: heads sharing a kv head get split over threads
       auto backend = make_cpu(GetParam(), threads);
       for (int mode = 0; mode < 5; ++mode) {
         std::mt19937 rng(33);  // same data for every mode

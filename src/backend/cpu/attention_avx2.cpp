@@ -82,7 +82,9 @@ void weighted_values(const AttendArgs& a, int64_t first, float* acc_out) {
 
 }  // namespace
 
-void attend_avx2(const AttendArgs& a) {
+namespace {
+
+void attend_one(const AttendArgs& a) {
   for (int64_t j0 = 0; j0 < a.n; j0 += a.block_size) {
     const float* kb = a.k + static_cast<int64_t>(a.blocks[j0 / a.block_size]) * a.block_size * a.stride;
     const int64_t count = a.n - j0 < a.block_size ? a.n - j0 : a.block_size;
@@ -131,6 +133,19 @@ void attend_avx2(const AttendArgs& a) {
   for (int64_t i = 0; i < a.d; i += 8) {
     const __m256i m = tail_mask(a.d - i);
     _mm256_maskstore_ps(a.out + i, m, _mm256_mul_ps(_mm256_maskload_ps(a.out + i, m), inv));
+  }
+}
+
+}  // namespace
+
+void attend_avx2(const AttendArgs& a) {
+  for (int64_t g = 0; g < a.heads; ++g) {
+    AttendArgs one = a;
+    one.heads = 1;
+    one.q = a.q + g * a.d;
+    one.out = a.out + g * a.d;
+    one.scores = a.scores + g * a.n;
+    attend_one(one);
   }
 }
 

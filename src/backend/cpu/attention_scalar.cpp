@@ -30,7 +30,9 @@ float dot16(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-void attend_scalar(const AttendArgs& a) {
+namespace {
+
+void attend_one(const AttendArgs& a) {
   const auto slot = [&](int64_t j) {
     return (static_cast<int64_t>(a.blocks[j / a.block_size]) * a.block_size + j % a.block_size) * a.stride;
   };
@@ -57,6 +59,19 @@ void attend_scalar(const AttendArgs& a) {
   }
   const float inv = 1.0f / sum;
   for (int64_t i = 0; i < a.d; ++i) a.out[i] = a.out[i] * inv;
+}
+
+}  // namespace
+
+void attend_scalar(const AttendArgs& a) {
+  for (int64_t g = 0; g < a.heads; ++g) {
+    AttendArgs one = a;
+    one.heads = 1;
+    one.q = a.q + g * a.d;
+    one.out = a.out + g * a.d;
+    one.scores = a.scores + g * a.n;
+    attend_one(one);
+  }
 }
 
 }  // namespace specdec::cpu

@@ -106,29 +106,37 @@ void attention(ThreadPool& pool, const Kernels& kernels, const Tensor& q, const 
   const float* vp = v_pool.ptr<float>();
   const float* qp = q.ptr<float>();
   float* op_out = out.ptr<float>();
+  // Work items: (token, kv head, slice of its query heads). Heads sharing a kv head go together so
+  // the kernel reads each key and value once for all of them; the group is split only when there
+  // would be fewer items than threads. Results do not depend on the split.
+  int64_t split = 1;
+  while (T * kv_heads * split < static_cast<int64_t>(pool.size()) && group % (split * 2) == 0) split *= 2;
+  const int64_t per_item = group / split, items_per_token = kv_heads * split;
   const auto work = [&](size_t begin, size_t end) {
     std::vector<float> scores;
     for (size_t item = begin; item < end; ++item) {
-      const int64_t t = static_cast<int64_t>(item) / heads, h = static_cast<int64_t>(item) % heads;
+      const int64_t t = static_cast<int64_t>(item) / items_per_token;
+      const int64_t h0 = static_cast<int64_t>(item) % items_per_token * per_item;  // first query head
       AttendArgs args;
       args.n = static_cast<int64_t>(pos[t]) + 1;
-      scores.resize(static_cast<size_t>(args.n));
-      args.q = qp + (t * heads + h) * d;
-      args.k = kp + (h / group) * d;
-      args.v = vp + (h / group) * d;
+      args.heads = per_item;
+      scores.resize(static_cast<size_t>(args.n * per_item));
+      args.q = qp + (t * heads + h0) * d;
+      args.k = kp + (h0 / group) * d;
+      args.v = vp + (h0 / group) * d;
       args.blocks = table + static_cast<int64_t>(token_row[static_cast<size_t>(t)]) * batch.max_blocks;
       args.block_size = bs;
       args.stride = kv_heads * d;
       args.d = d;
       args.scale = scale;
       args.scores = scores.data();
-      args.out = op_out + (t * heads + h) * d;
+      args.out = op_out + (t * heads + h0) * d;
       kernels.attend(args);
     }
   };
-  // Per (token, head): two passes over up to max_row_len cached positions of head_dim floats.
+  // Per item: two passes over up to max_row_len cached positions for each of its heads.
   const int64_t row_len = std::max<int64_t>(batch.max_row_len, 1);
-  parallel_units(pool, T * heads, 2 * row_len * d, kMinChunkWork / 4, 1, work);
+  parallel_units(pool, T * items_per_token, 2 * row_len * d * per_item, kMinChunkWork / 4, 1, work);
 }
 
 }  // namespace specdec::cpu

@@ -28,11 +28,13 @@ struct LinearArgs {
 // the [n_begin, n_end) split, so results are batch- and thread-count-invariant.
 using LinearFn = void (*)(const LinearArgs& args, int64_t n_begin, int64_t n_end);
 
-// One (token, head) of causal attention over a paged cache: cache position j (0 <= j < n) lives
-// in slot blocks[j / block_size] * block_size + j % block_size, whose key is at k + slot * stride
-// (k already points at this head's kv head), likewise its value.
+// One token's causal attention for `heads` consecutive query heads that share one kv head, over
+// a paged cache: cache position j (0 <= j < n) lives in slot
+// blocks[j / block_size] * block_size + j % block_size, whose key is at k + slot * stride (k
+// already points at the kv head), likewise its value. Query head g is at q + g * d, its output
+// at out + g * d.
 struct AttendArgs {
-  const float* q = nullptr;  // [d]
+  const float* q = nullptr;  // [heads, d]
   const float* k = nullptr;
   const float* v = nullptr;
   const int32_t* blocks = nullptr;
@@ -40,14 +42,16 @@ struct AttendArgs {
   int64_t stride = 0;  // floats between consecutive slots (kv_heads * d)
   int64_t d = 0;
   int64_t n = 0;  // positions attended: 0 .. n - 1
+  int64_t heads = 1;
   float scale = 1.0f;
-  float* scores = nullptr;  // scratch [n]
-  float* out = nullptr;     // [d]
+  float* scores = nullptr;  // scratch [heads, n]
+  float* out = nullptr;     // [heads, d]
 };
-// Invariant: out is a pure function of (q, the n keys and values, scale): scores in position
-// order, their max, exp and their sum with a lane assignment fixed by the position index, then
-// the weighted values accumulated in position order. Nothing depends on the other tokens of the
-// call, so outputs are batch-, chunking- and thread-invariant.
+// Invariant: each head's output is a pure function of (its q, the n keys and values, scale):
+// scores in position order, their max, exp and their sum with a lane assignment fixed by the
+// position index, then the weighted values accumulated in position order. How many heads share
+// a call, and which other tokens exist, change nothing: outputs are batch-, chunking- and
+// thread-invariant.
 using AttendFn = void (*)(const AttendArgs& args);
 
 struct Kernels {
