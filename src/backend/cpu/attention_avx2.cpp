@@ -48,6 +48,22 @@ inline __m256 exp_nonpositive(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+// hsum of four vectors at once: the same tree (lanes l and l + 4, then l + 2, then l + 1), so
+// each result has the bits hsum gives it.
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+  const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+  // ab = [a', b'], cd = [c', d'] (4 lanes each); pair lanes l and l + 2 within each.
+  const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+  // t = [a0 a1 c0 c1 | b0 b1 d0 d1] (partial sums); pair neighbours.
+  const __m256 u = _mm256_add_ps(t, _mm256_permute_ps(t, _MM_SHUFFLE(2, 3, 0, 1)));
+  // a in lane 0, c in lane 2, b in lane 4, d in lane 6.
+  const __m256 packed = _mm256_permutevar8x32_ps(u, _mm256_setr_epi32(0, 4, 2, 6, 0, 0, 0, 0));
+  return _mm256_castps256_ps128(packed);
+}
+
+// s[u] = (q · k_u) * scale for U keys; each key's operations are the same whatever U is.
 template <int U>
 inline void scores(const float* q, const float* const* k, int64_t d, float scale, float* s) {
   __m256 acc[U];
@@ -57,7 +73,11 @@ inline void scores(const float* q, const float* const* k, int64_t d, float scale
     const __m256 qv = _mm256_maskload_ps(q + i, m);
     for (int u = 0; u < U; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k[u] + i, m), acc[u]);
   }
-  for (int u = 0; u < U; ++u) s[u] = _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(hsum(acc[u])), _mm_set_ss(scale)));
+  if constexpr (U == 4) {
+    _mm_storeu_ps(s, _mm_mul_ps(hsum4(acc[0], acc[1], acc[2], acc[3]), _mm_set1_ps(scale)));
+  } else {
+    for (int u = 0; u < U; ++u) s[u] = _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(hsum(acc[u])), _mm_set_ss(scale)));
+  }
 }
 
 template <int C>
