@@ -57,6 +57,7 @@ LogitsProcessor::LogitsProcessor(const SamplingParams& params) : params_(params)
 }
 
 void LogitsProcessor::apply_penalties(std::span<float> logits, const TokenHistory& history) const {
+  if (!params_.uses_history()) return;  // long histories cost nothing when no penalty reads them
   const size_t vocab = logits.size();
   check_tokens(history.prompt, vocab, "prompt");
   check_tokens(history.generated, vocab, "generated");

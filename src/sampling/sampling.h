@@ -30,6 +30,10 @@ struct SamplingParams {
   uint64_t seed = 0;
 
   bool greedy() const { return temperature == 0.0f; }
+  // Whether any stage reads the token history (penalties); without, history is never touched.
+  bool uses_history() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  }
   // Throws specdec::Error naming the field and its allowed range. With vocab_size > 0 the
   // logit_bias token ids are checked against it too.
   void validate(int64_t vocab_size = 0) const;

@@ -15,17 +15,18 @@ namespace {
 struct Window {
   std::span<const float> logits;
   size_t vocab;
-  std::vector<int32_t> generated;  // history.generated followed by every draft
+  std::vector<int32_t> generated;  // history.generated then every draft (if penalties read it)
 
   std::span<const float> row(size_t i) const { return logits.subspan(i * vocab, vocab); }
   // The generated tokens before window row i: the row's own plus drafts[0, i).
   std::span<const int32_t> generated_before(size_t i, size_t base) const {
+    if (generated.empty()) return {};
     return std::span<const int32_t>(generated).first(base + i);
   }
 };
 
 Window make_window(std::span<const float> window, int64_t vocab, std::span<const int32_t> drafts,
-                   const TokenHistory& history) {
+                   const SamplingParams& params, const TokenHistory& history) {
   SPECDEC_CHECK(vocab > 0, "verifier: vocabulary size must be positive, got ", vocab);
   const size_t v = static_cast<size_t>(vocab);
   SPECDEC_CHECK(window.size() == (drafts.size() + 1) * v, "verifier: window holds ", window.size(),
@@ -35,9 +36,13 @@ Window make_window(std::span<const float> window, int64_t vocab, std::span<const
                   " is token ", drafts[i], ", outside the vocabulary of ", v);
   }
   Window w{window, v, {}};
-  w.generated.reserve(history.generated.size() + drafts.size());
-  w.generated.assign(history.generated.begin(), history.generated.end());
-  w.generated.insert(w.generated.end(), drafts.begin(), drafts.end());
+  // Only penalties read the history; without them the (possibly long) copy is skipped and
+  // generated_before() hands out an empty span.
+  if (params.uses_history()) {
+    w.generated.reserve(history.generated.size() + drafts.size());
+    w.generated.assign(history.generated.begin(), history.generated.end());
+    w.generated.insert(w.generated.end(), drafts.begin(), drafts.end());
+  }
   return w;
 }
 
@@ -46,7 +51,7 @@ Window make_window(std::span<const float> window, int64_t vocab, std::span<const
 VerifyResult verify_exact(std::span<const float> window, int64_t vocab,
                           std::span<const int32_t> drafts, const SamplingParams& params,
                           const TokenHistory& history, uint64_t first_position) {
-  const Window w = make_window(window, vocab, drafts, history);
+  const Window w = make_window(window, vocab, drafts, params, history);
   const size_t base = history.generated.size();
   VerifyResult out;
   out.emitted.reserve(drafts.size() + 1);
@@ -67,7 +72,7 @@ VerifyResult verify_rejection(std::span<const float> window, int64_t vocab,
   // p is one-hot at temperature 0: accepting x with p(x)/q(x) and resampling from p - q reduce to
   // "accept iff x is the argmax, else emit the argmax", which is exact matching.
   if (params.greedy()) return verify_exact(window, vocab, drafts, params, history, first_position);
-  const Window w = make_window(window, vocab, drafts, history);
+  const Window w = make_window(window, vocab, drafts, params, history);
   SPECDEC_CHECK(q.empty() || q.size() == drafts.size(), "verifier: ", q.size(),
                 " draft distributions for ", drafts.size(), " drafts");
   for (size_t i = 0; i < q.size(); ++i) {

@@ -249,8 +249,14 @@ TEST(Processors, RejectsBadRows) {
   SamplingParams params;
   const std::vector<float> logits{0.0f, 1.0f};
   const std::vector<int32_t> outside{2};
-  EXPECT_THROW(sample(logits, params, outside, {}, 0), Error);
-  EXPECT_THROW(sample(logits, params, {}, outside, 0), Error);
+  // History is only read (and so only checked) when a penalty uses it.
+  EXPECT_NO_THROW(sample(logits, params, outside, {}, 0));
+  SamplingParams penalised;
+  penalised.repetition_penalty = 1.1f;
+  EXPECT_THROW(sample(logits, penalised, outside, {}, 0), Error);
+  penalised = SamplingParams{};
+  penalised.presence_penalty = 0.1f;
+  EXPECT_THROW(sample(logits, penalised, {}, outside, 0), Error);
   EXPECT_THROW(sample({}, params, {}, {}, 0), Error);
   const std::vector<float> dead{-kInf, -kInf};
   EXPECT_THROW(sample(dead, params, {}, {}, 0), Error);
