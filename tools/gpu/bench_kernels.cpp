@@ -134,7 +134,7 @@ int run(int argc, char** argv) {
   auto fast = cuda_backend(false);
   for (auto* be : {inv.get(), fast.get()}) {
     const char* mode = be == inv.get() ? "invariant" : "fast";
-    for (int M : {1, 8, 32, 128}) {
+    for (int M : {1, 2, 4, 8, 32, 128}) {
       results.push_back(linear_case(*be, mode, M, s.intermediate, s.hidden));
       print_row(results.back(), copy_bw);
     }

@@ -10,7 +10,6 @@ namespace specdec::cuda {
 namespace {
 
 constexpr int kAttnWarps = 16;
-constexpr int kUnroll = 4;  // positions whose K/V loads a warp issues together
 
 template <typename T>
 __global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, T* __restrict__ k_pool,
@@ -39,6 +38,7 @@ __device__ __forceinline__ void load_lane(const T* p, float* out) {
 template <int E, typename T>
 __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArgs a) {
   constexpr int D = E * 32;
+  constexpr int kUnroll = E <= 4 ? 8 : 4;  // positions whose K/V loads a warp issues together
   __shared__ float s_m[kAttnWarps], s_l[kAttnWarps];
   __shared__ float s_acc[kAttnWarps][D];
   const int h = blockIdx.x, t = blockIdx.y;

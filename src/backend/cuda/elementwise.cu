@@ -86,7 +86,23 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int* __restrict_
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   float best = -INFINITY;
   int best_i = vocab;  // "none yet": loses every tie against a real index
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) argmax_merge(best, best_i, row[j], j);
+  // 16-byte loads when the row is aligned (any visiting order gives the same answer: the
+  // maximum with the lowest index is unique).
+  const bool vec = vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0;
+  if (vec) {
+    const float4* r4 = reinterpret_cast<const float4*>(row);
+    const int n4 = vocab / 4;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < n4; j += blockDim.x) {
+      const float4 v = r4[j];
+      argmax_merge(best, best_i, v.x, 4 * j);
+      argmax_merge(best, best_i, v.y, 4 * j + 1);
+      argmax_merge(best, best_i, v.z, 4 * j + 2);
+      argmax_merge(best, best_i, v.w, 4 * j + 3);
+    }
+  } else {
+    for (int j = threadIdx.x; j < vocab; j += blockDim.x) argmax_merge(best, best_i, row[j], j);
+  }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, off);
@@ -169,7 +185,7 @@ void launch_gather_rows(const void* x, const int* indices, void* out, int count,
 
 void launch_argmax(const float* logits, int* out, int rows, int vocab, cudaStream_t stream) {
   if (rows == 0) return;
-  argmax_kernel<<<rows, 512, 0, stream>>>(logits, out, vocab);
+  argmax_kernel<<<rows, 1024, 0, stream>>>(logits, out, vocab);
 }
 
 void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, cudaStream_t stream) {

@@ -52,7 +52,7 @@ __device__ __forceinline__ void accumulate_vec(const uint4 (&raw)[R], const floa
 
 // One warp computes R consecutive output columns for MT rows of x. kVec: w rows are 16-byte
 // aligned and read as vectors; otherwise element by element (V = 1). kVec is chosen by K and the
-// weight's alignment, R by N: never by M, so the per-output order never depends on M.
+// weight's alignment; R and MT change which outputs a warp computes, not the order of any one.
 template <typename W, int MT, int R, bool kVec>
 __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const float* __restrict__ x, const W* __restrict__ w,
                                                                const float* __restrict__ bias, float* __restrict__ out,
@@ -66,6 +66,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const float* __re
   const int m0 = blockIdx.y * MT;
   const int mt = min(MT, M - m0);
   const int kvec_end = K / V * V;
+  const bool x_vec = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const W* wrow[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) wrow[r] = w + static_cast<int64_t>(min(n0 + r, N - 1)) * K;  // clamped: not stored
@@ -79,9 +80,21 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(const float* __re
   for (int k0 = 0; k0 < K; k0 += kc) {
     const int klen = min(kc, K - k0);
     __syncthreads();  // the previous tile is consumed
-    for (int i = threadIdx.x; i < MT * klen; i += kThreads) {
-      const int m = i / klen, k = i - m * klen;
-      xs[m * kc + k] = m < mt ? x[static_cast<int64_t>(m0 + m) * K + k0 + k] : 0.0f;
+    if (x_vec) {
+      // 16-byte loads, several issued before their stores: staging is latency-bound otherwise.
+      const int kl4 = klen / 4;
+#pragma unroll 4
+      for (int i = threadIdx.x; i < MT * kl4; i += kThreads) {
+        const int m = i / kl4, k4 = i - m * kl4;
+        const float4 v = m < mt ? __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(m0 + m) * K + k0) + k4)
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        reinterpret_cast<float4*>(xs + m * kc)[k4] = v;
+      }
+    } else {
+      for (int i = threadIdx.x; i < MT * klen; i += kThreads) {
+        const int m = i / klen, k = i - m * klen;
+        xs[m * kc + k] = m < mt ? x[static_cast<int64_t>(m0 + m) * K + k0 + k] : 0.0f;
+      }
     }
     __syncthreads();
     if (n0 >= N) continue;
@@ -160,10 +173,13 @@ void launch_tile(const float* x, const void* w, const float* bias, float* out, i
                  cudaStream_t stream) {
   const bool vec = K % Vec16<W>::n == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
   if (!vec) return launch_shape<W, MT, 1, false>(x, w, bias, out, M, N, K, stream);
-  // Columns per warp by N only: enough blocks to fill the GPU, and x (staged per block) reused
-  // across more weight rows when N is large.
-  if (N >= 8192) return launch_shape<W, MT, 4, true>(x, w, bias, out, M, N, K, stream);
-  if (N >= 2048) return launch_shape<W, MT, 2, true>(x, w, bias, out, M, N, K, stream);
+  // Columns per warp R: any R gives the same per-output order, so it is chosen for speed from
+  // M and N. Few rows of x (bandwidth-bound): many blocks, so every SM holds an even share of
+  // the weight stream. More rows: larger R, so each x value read from shared memory feeds R
+  // weight rows.
+  const int R = MT <= 2 ? (N >= 32768 ? 4 : (N >= 12288 ? 2 : 1)) : (N >= 8192 ? 4 : (N >= 2048 ? 2 : 1));
+  if (R == 4) return launch_shape<W, MT, 4, true>(x, w, bias, out, M, N, K, stream);
+  if (R == 2) return launch_shape<W, MT, 2, true>(x, w, bias, out, M, N, K, stream);
   launch_shape<W, MT, 1, true>(x, w, bias, out, M, N, K, stream);
 }
 
