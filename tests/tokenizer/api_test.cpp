@@ -2,7 +2,9 @@
 // errors for missing, malformed or unsupported files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -79,6 +81,28 @@ TEST(TokenizerApi, CopiesShareStateAndStayValid) {
     copy = tok;
   }
   EXPECT_EQ(copy->decode(copy->encode("hello world")), "hello world");
+}
+
+TEST(TokenizerApi, ConcurrentEncodesAgreeWithSerialOnes) {
+  // encode() is const and shares a word cache; threads must see the same results as one thread.
+  const Tokenizer tok = Tokenizer::load(fixture_dir("bytelevel"));
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) texts.push_back("word" + std::to_string(i * 7919) + " def f_" + std::to_string(i) + "(x):");
+  std::vector<std::vector<int32_t>> serial;
+  for (const auto& t : texts) serial.push_back(tok.encode(t));
+  const Tokenizer fresh = Tokenizer::load(fixture_dir("bytelevel"));  // empty cache
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (size_t i = 0; i < texts.size(); ++i) {
+        const size_t k = (i * 13 + static_cast<size_t>(w) * 51) % texts.size();
+        if (fresh.encode(texts[k]) != serial[k]) ++mismatches[static_cast<size_t>(w)];
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 TEST(TokenizerApi, RejectsInvalidUtf8Input) {

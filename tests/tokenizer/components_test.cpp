@@ -3,19 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "tokenizer/pre_tokenizers.h"
-#include "tokenizer/utf8.h"
 #include "synthetic_tokenizer.h"
 
 namespace specdec::testing {
-
-nlohmann::json byte_level_vocab(const std::vector<std::string>& extra) {
-  nlohmann::json v = nlohmann::json::object();
-  const auto& alphabet = utf8::byte_level_alphabet();
-  for (int b = 0; b < 256; ++b) v[alphabet.byte_to_utf8[static_cast<size_t>(b)]] = b;
-  int id = 256;
-  for (const auto& t : extra) v[t] = id++;
-  return v;
-}
 
 namespace {
 

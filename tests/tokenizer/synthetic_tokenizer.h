@@ -10,9 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace specdec::testing {
 
@@ -58,7 +60,14 @@ inline nlohmann::json bpe_json(const nlohmann::json& vocab, const nlohmann::json
 
 // A vocabulary holding the 256 byte-level alphabet characters with ids 0..255, plus `extra`
 // tokens numbered from 256 on.
-nlohmann::json byte_level_vocab(const std::vector<std::string>& extra);
+inline nlohmann::json byte_level_vocab(const std::vector<std::string>& extra) {
+  nlohmann::json v = nlohmann::json::object();
+  const auto& alphabet = utf8::byte_level_alphabet();
+  for (int b = 0; b < 256; ++b) v[alphabet.byte_to_utf8[static_cast<size_t>(b)]] = b;
+  int id = 256;
+  for (const auto& t : extra) v[t] = id++;
+  return v;
+}
 
 inline Tokenizer load_json(const TempDir& dir, const nlohmann::json& j) {
   dir.write("tokenizer.json", j.dump());
