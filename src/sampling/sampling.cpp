@@ -122,23 +122,34 @@ void LogitsProcessor::apply_top_p(std::span<float> logits) const {
   for (size_t i = 0; i < probs.size(); ++i) {
     if (probs[i] > 0.0f) order.push_back(static_cast<int32_t>(i));
   }
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+  // (probability desc, id asc) is a strict total order, so the m most probable tokens found by
+  // nth_element are exactly the first m of the fully sorted order: sorting grows m only until
+  // the boundary is found, which is a few dozen tokens for the distributions models produce.
+  const auto higher = [&](int32_t a, int32_t b) {
     const float pa = probs[static_cast<size_t>(a)], pb = probs[static_cast<size_t>(b)];
     return pa != pb ? pa > pb : a < b;
-  });
+  };
   // A token stays while the mass strictly before it (in this order) is below top_p: the same
   // set HF's TopPLogitsWarper keeps, and never empty.
   double before = 0.0;
-  size_t keep = 0;
-  while (keep < order.size() && before < params_.top_p) {
+  size_t keep = 0, sorted = 0;
+  while (before < params_.top_p && keep < order.size()) {
+    if (keep == sorted) {
+      const size_t m = std::min(order.size(), std::max<size_t>(64, 2 * sorted));
+      const auto first = order.begin() + static_cast<std::ptrdiff_t>(sorted);
+      const auto mid = order.begin() + static_cast<std::ptrdiff_t>(m);
+      if (mid != order.end()) std::nth_element(first, mid - 1, order.end(), higher);
+      std::sort(first, mid, higher);
+      sorted = m;
+    }
     before += probs[static_cast<size_t>(order[keep])];
     ++keep;
   }
-  for (size_t r = keep; r < order.size(); ++r) logits[static_cast<size_t>(order[r])] = kNegInf;
-  // Tokens whose probability underflowed to 0 are beyond any top_p < 1 boundary as well.
-  for (size_t i = 0; i < probs.size(); ++i) {
-    if (probs[i] == 0.0f) logits[i] = kNegInf;
-  }
+  // Everything else goes, including tokens whose probability underflowed to 0.
+  std::vector<float> kept_logits(keep);
+  for (size_t r = 0; r < keep; ++r) kept_logits[r] = logits[static_cast<size_t>(order[r])];
+  std::fill(logits.begin(), logits.end(), kNegInf);
+  for (size_t r = 0; r < keep; ++r) logits[static_cast<size_t>(order[r])] = kept_logits[r];
 }
 
 void LogitsProcessor::apply_min_p(std::span<float> logits) const {

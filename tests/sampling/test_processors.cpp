@@ -2,6 +2,7 @@
 // order of the pipeline, and the parameter checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -119,6 +120,50 @@ TEST(Processors, TopPBreaksProbabilityTiesByTokenId) {
   std::vector<float> l{0.0f, 0.0f, 0.0f, 0.0f};
   LogitsProcessor(params).apply_top_p(l);
   EXPECT_EQ(kept(l), (std::vector<int>{0, 1, 2}));
+}
+
+TEST(Processors, TopPOnLargeVocabularyMatchesAFullSort) {
+  // Flat and peaked rows of 5000 tokens with repeated values: the boundary falls anywhere from
+  // the first few tokens to thousands deep. Reference: sort everything by (p desc, id asc).
+  for (float spread : {0.5f, 4.0f, 20.0f}) {
+    for (float top_p : {0.1f, 0.5f, 0.9f, 0.999f}) {
+      std::vector<float> logits(5000);
+      for (size_t i = 0; i < logits.size(); ++i) {
+        logits[i] = std::round(spread * std::sin(static_cast<float>(i * i % 977)) * 8) / 8;
+      }
+      std::vector<double> p(logits.size());
+      double z = 0;
+      const float max = *std::max_element(logits.begin(), logits.end());
+      for (size_t i = 0; i < p.size(); ++i)
+        z += p[i] = std::exp(static_cast<double>(logits[i] - max));
+      std::vector<int> order(p.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+      std::sort(order.begin(), order.end(), [&](int a, int b) {
+        return logits[static_cast<size_t>(a)] != logits[static_cast<size_t>(b)]
+                   ? logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]
+                   : a < b;
+      });
+      std::vector<int> expect;
+      double before = 0;
+      for (int t : order) {
+        if (before >= top_p) break;
+        expect.push_back(t);
+        before += p[static_cast<size_t>(t)] / z;
+      }
+      std::sort(expect.begin(), expect.end());
+      SamplingParams params;
+      params.top_p = top_p;
+      LogitsProcessor(params).apply_top_p(logits);
+      const std::vector<int> got = kept(logits);
+      // Masses summed in float vs double may disagree only for a token sitting on the boundary.
+      EXPECT_LE(std::abs(static_cast<long>(got.size()) - static_cast<long>(expect.size())), 1)
+          << "spread " << spread << " top_p " << top_p;
+      const size_t common = std::min(got.size(), expect.size());
+      EXPECT_TRUE(std::includes(got.begin(), got.end(), expect.begin(), expect.end()) ||
+                  std::includes(expect.begin(), expect.end(), got.begin(), got.end()));
+      EXPECT_GT(common, 0u);
+    }
+  }
 }
 
 TEST(Processors, MinPKeepsTokensAboveFractionOfTheTop) {
