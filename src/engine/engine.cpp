@@ -332,7 +332,9 @@ bool Engine::step() {
   ForwardResult out = target_.forward(request, *kv_);
   const double forward_secs = seconds_since(t0);
   ++forwards_;
-  costs_.observe_forward(total_tokens, forward_secs);
+  // The depth policy prices verify windows; iterations with prefill chunks would skew the fit.
+  if (std::all_of(plans.begin(), plans.end(), [](const Plan& p) { return p.decode; }))
+    costs_.observe_forward(total_tokens, forward_secs);
 
   // 4. Verify, roll back, stream, and collect the draft groups' commits.
   std::map<Group*, std::vector<RowCommit>> commits;

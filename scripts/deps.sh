@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages specdec builds with, when any is missing. Sourced by the
+# quick-start and test scripts; safe to run again.
+set -euo pipefail
+SPECDEC_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev libgtest-dev)
+missing=()
+for p in "${SPECDEC_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
