@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <numbers>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -225,6 +226,31 @@ TEST(ModelConfig, ClassicTypeKeyAndDefaults) {
   EXPECT_DOUBLE_EQ(c.rope.factor, 4.0);
   EXPECT_TRUE(c.attention_bias);
   EXPECT_TRUE(c.o_proj_bias);  // llama's attention_bias covers o_proj too
+}
+
+TEST(ModelConfig, AttentionBiasPerFamily) {
+  // transformers: qwen2 always biases q/k/v (never o); llama and qwen3 bias all four when
+  // attention_bias; mistral never has biases.
+  const auto parse = [](const char* arch, const char* type, std::optional<bool> bias) {
+    nlohmann::json j = base_config();
+    j["architectures"] = {arch};
+    j["model_type"] = type;
+    if (bias) j["attention_bias"] = *bias;
+    return parse_model_config(j.dump(), "x/config.json");
+  };
+  const ModelConfig q2 = parse("Qwen2ForCausalLM", "qwen2", std::nullopt);
+  EXPECT_TRUE(q2.attention_bias);
+  EXPECT_FALSE(q2.o_proj_bias);
+  EXPECT_FALSE(q2.qk_norm);
+  const ModelConfig q3 = parse("Qwen3ForCausalLM", "qwen3", true);
+  EXPECT_TRUE(q3.attention_bias);
+  EXPECT_TRUE(q3.o_proj_bias);
+  EXPECT_TRUE(q3.qk_norm);
+  const ModelConfig q3_plain = parse("Qwen3ForCausalLM", "qwen3", std::nullopt);
+  EXPECT_FALSE(q3_plain.attention_bias);
+  const ModelConfig m = parse("MistralForCausalLM", "mistral", true);
+  EXPECT_FALSE(m.attention_bias);
+  EXPECT_FALSE(m.o_proj_bias);
 }
 
 TEST(ModelConfig, RefusesWhatIsNotImplemented) {
