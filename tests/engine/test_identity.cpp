@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "engine_fixture.h"
 
 namespace specdec::testing {
@@ -158,6 +159,83 @@ TEST(EngineIdentity, AdaptivePolicyKeepsOutput) {
     r.spec.method = method;
     EXPECT_EQ(run_one(*engine, std::move(r)).tokens, want) << method;
   }
+}
+
+TEST(EngineRejection, GreedyEqualsPlainAndSampledRunsStayValid) {
+  const auto prompt = encode(prompts()[1]);
+  const auto want = plain(prompt, 32, 0, 0);
+  for (const char* method : {"ngram", "draft"}) {
+    auto engine = make_engine(4);
+    Request r = make_request(prompt, 32);
+    r.spec.method = method;
+    r.spec.mode = SpecMode::rejection;
+    r.spec.adaptive = false;
+    EXPECT_EQ(run_one(*engine, std::move(r)).tokens, want) << method;
+  }
+  // At temperature 0.8 rejection sampling is not sample-identical, but every token is valid,
+  // the counters are consistent and the draft model is accepted often.
+  auto engine = make_engine(4);
+  Request r = make_request(prompt, 48, 0.8f, 5);
+  r.spec.method = "draft";
+  r.spec.mode = SpecMode::rejection;
+  r.spec.adaptive = false;
+  const RequestResult got = run_one(*engine, std::move(r));
+  ASSERT_EQ(got.tokens.size(), 48u);
+  for (int32_t t : got.tokens) EXPECT_TRUE(t >= 0 && t < 8192);
+  const auto& t = got.stats.speculative;
+  EXPECT_NO_THROW(t.check());
+  EXPECT_GT(t.accepted, 0);
+  EXPECT_EQ(t.emitted, t.accepted + t.rounds);
+}
+
+TEST(EngineRequests, BadRequestsAreRefusedAndHarmNothing) {
+  auto engine = make_engine();
+  const auto prompt = encode(prompts()[0]);
+  const int64_t ok = engine->submit(make_request(prompt, 8));
+  EXPECT_THROW(engine->submit(make_request({}, 8)), Error);
+  EXPECT_THROW(engine->submit(make_request(std::vector<int32_t>(2048, 5), 8)), Error);
+  EXPECT_THROW(engine->submit(make_request({1, 2, 99999}, 8)), Error);
+  EXPECT_THROW(engine->submit(make_request(prompt, 0)), Error);
+  Request bad_method = make_request(prompt, 8);
+  bad_method.spec.method = "eagle";
+  EXPECT_THROW(engine->submit(std::move(bad_method)), Error);
+  Request bad_sampling = make_request(prompt, 8, 0.7f);
+  bad_sampling.sampling.top_p = 3.0f;
+  EXPECT_THROW(engine->submit(std::move(bad_sampling)), Error);
+  engine->run();
+  auto res = engine->take_result(ok);
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->tokens, plain(prompt, 8, 0, 0));
+}
+
+TEST(EngineRequests, CancelAndKvPressure) {
+  // A cache too small for every row at once: rows are preempted and recomputed, and each still
+  // produces its solo output; a cancelled row leaves the others intact.
+  EngineOptions options;
+  options.kv_blocks = 12;
+  auto engine = make_engine(4, options);
+  std::vector<int64_t> ids;
+  std::vector<std::vector<int32_t>> want;
+  for (int i = 0; i < 4; ++i) {
+    const auto prompt = encode(prompts()[static_cast<size_t>(i) % prompts().size()]);
+    want.push_back(plain(prompt, 40, 0, 0));
+    Request r = make_request(prompt, 40);
+    r.spec.method = i % 2 ? "draft" : "ngram";
+    ids.push_back(engine->submit(std::move(r)));
+  }
+  const int64_t doomed = engine->submit(make_request(encode(prompts()[0]), 40));
+  engine->step();
+  engine->cancel(doomed);
+  engine->run();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto res = engine->take_result(ids[i]);
+    ASSERT_TRUE(res.has_value());
+    EXPECT_EQ(res->tokens, want[i]) << "row " << i;
+  }
+  auto cancelled = engine->take_result(doomed);
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_EQ(cancelled->finish, FinishReason::cancelled);
+  EXPECT_EQ(engine->kv().free_blocks(), engine->kv().total_blocks());
 }
 
 }  // namespace
