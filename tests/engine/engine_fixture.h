@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "speculative/methods/draft_model.h"
 #include "speculative/methods/ngram_method.h"
+#include "test_device.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specdec::testing {
@@ -28,7 +29,7 @@ struct Bundled {
   static Bundled& get() {
     static Bundled b = [] {
       Bundled x;
-      x.backend = make_backend(BackendOptions{});
+      x.backend = make_backend(test_backend_options());
       x.target = Model::load(source_path("models/target"), *x.backend);
       x.draft = std::shared_ptr<Model>(Model::load(source_path("models/draft"), *x.backend));
       x.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(source_path("models/target")));

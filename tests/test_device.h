@@ -1,0 +1,39 @@
+// Which backend the model and engine tests run on: the CPU by default, the CUDA backend (in
+// batch-invariant mode) when SPECDEC_TEST_DEVICE=cuda, so the same parity and identity tests
+// run on the GPU host.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace specdec::testing {
+
+inline bool test_on_gpu() {
+  const char* d = std::getenv("SPECDEC_TEST_DEVICE");
+  return d != nullptr && std::string(d) == "cuda";
+}
+
+inline BackendOptions test_backend_options(const std::string& cpu_isa = "") {
+  BackendOptions o;
+  if (test_on_gpu()) {
+    o.device = Device::cuda;
+    o.batch_invariant = true;
+  } else {
+    o.cpu_isa = cpu_isa;
+  }
+  return o;
+}
+
+// Logit tolerance against the f32 references: the CPU computes in f32; the GPU keeps its KV
+// cache in bf16, which costs about three decimal digits.
+inline double logit_tolerance(double cpu) { return test_on_gpu() ? 1e-2 : cpu; }
+
+// Records a measured figure in the test output (and in the XML report) for the notes.
+inline void report(const std::string& key, double value) {
+  std::printf("[measure] %s = %.6g\n", key.c_str(), value);
+}
+
+}  // namespace specdec::testing
