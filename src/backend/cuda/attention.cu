@@ -1,15 +1,16 @@
 // Paged KV writes and causal paged attention over a ragged batch (prefill chunks, decode steps
-// and verify windows in one launch). One block per (token, head): warp w visits the row's cached
-// positions w, w + W, ... in increasing order, in groups of kUnroll, with an online softmax; the
-// W partial states are then merged in warp order. The order depends only on the token's own row, so a row's output
-// is the same alone or with neighbours (batch invariant).
+// and verify windows in one launch). One block per (token, head) over the row's visible cached
+// positions, chunk by chunk with an online softmax (details at attention_kernel). The order of
+// every reduction depends only on the token's own row, so a row's output is the same alone or
+// with neighbours (batch invariant).
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace specdec::cuda {
 namespace {
 
-constexpr int kAttnWarps = 16;
+constexpr int kThreads = 256;  // attention block size
+constexpr int kChunk = kThreads;  // positions scored per pass, one per thread
 
 template <typename T>
 __global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, T* __restrict__ k_pool,
@@ -28,21 +29,50 @@ __global__ void kv_write_kernel(const float* __restrict__ k, const float* __rest
   }
 }
 
-// Lane l holds elements [l*E, l*E + E) of a head vector (E = head_dim / 32).
-template <int E, typename T>
-__device__ __forceinline__ void load_lane(const T* p, float* out) {
+// Reductions over the block whose result every thread gets; the combining order is fixed.
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
 #pragma unroll
-  for (int j = 0; j < E; ++j) out[j] = to_float(p[j]);
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = -INFINITY;
+  for (int w = 0; w < warps; ++w) r = fmaxf(r, scratch[w]);
+  return r;
 }
 
-template <int E, typename T>
-__global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArgs a) {
-  constexpr int D = E * 32;
-  constexpr int kUnroll = E <= 4 ? 8 : 4;  // positions whose K/V loads a warp issues together
-  __shared__ float s_m[kAttnWarps], s_l[kAttnWarps];
-  __shared__ float s_acc[kAttnWarps][D];
-  const int h = blockIdx.x, t = blockIdx.y;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+// score = (q · k) * scale with k a head vector of D elements of T, in element order.
+template <int D, typename T>
+__device__ __forceinline__ float score_of(const float* s_q, const T* k) {
+  constexpr int V = 16 / sizeof(T);
+  const uint4* k4 = reinterpret_cast<const uint4*>(k);
+  float dot = 0.0f;
+#pragma unroll 4
+  for (int v = 0; v < D / V; ++v) {
+    const uint4 raw = __ldg(k4 + v);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < V; ++j) dot = fmaf(s_q[v * V + j], to_float(e[j]), dot);
+  }
+  return dot;
+}
+
+// One block of kThreads per (token, head). The row's visible positions are taken in chunks of
+// kChunk: (A) thread i scores position chunk + i (its own dot product, no shuffles); (B) the
+// chunk's max and exponentials update the running max and sum (online softmax, chunk by chunk);
+// (C) thread (d, s) accumulates dimension d of p·V over positions s, s + S, ... of the chunk.
+// The S partial sums are added in order at the end. Every step's order depends only on the
+// token's own row, so the result is batch invariant.
+template <int D, typename T>
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+  constexpr int S = kThreads / D;  // position subsets of the p·V phase
+  __shared__ float s_q[D];
+  __shared__ float s_p[kChunk];
+  __shared__ int s_slot[kChunk];
+  __shared__ float s_red[32];
+  __shared__ float s_acc[S * D];
+  const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
 
   // The token's row: the last r with row_starts[r] <= t.
   int lo = 0, hi = a.rows - 1;
@@ -57,97 +87,66 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(AttentionArg
   const T* kp = static_cast<const T*>(a.k_pool);
   const T* vp = static_cast<const T*>(a.v_pool);
   const int64_t pool_slots = a.pool_blocks * a.block_size;
-
-  float q[E];
-  load_lane<E>(a.q + (static_cast<int64_t>(t) * a.heads + h) * D + lane * E, q);
-
-  float m = -INFINITY, l = 0.0f, acc[E];
-#pragma unroll
-  for (int j = 0; j < E; ++j) acc[j] = 0.0f;
-
-  for (int p0 = warp; p0 < len; p0 += kAttnWarps * kUnroll) {
-    float kv[kUnroll][E], vv[kUnroll][E];
-    bool live[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int p = p0 + u * kAttnWarps;
-      int64_t slot = -1;
-      if (p < len && p / a.block_size < a.max_blocks) {
-        const int block = table[p / a.block_size];
-        slot = static_cast<int64_t>(block) * a.block_size + p % a.block_size;
-      }
-      live[u] = slot >= 0 && slot < pool_slots;  // a bad table entry skips the position
-#pragma unroll
-      for (int j = 0; j < E; ++j) kv[u][j] = vv[u][j] = 0.0f;
-      if (live[u]) {
-        const int64_t off = (slot * a.kv_heads + kvh) * D + lane * E;
-        load_lane<E>(kp + off, kv[u]);
-        load_lane<E>(vp + off, vv[u]);
-      }
-    }
-    // Scores of the kUnroll positions (independent butterflies), then one online-softmax
-    // update for the group: the max over the group first, one rescale of the running state.
-    float sc[kUnroll];
-    float m_new = m;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float dot = 0.0f;
-#pragma unroll
-      for (int j = 0; j < E; ++j) dot = fmaf(q[j], kv[u][j], dot);
-      sc[u] = warp_sum(dot) * a.scale;
-      if (live[u]) m_new = fmaxf(m_new, sc[u]);
-    }
-    if (m_new == -INFINITY) continue;  // no live position in this group (uniform across the warp)
-    const float corr = expf(m - m_new);  // 0 while nothing was seen (m = -inf)
-    l *= corr;
-#pragma unroll
-    for (int j = 0; j < E; ++j) acc[j] *= corr;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (!live[u]) continue;  // uniform across the warp
-      const float e = expf(sc[u] - m_new);
-      l += e;
-#pragma unroll
-      for (int j = 0; j < E; ++j) acc[j] = fmaf(e, vv[u][j], acc[j]);
-    }
-    m = m_new;
-  }
-
-  if (lane == 0) {
-    s_m[warp] = m;
-    s_l[warp] = l;
-  }
-#pragma unroll
-  for (int j = 0; j < E; ++j) s_acc[warp][lane * E + j] = acc[j];
+  const float* qv = a.q + (static_cast<int64_t>(t) * a.heads + h) * D;
+  for (int i = tid; i < D; i += kThreads) s_q[i] = qv[i];
   __syncthreads();
 
-  float m_all = -INFINITY;
-  for (int w = 0; w < kAttnWarps; ++w) m_all = fmaxf(m_all, s_m[w]);
-  float l_all = 0.0f;
-  for (int w = 0; w < kAttnWarps; ++w)
-    if (s_l[w] > 0.0f) l_all += s_l[w] * expf(s_m[w] - m_all);
+  const int d = tid % D, sub = tid / D;
+  float m = -INFINITY, l = 0.0f, acc = 0.0f;
+  for (int c0 = 0; c0 < len; c0 += kChunk) {
+    const int n = min(kChunk, len - c0);
+    // (A) scores
+    float sc = -INFINITY;
+    int slot = -1;
+    if (tid < n) {
+      const int p = c0 + tid;
+      if (p / a.block_size < a.max_blocks) {
+        const int64_t sl = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
+        if (sl >= 0 && sl < pool_slots) slot = static_cast<int>(sl);  // a bad table entry skips the position
+      }
+      if (slot >= 0) sc = score_of<D>(s_q, kp + (static_cast<int64_t>(slot) * a.kv_heads + kvh) * D) * a.scale;
+    }
+    // (B) online softmax over chunks
+    const float m_new = fmaxf(m, block_max(sc, s_red));
+    if (m_new == -INFINITY) continue;  // nothing visible yet (block-uniform)
+    const float e = slot >= 0 ? expf(sc - m_new) : 0.0f;
+    s_p[tid] = e;
+    s_slot[tid] = slot;
+    const float corr = expf(m - m_new);  // 0 while nothing was seen (m = -inf)
+    l = l * corr + block_sum(e, s_red);  // block_sum's barriers also publish s_p and s_slot
+    acc *= corr;
+    m = m_new;
+    // (C) p·V
+    if (sub < S) {
+      for (int j = sub; j < n; j += S) {
+        const int sl = s_slot[j];
+        if (sl >= 0) acc = fmaf(s_p[j], to_float(vp[(static_cast<int64_t>(sl) * a.kv_heads + kvh) * D + d]), acc);
+      }
+    }
+    __syncthreads();  // s_p and s_slot are rewritten by the next chunk
+  }
+  if (sub < S) s_acc[sub * D + d] = acc;
+  __syncthreads();
   float* o = a.out + (static_cast<int64_t>(t) * a.heads + h) * D;
-  for (int i = threadIdx.x; i < D; i += blockDim.x) {
+  for (int i = tid; i < D; i += kThreads) {
     float sum = 0.0f;
-    for (int w = 0; w < kAttnWarps; ++w)
-      if (s_l[w] > 0.0f) sum += s_acc[w][i] * expf(s_m[w] - m_all);
-    o[i] = l_all > 0.0f ? sum / l_all : 0.0f;  // a token with no visible position gets zeros
+    for (int k = 0; k < S; ++k) sum += s_acc[k * D + i];
+    o[i] = l > 0.0f ? sum / l : 0.0f;  // a token with no visible position gets zeros
   }
 }
 
 template <typename T>
 void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(a.heads, a.tokens);
-  const int threads = kAttnWarps * 32;
-  switch (a.head_dim / 32) {
-    case 1: attention_kernel<1, T><<<grid, threads, 0, stream>>>(a); break;
-    case 2: attention_kernel<2, T><<<grid, threads, 0, stream>>>(a); break;
-    case 3: attention_kernel<3, T><<<grid, threads, 0, stream>>>(a); break;
-    case 4: attention_kernel<4, T><<<grid, threads, 0, stream>>>(a); break;
-    case 5: attention_kernel<5, T><<<grid, threads, 0, stream>>>(a); break;
-    case 6: attention_kernel<6, T><<<grid, threads, 0, stream>>>(a); break;
-    case 7: attention_kernel<7, T><<<grid, threads, 0, stream>>>(a); break;
-    case 8: attention_kernel<8, T><<<grid, threads, 0, stream>>>(a); break;
+  switch (a.head_dim) {
+    case 32: attention_kernel<32, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 64: attention_kernel<64, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 96: attention_kernel<96, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 128: attention_kernel<128, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 160: attention_kernel<160, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 192: attention_kernel<192, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 224: attention_kernel<224, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 256: attention_kernel<256, T><<<grid, kThreads, 0, stream>>>(a); break;
     default: break;  // rejected by the backend before launch
   }
 }

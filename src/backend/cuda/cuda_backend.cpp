@@ -238,6 +238,10 @@ class CudaBackend final : public Backend {
     SPECDEC_CHECK(D % 32 == 0 && D >= 32 && D <= 256, op, ": head_dim ", D,
                   " is not supported (multiples of 32 up to 256)");
     SPECDEC_CHECK(batch.tokens == T, op, ": batch.tokens ", batch.tokens, " but q has ", T, " tokens");
+    SPECDEC_CHECK(reinterpret_cast<uintptr_t>(k_pool.data) % 16 == 0 && reinterpret_cast<uintptr_t>(v_pool.data) % 16 == 0,
+                  op, ": KV pools must start on a 16-byte boundary (they are read with 16-byte loads)");
+    SPECDEC_CHECK(k_pool.dim(0) * k_pool.dim(1) <= INT32_MAX, op, ": pool ", k_pool.shape_string(),
+                  " has more than 2^31 slots");
     SPECDEC_CHECK(T == 0 || batch.rows > 0, op, ": a batch with ", T, " tokens has no rows");
     SPECDEC_CHECK(batch.block_size == k_pool.dim(1), op, ": batch.block_size ", batch.block_size,
                   " but the pool's blocks hold ", k_pool.dim(1), " positions");
