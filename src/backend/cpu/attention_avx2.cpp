@@ -1,7 +1,8 @@
-// AVX2 + FMA attention for one (token, head). Scores: per position an 8-lane dot over head_dim
-// (tail masked) folded by a fixed tree, four positions in flight. Softmax: exp by a fixed
-// polynomial, summed in 8 lanes indexed by position mod 8. Values: accumulated in position
-// order, 32 dimensions at a time in registers. No step depends on other tokens or on chunking.
+// AVX2 + FMA attention for one token, one query head at a time. Scores: per position an 8-lane
+// dot over head_dim (tail masked) folded by a fixed tree, four positions per tree. Softmax: exp
+// by a fixed polynomial, summed in 8 lanes indexed by position mod 8. Values: accumulated in
+// position order, 32 dimensions at a time in registers. No step depends on other tokens or on
+// chunking.
 #include <immintrin.h>
 
 #include "backend/cpu/cpu_kernels.h"

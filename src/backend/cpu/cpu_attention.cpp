@@ -1,7 +1,8 @@
-// Paged KV writes and causal attention on the CPU. Each (token, head) output is computed alone,
-// with the same operation sequence whatever else is in the batch: scores for cache positions
-// 0..p in order, their max, the sum of exponentials in order, then the weighted sum of V in
-// order. So a row's output does not depend on its neighbours or on how its tokens were chunked.
+// Paged KV writes and causal attention on the CPU: validation of the AttentionBatch, and the
+// split of the work into (token, kv head, query heads) items over threads. Each (token, head)
+// output is computed by the ISA's attend kernel with the same operation sequence whatever else
+// is in the batch (see AttendFn), so a row's output does not depend on its neighbours, on how
+// its tokens were chunked, or on the thread count.
 #include <algorithm>
 #include <cstring>
 #include <vector>

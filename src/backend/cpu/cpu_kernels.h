@@ -1,6 +1,7 @@
 // The per-instruction-set kernel table of the CPU backend: one implementation per ISA (scalar,
 // AVX2+FMA, AVX-512), chosen once at backend creation. Only the hot loops live behind this table;
-// validation, threading and the cheap element-wise kernels are shared (cpu_backend.cpp).
+// validation, threading and the cheap element-wise kernels are shared (cpu_ops.cpp,
+// cpu_attention.cpp).
 #pragma once
 
 #include <cstdint>

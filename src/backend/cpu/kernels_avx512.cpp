@@ -1,7 +1,8 @@
 // AVX-512 kernels (F/BW/VL/DQ). linear keeps one 16-lane accumulator per output (lane l takes
 // the k ≡ l mod 16 terms, the K tail through a masked load that adds exact zeros) and folds it
 // with a fixed tree; register tiles of up to 4 x rows × 8 weight rows share every load. A tile's
-// shape changes which outputs share loads, never the operations one output sees.
+// shape changes which outputs share loads, never the operations one output sees. Each weight tile
+// prefetches the next, which brings decode (one x row) to streaming memory bandwidth.
 // GCC 12's AVX-512 headers build some intrinsics from _mm512_undefined_*() and then warn about
 // those (deliberately) undefined lanes; the warning says nothing about this file.
 #pragma GCC diagnostic ignored "-Wuninitialized"
