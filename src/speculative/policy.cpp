@@ -11,11 +11,6 @@ namespace {
 constexpr double kDecay = 0.97;     // forgetting factor of the cost fit
 constexpr double kAlphaRate = 0.2;  // EMA rate of the acceptance estimate
 constexpr double kMinGain = 1.03;   // speculate only when it is expected to pay by 3 %
-
-double expected_emitted(double alpha, int k) {
-  if (alpha >= 0.999) return k + 1;
-  return (1.0 - std::pow(alpha, k + 1)) / (1.0 - alpha);
-}
 }  // namespace
 
 void CostModel::observe_forward(int tokens, double seconds) {
@@ -49,7 +44,17 @@ double CostModel::row_cost(int width, int rows) const {
 }
 
 DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
-    : max_depth_(std::max(0, max_depth)), adaptive_(adaptive), alpha_(prior_acceptance) {}
+    : max_depth_(std::max(0, max_depth)), adaptive_(adaptive),
+      cond_(static_cast<size_t>(max_depth_), prior_acceptance) {}
+
+double DepthPolicy::expected_emitted(int k) const {
+  double total = 1.0, reach = 1.0;
+  for (int i = 0; i < k && i < static_cast<int>(cond_.size()); ++i) {
+    reach *= cond_[static_cast<size_t>(i)];
+    total += reach;
+  }
+  return total;
+}
 
 int DepthPolicy::next_depth(const CostModel& costs, int rows) {
   if (!adaptive_ || max_depth_ == 0) return max_depth_;
@@ -63,7 +68,7 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
   int best = 0;
   for (int k = 1; k <= max_depth_; ++k) {
     const double cost = costs.row_cost(k + 1, rows) + costs.draft_cost(k);
-    const double rate = expected_emitted(alpha_, k) / cost;
+    const double rate = expected_emitted(k) / cost;
     if (rate > best_rate * (best == 0 ? kMinGain : 1.0)) {
       best_rate = rate;
       best = k;
@@ -79,12 +84,12 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
 }
 
 void DepthPolicy::observe(int drafted, int accepted) {
-  if (drafted <= 0) return;
-  // positions tried: the accepted ones plus the first rejected one, if any
-  const int tried = accepted + (accepted < drafted ? 1 : 0);
-  const double rate = double(accepted) / tried;
-  const double weight = 1.0 - std::pow(1.0 - kAlphaRate, tried);
-  alpha_ = std::clamp(alpha_ + weight * (rate - alpha_), 0.0, 0.999);
+  // Positions tried: the accepted ones and the first rejected one, if any.
+  const int tried = std::min(drafted, accepted + 1);
+  for (int i = 0; i < tried && i < static_cast<int>(cond_.size()); ++i) {
+    double& c = cond_[static_cast<size_t>(i)];
+    c = std::clamp(c + kAlphaRate * ((i < accepted ? 1.0 : 0.0) - c), 0.001, 0.999);
+  }
 }
 
 }  // namespace specdec

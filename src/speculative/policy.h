@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace specdec {
 
@@ -33,13 +34,19 @@ class DepthPolicy {
   int next_depth(const CostModel& costs, int rows);
   // The round's outcome: drafts proposed and accepted (proposed 0 = nothing to learn).
   void observe(int drafted, int accepted);
-  double acceptance() const { return alpha_; }
+  // Estimated acceptance of the first draft.
+  double acceptance() const { return cond_.empty() ? 0.0 : cond_[0]; }
   int max_depth() const { return max_depth_; }
+  // Expected tokens a round with k drafts emits: 1 + sum over j <= k of P(first j accepted).
+  double expected_emitted(int k) const;
 
  private:
   int max_depth_;
   bool adaptive_;
-  double alpha_;      // per-position acceptance estimate
+  // cond_[i]: P(draft i accepted | drafts before it accepted). Acceptance is bursty (a copied
+  // span is accepted whole), so per-position conditionals predict deep windows far better than
+  // one geometric rate.
+  std::vector<double> cond_;
   int paused_ = 0;    // rounds left before speculation is probed again
   int backoff_ = 4;   // length of the next pause
 };
