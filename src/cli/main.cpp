@@ -15,7 +15,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and friends end with status 0 and print what they print; a real parse error gets
+    // the same single line and status 1 as every other error.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "specdec: error: %s (see --help)\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "specdec: error: %s\n", e.what());
     return 1;
