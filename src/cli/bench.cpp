@@ -76,7 +76,9 @@ struct RunResult {
 
 RunResult run_batch(const Session& s, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
                     const std::string& draft, int num_draft) {
-  Engine engine(*s.model, *s.tokenizer);
+  EngineOptions options = s.engine;
+  options.max_rows = std::max<int>(options.max_rows, static_cast<int>(prompts.size()));
+  Engine engine(*s.model, *s.tokenizer, options);
   std::string method;
   if (!draft.empty()) method = add_draft_method(engine, s, draft, num_draft);
   std::vector<int64_t> ids;

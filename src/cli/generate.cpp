@@ -53,7 +53,7 @@ void run(const GenerateOptions& o) {
   SPECDEC_CHECK(o.spec_mode == "exact" || o.spec_mode == "rejection", "unknown --spec-mode '", o.spec_mode,
                 "' (expected exact or rejection)");
   Session s = open_session(o.common);
-  Engine engine(*s.model, *s.tokenizer);
+  Engine engine(*s.model, *s.tokenizer, s.engine);
   Request req;
   req.prompt = s.tokenizer->encode(text, true);
   req.sampling = sampling_from(o, s.defaults);
@@ -121,6 +121,9 @@ void add_common(CLI::App& cmd, CommonOptions& o) {
   cmd.add_option("--threads", o.threads, "CPU threads (default: all)");
   cmd.add_option("--cpu-isa", o.isa, "CPU kernels: avx512, avx2 or scalar (default: best available)");
   cmd.add_flag("--fast-gpu", o.fast_gpu, "GPU: fast kernels instead of batch-invariant ones");
+  cmd.add_option("--kv-memory", o.kv_gb, "KV cache size in GiB (default: 1 on the CPU, 16 on a GPU)");
+  cmd.add_option("--max-rows", o.max_rows, "rows decoding at once")->capture_default_str();
+  cmd.add_option("--max-batch-tokens", o.max_batch_tokens, "tokens in one forward")->capture_default_str();
 }
 
 void add_generate(CLI::App& app) {

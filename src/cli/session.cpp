@@ -31,6 +31,13 @@ Session open_session(const CommonOptions& options) {
   s.defaults = load_generation_config(options.model_dir);
   s.eos_ids = !s.defaults.eos_token_ids.empty() ? s.defaults.eos_token_ids : s.model->config().eos_token_ids;
   if (s.eos_ids.empty() && s.tokenizer->eos_id()) s.eos_ids.push_back(*s.tokenizer->eos_id());
+  SPECDEC_CHECK(options.kv_gb >= 0, "--kv-memory must not be negative");
+  SPECDEC_CHECK(options.max_rows >= 1, "--max-rows must be at least 1");
+  SPECDEC_CHECK(options.max_batch_tokens >= 16, "--max-batch-tokens must be at least 16");
+  const double gb = options.kv_gb > 0 ? options.kv_gb : (bo.device == Device::cuda ? 16.0 : 1.0);
+  s.engine.kv_memory = static_cast<size_t>(gb * (1ull << 30));
+  s.engine.max_rows = options.max_rows;
+  s.engine.max_batch_tokens = options.max_batch_tokens;
   return s;
 }
 

@@ -19,6 +19,9 @@ struct CommonOptions {
   std::string isa;     // CPU kernel path
   int threads = 0;
   bool fast_gpu = false;  // GPU: fast kernels instead of batch-invariant ones
+  double kv_gb = 0;       // KV cache size in GiB; 0 = 1 GiB on the CPU, 16 GiB on a GPU
+  int max_rows = 64;      // rows decoding at once
+  int max_batch_tokens = 512;
 };
 
 struct Session {
@@ -27,6 +30,7 @@ struct Session {
   std::unique_ptr<Tokenizer> tokenizer;
   GenerationDefaults defaults;
   std::vector<int32_t> eos_ids;
+  EngineOptions engine;  // from the command line
 };
 
 Session open_session(const CommonOptions& options);
