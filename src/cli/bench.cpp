@@ -215,6 +215,9 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--skip-plain", o->skip_plain, "only the speculative suite");
   cmd->add_flag("--json", o->json, "also print the results as one JSON object");
   cmd->callback([o] {
+    SPECDEC_CHECK(o->num_draft >= 0, "--num-draft-tokens must not be negative, got ", o->num_draft);
+    for (int b : o->batches) SPECDEC_CHECK(b >= 1, "--batch-sizes must be positive, got ", b);
+    SPECDEC_CHECK(o->prompt_tokens >= 1 && o->gen_tokens >= 2, "--prompt-tokens must be >= 1 and --new-tokens >= 2");
     Session s = open_session(o->common);
     nlohmann::json suite = nlohmann::json::parse(read_file(o->suite));
     nlohmann::json report;

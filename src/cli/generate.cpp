@@ -50,6 +50,7 @@ void run(const GenerateOptions& o) {
   SPECDEC_CHECK(o.prompt.empty() || o.prompt_file.empty(), "give --prompt or --prompt-file, not both");
   const std::string text = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
   SPECDEC_CHECK(!text.empty(), "the prompt is empty");
+  SPECDEC_CHECK(o.num_draft >= 0, "--num-draft-tokens must not be negative, got ", o.num_draft);
   SPECDEC_CHECK(o.spec_mode == "exact" || o.spec_mode == "rejection", "unknown --spec-mode '", o.spec_mode,
                 "' (expected exact or rejection)");
   Session s = open_session(o.common);

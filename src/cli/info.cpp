@@ -10,7 +10,8 @@ namespace specdec::cli {
 void add_info(CLI::App& app) {
   auto o = std::make_shared<CommonOptions>();
   CLI::App* cmd = app.add_subcommand("info", "describe a model folder");
-  add_common(*cmd, *o);
+  o->model_dir = SPECDEC_DEFAULT_MODEL_DIR;
+  cmd->add_option("--model", o->model_dir, "model folder")->capture_default_str();
   cmd->callback([o] {
     const ModelConfig c = load_model_config(o->model_dir);
     const WeightStore weights = WeightStore::open(o->model_dir);
