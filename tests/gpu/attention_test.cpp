@@ -105,8 +105,9 @@ Pools filled_pools(Backend& be, const std::vector<RowSpec>& rows, int D, int max
 }
 
 std::vector<float> run_attention(Backend& be, const Pools& pools, const std::vector<RowSpec>& rows,
-                                 const std::vector<float>& q, int D, int max_blocks) {
+                                 const std::vector<float>& q, int D, int max_blocks, int max_row_len = -1) {
   DeviceBatch b = make_batch(be, rows, max_blocks);
+  if (max_row_len >= 0) b.batch.max_row_len = max_row_len;
   const int T = b.batch.tokens;
   Owned qt = upload(be, q, DType::f32, {T, kHeads, D});
   Owned o = empty(be, DType::f32, {T, kHeads, D});
@@ -153,6 +154,28 @@ TEST(GpuAttention, RowAloneEqualsRowWithNeighbours) {
       EXPECT_TRUE(bit_equal(alone.data(), all.data() + start, n)) << "row " << r << " invariant=" << invariant;
       start += n;
     }
+  }
+}
+
+// max_row_len only sizes the split over positions: understated (0: no split) or overstated, the
+// outputs still match the CPU; for rows that fit one chunk (256 positions) they are identical.
+TEST(GpuAttention, MaxRowLenOnlyChangesTheSplit) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends(true);
+  const auto rows = mixed_rows();
+  const int mb = max_blocks_of(rows), D = 64;
+  const auto q = random_floats(13u * kHeads * D, 15, 0.05f, 2.0f);
+  Pools cp = filled_pools(*b.cpu, rows, D, mb);
+  Pools gp = filled_pools(*b.gpu, rows, D, mb);
+  const auto want = run_attention(*b.cpu, cp, rows, q, D, mb);
+  const auto exact = run_attention(*b.gpu, gp, rows, q, D, mb);
+  for (int stated : {0, 300, 5000}) {
+    const auto got = run_attention(*b.gpu, gp, rows, q, D, mb, stated);
+    EXPECT_LE(rel_error(got, want), 1e-2) << "max_row_len " << stated;
+    // Rows 0 and 2 (40 and 20 positions) fit one chunk: bit-identical whatever the split.
+    const size_t row0 = 8u * kHeads * D, row2_begin = 9u * kHeads * D, row2 = 4u * kHeads * D;
+    EXPECT_TRUE(bit_equal(got.data(), exact.data(), row0)) << "max_row_len " << stated;
+    EXPECT_TRUE(bit_equal(got.data() + row2_begin, exact.data() + row2_begin, row2)) << "max_row_len " << stated;
   }
 }
 

@@ -10,7 +10,8 @@ namespace specdec::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // attention block size
-constexpr int kChunk = kThreads;  // positions scored per pass, one per thread
+constexpr int kChunk = kAttentionChunk;  // positions scored per pass, one per thread
+static_assert(kChunk == kThreads, "one position per thread in the scoring pass");
 
 template <typename T>
 __global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, T* __restrict__ k_pool,
@@ -64,7 +65,7 @@ __device__ __forceinline__ float score_of(const float* s_q, const T* k) {
 // (C) thread (d, s) accumulates dimension d of p·V over positions s, s + S, ... of the chunk.
 // The S partial sums are added in order at the end. Every step's order depends only on the
 // token's own row, so the result is batch invariant.
-template <int D, typename T>
+template <int D, typename T, bool kSplit>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   constexpr int S = kThreads / D;  // position subsets of the p·V phase
   __shared__ float s_q[D];
@@ -91,9 +92,15 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   for (int i = tid; i < D; i += kThreads) s_q[i] = qv[i];
   __syncthreads();
 
+  // kSplit: this block covers chunk blockIdx.z only, the last split also any chunks past it (only
+  // when max_row_len understated the rows: still correct); otherwise all chunks in turn.
+  const int c_begin = kSplit ? static_cast<int>(blockIdx.z) * kChunk : 0;
+  const bool last_split = static_cast<int>(blockIdx.z) == a.max_splits - 1;
+  const int c_end = kSplit && !last_split ? min(len, c_begin + kChunk) : len;
+  if (kSplit && c_begin >= len && c_begin > 0) return;  // past this token's positions (block-uniform)
   const int d = tid % D, sub = tid / D;
   float m = -INFINITY, l = 0.0f, acc = 0.0f;
-  for (int c0 = 0; c0 < len; c0 += kChunk) {
+  for (int c0 = c_begin; c0 < c_end; c0 += kChunk) {
     const int n = min(kChunk, len - c0);
     // (A) scores
     float sc = -INFINITY;
@@ -127,28 +134,68 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   }
   if (sub < S) s_acc[sub * D + d] = acc;
   __syncthreads();
-  float* o = a.out + (static_cast<int64_t>(t) * a.heads + h) * D;
-  for (int i = tid; i < D; i += kThreads) {
-    float sum = 0.0f;
-    for (int k = 0; k < S; ++k) sum += s_acc[k * D + i];
-    o[i] = l > 0.0f ? sum / l : 0.0f;  // a token with no visible position gets zeros
+  if constexpr (kSplit) {
+    const int64_t pi = (static_cast<int64_t>(t) * a.heads + h) * a.max_splits + blockIdx.z;
+    if (tid == 0) {
+      a.partial_m[pi] = m;
+      a.partial_l[pi] = l;
+    }
+    for (int i = tid; i < D; i += kThreads) {
+      float sum = 0.0f;
+      for (int k = 0; k < S; ++k) sum += s_acc[k * D + i];
+      a.partial_acc[pi * D + i] = sum;
+    }
+  } else {
+    float* o = a.out + (static_cast<int64_t>(t) * a.heads + h) * D;
+    for (int i = tid; i < D; i += kThreads) {
+      float sum = 0.0f;
+      for (int k = 0; k < S; ++k) sum += s_acc[k * D + i];
+      o[i] = l > 0.0f ? sum / l : 0.0f;  // a token with no visible position gets zeros
+    }
   }
 }
 
-template <typename T>
-void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
-  const dim3 grid(a.heads, a.tokens);
-  switch (a.head_dim) {
-    case 32: attention_kernel<32, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 64: attention_kernel<64, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 96: attention_kernel<96, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 128: attention_kernel<128, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 160: attention_kernel<160, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 192: attention_kernel<192, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 224: attention_kernel<224, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 256: attention_kernel<256, T><<<grid, kThreads, 0, stream>>>(a); break;
-    default: break;  // rejected by the backend before launch
+// Merges a token's splits in split order: with one split it reproduces the unsplit result bit
+// for bit (the factors are expf(0) = 1).
+__global__ void attention_merge_kernel(AttentionArgs a) {
+  const int h = blockIdx.x, t = blockIdx.y, D = a.head_dim;
+  int lo = 0, hi = a.rows - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (a.row_starts[mid] <= t) lo = mid; else hi = mid - 1;
   }
+  const int len = min(a.positions[t] + 1, a.row_lens[lo]);
+  const int splits = min(a.max_splits, max(0, (len + kChunk - 1) / kChunk));
+  const int64_t base = (static_cast<int64_t>(t) * a.heads + h) * a.max_splits;
+  float m_all = -INFINITY;
+  for (int s = 0; s < splits; ++s) m_all = fmaxf(m_all, a.partial_m[base + s]);
+  float l_all = 0.0f;
+  for (int s = 0; s < splits; ++s)
+    if (a.partial_l[base + s] > 0.0f) l_all += a.partial_l[base + s] * expf(a.partial_m[base + s] - m_all);
+  float* o = a.out + (static_cast<int64_t>(t) * a.heads + h) * D;
+  for (int i = threadIdx.x; i < D; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int s = 0; s < splits; ++s)
+      if (a.partial_l[base + s] > 0.0f) sum += a.partial_acc[(base + s) * D + i] * expf(a.partial_m[base + s] - m_all);
+    o[i] = l_all > 0.0f ? sum / l_all : 0.0f;
+  }
+}
+
+template <typename T, bool kSplit>
+void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
+  const dim3 grid(a.heads, a.tokens, kSplit ? a.max_splits : 1);
+  switch (a.head_dim) {
+    case 32: attention_kernel<32, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    case 64: attention_kernel<64, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    case 96: attention_kernel<96, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    case 128: attention_kernel<128, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    case 160: attention_kernel<160, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    case 192: attention_kernel<192, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    case 224: attention_kernel<224, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    case 256: attention_kernel<256, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    default: return;  // rejected by the backend before launch
+  }
+  if (kSplit) attention_merge_kernel<<<dim3(a.heads, a.tokens), 128, 0, stream>>>(a);
 }
 
 }  // namespace
@@ -166,7 +213,11 @@ void launch_kv_write(const float* k, const float* v, void* k_pool, void* v_pool,
 
 void launch_attention(const AttentionArgs& args, cudaStream_t stream) {
   if (args.tokens == 0 || args.heads == 0) return;
-  SPECDEC_DISPATCH_ELEM(args.pool_type, T, launch_attention_typed<T>(args, stream));
+  if (args.max_splits > 1) {
+    SPECDEC_DISPATCH_ELEM(args.pool_type, T, (launch_attention_typed<T, true>(args, stream)));
+  } else {
+    SPECDEC_DISPATCH_ELEM(args.pool_type, T, (launch_attention_typed<T, false>(args, stream)));
+  }
 }
 
 }  // namespace specdec::cuda

@@ -269,6 +269,15 @@ class CudaBackend final : public Backend {
     a.block_size = batch.block_size;
     a.pool_blocks = k_pool.dim(0);
     a.scale = scale;
+    if (batch.max_row_len > cuda::kAttentionChunk) {
+      // Split over positions: more blocks for small batches and long rows (see kernels.h).
+      a.max_splits = (batch.max_row_len + cuda::kAttentionChunk - 1) / cuda::kAttentionChunk;
+      const size_t n = static_cast<size_t>(T) * static_cast<size_t>(heads) * static_cast<size_t>(a.max_splits);
+      float* base = static_cast<float*>(scratch(n * (static_cast<size_t>(D) + 2) * sizeof(float)));
+      a.partial_m = base;
+      a.partial_l = base + n;
+      a.partial_acc = base + 2 * n;
+    }
     cuda::launch_attention(a, stream_);
     check_launch(op, T, " tokens x ", heads, " heads x ", D, ", rows ", batch.rows, ", max_row_len ",
                  batch.max_row_len);
@@ -311,11 +320,13 @@ class CudaBackend final : public Backend {
     return pt;
   }
 
-  // Grows the scratch buffer; the old one is freed stream-ordered, after the work that used it.
+  // Scratch for one kernel call at a time (linear's 16-bit x, attention's split partials): calls
+  // are ordered on the stream, so reuse is safe. Grows as needed; the old buffer is freed
+  // stream-ordered, after the work that used it.
   void* scratch(size_t bytes) {
     if (scratch_.bytes() < bytes) {
       scratch_ = Buffer();
-      scratch_ = memory_->allocate(bytes, "linear scratch (x in 16-bit)");
+      scratch_ = memory_->allocate(bytes, "scratch (linear x in 16-bit, attention partials)");
     }
     return scratch_.data();
   }

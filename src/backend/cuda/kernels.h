@@ -60,9 +60,19 @@ struct AttentionArgs {
   int max_blocks = 0, block_size = 0;
   int64_t pool_blocks = 0;
   float scale = 1.0f;
+  // Split over positions (when max_splits > 1): split s of a token covers its visible positions
+  // [s * kAttentionChunk, (s + 1) * kAttentionChunk); the partial max, sum and unnormalised p·V of
+  // each split go to these [tokens, heads, max_splits] (× head_dim) f32 buffers, then a second
+  // kernel merges the splits in order. A token whose positions fit one chunk gets bit-identical
+  // results either way, so the choice (made from the batch's max_row_len) never breaks invariance.
+  int max_splits = 1;
+  float* partial_m = nullptr;
+  float* partial_l = nullptr;
+  float* partial_acc = nullptr;
 };
-// One block per (token, head); online softmax over the row's cached positions in a fixed order.
-// head_dim must be a multiple of 32 and at most 256.
+constexpr int kAttentionChunk = 256;
+// One block per (token, head[, split]); online softmax over the row's cached positions in a fixed
+// order. head_dim must be a multiple of 32 and at most 256.
 void launch_attention(const AttentionArgs& args, cudaStream_t stream);
 
 }  // namespace specdec::cuda
