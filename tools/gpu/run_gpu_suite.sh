@@ -26,7 +26,31 @@ run() {  # run NAME CMD...: log to OUT/NAME.log, keep going on failure
   return 0
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
-if [ "$stage" = test ]; then
+if [ "$stage" = all ]; then
+  # Everything within one call, most important first; the 8B checkpoint is written meanwhile.
+  prefix=()
+  [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
+  run configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
+  run build cmake --build "$build" -j"$(nproc)"
+  (python3 tools/gpu/make_llama8b_shape.py /tmp/llama8b > "$out/make_8b.log" 2>&1) &
+  maker=$!
+  run test_gpu "$build/test_gpu"
+  export SPECDEC_TEST_DEVICE=cuda
+  run parity_gpu "$build/test_model" --gtest_filter='*Parity*'
+  run identity_gpu "$build/test_engine"
+  unset SPECDEC_TEST_DEVICE
+  run bench_bundled_invariant "$build/specdec" bench --device cuda --draft ngram --draft models/draft --json
+  wait $maker
+  tail -3 "$out/make_8b.log"
+  run bench_8b_decode "$build/specdec" bench --model /tmp/llama8b --device cuda --fast-gpu \
+    --batch-sizes 1,8,32,64,128 --prompt-tokens 512 --new-tokens 32 --max-rows 128 --kv-memory 40 --json
+  run bench_bundled_fast "$build/specdec" bench --device cuda --fast-gpu --draft ngram --draft models/draft --json
+  run bench_8b_prefill "$build/specdec" bench --model /tmp/llama8b --device cuda --fast-gpu \
+    --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8 --max-batch-tokens 2048 --kv-memory 8 --json
+  run bench_8b_invariant "$build/specdec" bench --model /tmp/llama8b --device cuda \
+    --batch-sizes 1,8 --prompt-tokens 512 --new-tokens 16 --kv-memory 8 --json
+  run bench_kernels env SPECDEC_BUILD_DIR="$build" tools/gpu/build_and_bench.sh "$out/bench_kernels.json"
+elif [ "$stage" = test ]; then
   prefix=()
   [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
   run configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
