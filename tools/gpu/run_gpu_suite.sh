@@ -9,8 +9,10 @@
 # (nlohmann-json, CLI11, PCRE2, GoogleTest) when the host has no package manager.
 set -uo pipefail
 stage=$1
-out=$2
+dest=$2
 deps=${3:-}
+out=/tmp/specdec-gpu-logs  # logs gather here; DEST gets one archive, refreshed after every step
+mkdir -p "$out"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build-gpu
 cd "$root"
@@ -23,6 +25,7 @@ run() {  # run NAME CMD...: log to OUT/NAME.log, keep going on failure
   local rc=$?
   echo "=== $name: exit $rc in $((SECONDS - t0)) s"
   tail -n 25 "$out/$name.log"
+  tar czf "$dest/logs.tar.gz" -C "$out" . 2>/dev/null
   return 0
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
