@@ -2,8 +2,33 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace specdec {
+
+namespace {
+constexpr auto kSpin = std::chrono::microseconds(100);
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+// Spins until pred() holds or kSpin passes; returns pred().
+template <typename Pred>
+bool spin_until(Pred pred) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return pred();
+  }
+}
+}  // namespace
 
 ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -13,7 +38,7 @@ ThreadPool::ThreadPool(size_t threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
-    stop_ = true;
+    stop_.store(true);
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -38,9 +63,9 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
     std::lock_guard lock(mutex_);
     chunks_ = std::move(chunks);
     job_ = &fn;
-    pending_ = workers_.size();
+    pending_.store(workers_.size(), std::memory_order_relaxed);
     error_ = nullptr;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   std::exception_ptr mine;
@@ -49,8 +74,9 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
   } catch (...) {
     mine = std::current_exception();
   }
+  spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; });
   std::unique_lock lock(mutex_);
-  done_cv_.wait(lock, [this] { return pending_ == 0; });
+  done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
   job_ = nullptr;
   if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);
@@ -61,11 +87,12 @@ void ThreadPool::worker(size_t index) {
   for (;;) {
     std::pair<size_t, size_t> chunk;
     const std::function<void(size_t, size_t)>* job;
+    spin_until([&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock lock(mutex_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      start_cv_.wait(lock, [&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; });
+      if (stop_.load()) return;
+      seen = generation_.load(std::memory_order_acquire);
       chunk = chunks_[index];
       job = job_;
     }
@@ -77,11 +104,9 @@ void ThreadPool::worker(size_t index) {
         err = std::current_exception();
       }
     }
-    {
-      std::lock_guard lock(mutex_);
-      if (err && !error_) error_ = err;
-      if (--pending_ == 0) done_cv_.notify_one();
-    }
+    std::lock_guard lock(mutex_);
+    if (err && !error_) error_ = err;
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_cv_.notify_one();
   }
 }
 
