@@ -21,15 +21,16 @@ inline BackendOptions test_backend_options(const std::string& cpu_isa = "") {
   if (test_on_gpu()) {
     o.device = Device::cuda;
     o.batch_invariant = true;
+    o.kv_dtype = DType::f32;  // parity with the f32 references; bf16 KV is measured by the benchmarks
   } else {
     o.cpu_isa = cpu_isa;
   }
   return o;
 }
 
-// Logit tolerance against the f32 references: the CPU computes in f32; the GPU keeps its KV
-// cache in bf16, which costs about three decimal digits.
-inline double logit_tolerance(double cpu) { return test_on_gpu() ? 1e-2 : cpu; }
+// Logit tolerance against the f32 references: the GPU computes in f32 too (batch-invariant
+// linear, f32 KV) but with other reduction orders and fast exp; allow one more digit there.
+inline double logit_tolerance(double cpu) { return test_on_gpu() ? 10 * cpu : cpu; }
 
 // Records a measured figure in the test output (and in the XML report) for the notes.
 inline void report(const std::string& key, double value) {

@@ -86,7 +86,8 @@ struct BackendOptions {
   size_t threads = 0;           // CPU: 0 = all hardware threads
   bool batch_invariant = true;  // GPU: use the batch-invariant kernels
   size_t memory_limit = 0;      // GPU: cap on the memory pool in bytes, 0 = from free memory
-  std::string cpu_isa;          // CPU: "", "avx512", "avx2" or "scalar" (empty = best available)
+  std::string cpu_isa;          // CPU: "", "avx512", "avx2", "scalar" or "avx512-bf16" (empty = best available)
+  DType kv_dtype = DType::bf16;  // GPU: element type of the KV cache (bf16, f16 or f32); the CPU keeps f32
 };
 
 // Creates a backend; throws specdec::Error naming what is missing (e.g. no CUDA device).

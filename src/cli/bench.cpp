@@ -64,6 +64,28 @@ double measure_host_bandwidth(size_t threads) {
   return best;
 }
 
+// Device-to-device copy bandwidth (bytes read + bytes written per second); best of 10.
+double measure_device_bandwidth(Backend& backend) {
+  const size_t bytes = size_t(1) << 30;
+  Buffer host = Buffer::host(bytes);
+  auto* words = static_cast<uint64_t*>(host.data());
+  for (size_t i = 0; i < bytes / 8; ++i) words[i] = i * 0x9e3779b97f4a7c15ull;
+  Buffer a = backend.allocate(bytes), b = backend.allocate(bytes);
+  const Tensor ta = a.view(DType::i32, {static_cast<int64_t>(bytes / 4)});
+  const Tensor tb = b.view(DType::i32, {static_cast<int64_t>(bytes / 4)});
+  backend.copy(host.view(DType::i32, {static_cast<int64_t>(bytes / 4)}), ta);
+  backend.copy(ta, tb);  // warm-up
+  backend.synchronize();
+  double best = 0;
+  for (int rep = 0; rep < 10; ++rep) {
+    const auto t0 = Clock::now();
+    backend.copy(ta, tb);
+    backend.synchronize();
+    best = std::max(best, 2.0 * bytes / std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
 struct RunResult {
   std::vector<RequestResult> results;
   double wall = 0;
@@ -120,7 +142,9 @@ std::vector<int32_t> synthetic_prompt(const Session& s, const std::string& text,
 void plain_bench(const BenchOptions& o, const Session& s, const nlohmann::json& suite, nlohmann::json& report) {
   std::string text;
   for (const auto& p : suite["prompts"]) text += p["prompt"].get<std::string>();
-  const double bandwidth = measure_host_bandwidth(static_cast<size_t>(std::max(0, o.common.threads)));
+  const bool gpu = s.backend->device() == Device::cuda;
+  const double bandwidth = gpu ? measure_device_bandwidth(*s.backend)
+                               : measure_host_bandwidth(static_cast<size_t>(std::max(0, o.common.threads)));
   const ModelConfig& c = s.model->config();
   run_batch(s, {synthetic_prompt(s, text, 32, 0)}, 8, "", 0);  // warm-up
   nlohmann::json rows = nlohmann::json::array();
@@ -145,8 +169,10 @@ void plain_bench(const BenchOptions& o, const Session& s, const nlohmann::json& 
                     {"ttft_ms", r.max_ttft * 1e3}, {"bytes_per_step", step_bytes},
                     {"bandwidth_fraction", fraction}});
   }
-  std::printf("measured read bandwidth %.1f GB/s; weights %.1f MB\n", bandwidth / 1e9, s.model->weight_bytes() / 1e6);
+  std::printf("measured %s bandwidth %.1f GB/s; weights %.1f MB\n", gpu ? "device copy" : "host read",
+              bandwidth / 1e9, s.model->weight_bytes() / 1e6);
   report["plain"] = {{"device", s.backend->name()}, {"bandwidth_bytes_per_s", bandwidth},
+                     {"bandwidth_kind", gpu ? "device-to-device copy, read + write" : "host read"},
                      {"weight_bytes", s.model->weight_bytes()}, {"prompt_tokens", o.prompt_tokens},
                      {"new_tokens", o.gen_tokens}, {"rows", rows}};
 }

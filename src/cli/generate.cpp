@@ -123,6 +123,7 @@ void add_common(CLI::App& cmd, CommonOptions& o) {
   cmd.add_option("--cpu-isa", o.isa, "CPU kernels: avx512, avx2 or scalar (default: best available)");
   cmd.add_flag("--fast-gpu", o.fast_gpu, "GPU: fast kernels instead of batch-invariant ones");
   cmd.add_option("--kv-memory", o.kv_gb, "KV cache size in GiB (default: 1 on the CPU, 16 on a GPU)");
+  cmd.add_option("--kv-dtype", o.kv_dtype, "GPU KV cache type: bf16, f16 or f32")->capture_default_str();
   cmd.add_option("--max-rows", o.max_rows, "rows decoding at once")->capture_default_str();
   cmd.add_option("--max-batch-tokens", o.max_batch_tokens, "tokens in one forward")->capture_default_str();
 }

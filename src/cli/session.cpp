@@ -22,6 +22,9 @@ Session open_session(const CommonOptions& options) {
   bo.threads = static_cast<size_t>(std::max(0, options.threads));
   bo.cpu_isa = options.isa;
   bo.batch_invariant = !options.fast_gpu;
+  SPECDEC_CHECK(options.kv_dtype == "bf16" || options.kv_dtype == "f16" || options.kv_dtype == "f32",
+                "unknown --kv-dtype '", options.kv_dtype, "' (expected bf16, f16 or f32)");
+  bo.kv_dtype = options.kv_dtype == "f32" ? DType::f32 : options.kv_dtype == "f16" ? DType::f16 : DType::bf16;
   s.backend = make_backend(bo);
   s.model = Model::load(options.model_dir, *s.backend);
   s.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(options.model_dir));

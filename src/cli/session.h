@@ -22,6 +22,7 @@ struct CommonOptions {
   double kv_gb = 0;       // KV cache size in GiB; 0 = 1 GiB on the CPU, 16 GiB on a GPU
   int max_rows = 64;      // rows decoding at once
   int max_batch_tokens = 512;
+  std::string kv_dtype = "bf16";  // GPU KV cache element type
 };
 
 struct Session {

@@ -53,6 +53,25 @@ if [ "$stage" = all ]; then
   run bench_8b_invariant "$build/specdec" bench --model /tmp/llama8b --device cuda \
     --batch-sizes 1,8 --prompt-tokens 512 --new-tokens 16 --kv-memory 8 --json
   run bench_kernels env SPECDEC_BUILD_DIR="$build" tools/gpu/build_and_bench.sh "$out/bench_kernels.json"
+elif [ "$stage" = final ]; then
+  # The short re-run after fixes: tests, then the headline benchmarks.
+  prefix=()
+  [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
+  run configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
+  run build cmake --build "$build" -j"$(nproc)" --target specdec_cli test_gpu test_model test_engine
+  (python3 tools/gpu/make_llama8b_shape.py /tmp/llama8b > "$out/make_8b.log" 2>&1) &
+  maker=$!
+  run test_gpu "$build/test_gpu"
+  export SPECDEC_TEST_DEVICE=cuda
+  run parity_gpu "$build/test_model" --gtest_filter='*Parity*'
+  run identity_gpu "$build/test_engine"
+  unset SPECDEC_TEST_DEVICE
+  run bench_bundled_invariant "$build/specdec" bench --device cuda --draft ngram --draft models/draft --json
+  wait $maker
+  run bench_8b_decode "$build/specdec" bench --model /tmp/llama8b --device cuda --fast-gpu \
+    --batch-sizes 1,8,32,64,128 --prompt-tokens 512 --new-tokens 32 --max-rows 128 --kv-memory 40 --json
+  run bench_8b_prefill "$build/specdec" bench --model /tmp/llama8b --device cuda --fast-gpu \
+    --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8 --max-batch-tokens 2048 --kv-memory 8 --json
 elif [ "$stage" = test ]; then
   prefix=()
   [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")

@@ -185,7 +185,11 @@ template <typename T, bool kSplit>
 void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(a.heads, a.tokens, kSplit ? a.max_splits : 1);
   switch (a.head_dim) {
+    case 16: attention_kernel<16, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
     case 32: attention_kernel<32, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    case 48: attention_kernel<48, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    case 80: attention_kernel<80, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    case 112: attention_kernel<112, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
     case 64: attention_kernel<64, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
     case 96: attention_kernel<96, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
     case 128: attention_kernel<128, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;

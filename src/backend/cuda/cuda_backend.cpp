@@ -55,7 +55,10 @@ int to_int(int64_t v, const char* op, const char* what) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const BackendOptions& options) : invariant_(options.batch_invariant) {
+  explicit CudaBackend(const BackendOptions& options)
+      : invariant_(options.batch_invariant), kv_dtype_(options.kv_dtype) {
+    SPECDEC_CHECK(kv_dtype_ == DType::bf16 || kv_dtype_ == DType::f16 || kv_dtype_ == DType::f32,
+                  "the CUDA backend keeps its KV cache in bf16, f16 or f32, not ", dtype_name(kv_dtype_));
     int device = 0;
     SPECDEC_CUDA_CHECK(cudaGetDevice(&device));
     cudaDeviceProp prop{};
@@ -75,7 +78,7 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::cuda; }
   std::string name() const override { return name_; }
-  DType kv_dtype() const override { return DType::bf16; }
+  DType kv_dtype() const override { return kv_dtype_; }
 
   Buffer allocate(size_t bytes) override { return memory_->allocate(bytes); }
 
@@ -235,8 +238,8 @@ class CudaBackend final : public Backend {
     const int64_t T = q.dim(0), heads = q.dim(1), D = q.dim(2), kvh = k_pool.dim(2);
     SPECDEC_CHECK(k_pool.dim(3) == D && kvh > 0 && heads % kvh == 0, op, ": q ", q.shape_string(), " and pool ",
                   k_pool.shape_string(), " disagree (heads must be a multiple of kv_heads)");
-    SPECDEC_CHECK(D % 32 == 0 && D >= 32 && D <= 256, op, ": head_dim ", D,
-                  " is not supported (multiples of 32 up to 256)");
+    SPECDEC_CHECK((D % 32 == 0 && D >= 32 && D <= 256) || D == 16 || D == 48 || D == 80 || D == 112, op,
+                  ": head_dim ", D, " is not supported (16, 48, 80, 112, or a multiple of 32 up to 256)");
     SPECDEC_CHECK(batch.tokens == T, op, ": batch.tokens ", batch.tokens, " but q has ", T, " tokens");
     SPECDEC_CHECK(reinterpret_cast<uintptr_t>(k_pool.data) % 16 == 0 && reinterpret_cast<uintptr_t>(v_pool.data) % 16 == 0,
                   op, ": KV pools must start on a 16-byte boundary (they are read with 16-byte loads)");
@@ -348,6 +351,7 @@ class CudaBackend final : public Backend {
   }
 
   bool invariant_;
+  DType kv_dtype_;
   bool sync_each_ = false;
   std::string name_;
   std::shared_ptr<cuda::DeviceMemory> memory_;
