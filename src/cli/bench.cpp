@@ -100,6 +100,11 @@ RunResult run_batch(const Session& s, const std::vector<std::vector<int32_t>>& p
                     const std::string& draft, int num_draft) {
   EngineOptions options = s.engine;
   options.max_rows = std::max<int>(options.max_rows, static_cast<int>(prompts.size()));
+  // Every prompt is prefilled in the first iteration, so that decode figures time decode-only
+  // iterations and not the prefill of later rows mixed into them.
+  int prompt_total = 0;
+  for (const auto& p : prompts) prompt_total += static_cast<int>(p.size());
+  options.max_batch_tokens = std::max(options.max_batch_tokens, std::min(prompt_total + 1, 1 << 17));
   Engine engine(*s.model, *s.tokenizer, options);
   std::string method;
   if (!draft.empty()) method = add_draft_method(engine, s, draft, num_draft);

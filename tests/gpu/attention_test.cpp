@@ -184,11 +184,11 @@ TEST(GpuAttention, RejectsUnsupportedHeadDim) {
   Backends b = make_backends(true);
   const auto rows = mixed_rows();
   const int mb = max_blocks_of(rows);
-  Owned k = empty(*b.gpu, DType::bf16, {kPoolBlocks, kBlockSize, kKvHeads, 48});
-  Owned v = empty(*b.gpu, DType::bf16, {kPoolBlocks, kBlockSize, kKvHeads, 48});
+  Owned k = empty(*b.gpu, DType::bf16, {kPoolBlocks, kBlockSize, kKvHeads, 40});
+  Owned v = empty(*b.gpu, DType::bf16, {kPoolBlocks, kBlockSize, kKvHeads, 40});
   DeviceBatch db = make_batch(*b.gpu, rows, mb);
-  Owned q = empty(*b.gpu, DType::f32, {13, kHeads, 48});
-  Owned o = empty(*b.gpu, DType::f32, {13, kHeads, 48});
+  Owned q = empty(*b.gpu, DType::f32, {13, kHeads, 40});
+  Owned o = empty(*b.gpu, DType::f32, {13, kHeads, 40});
   EXPECT_THROW(b.gpu->attention(q.tensor, k.tensor, v.tensor, db.batch, 1.0f, o.tensor), Error);
 }
 

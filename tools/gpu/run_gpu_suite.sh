@@ -72,6 +72,19 @@ elif [ "$stage" = final ]; then
     --batch-sizes 1,8,32,64,128 --prompt-tokens 512 --new-tokens 32 --max-rows 128 --kv-memory 40 --json
   run bench_8b_prefill "$build/specdec" bench --model /tmp/llama8b --device cuda --fast-gpu \
     --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8 --max-batch-tokens 2048 --kv-memory 8 --json
+elif [ "$stage" = batched ]; then
+  prefix=()
+  [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
+  run configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
+  run build cmake --build "$build" -j"$(nproc)" --target specdec_cli test_gpu
+  (python3 tools/gpu/make_llama8b_shape.py /tmp/llama8b > "$out/make_8b.log" 2>&1) &
+  maker=$!
+  run test_gpu "$build/test_gpu"
+  wait $maker
+  run bench_8b_decode "$build/specdec" bench --model /tmp/llama8b --device cuda --fast-gpu \
+    --batch-sizes 1,8,32,64,128 --prompt-tokens 512 --new-tokens 32 --max-rows 128 --kv-memory 40 --json
+  run bench_8b_invariant "$build/specdec" bench --model /tmp/llama8b --device cuda \
+    --batch-sizes 1,8 --prompt-tokens 512 --new-tokens 16 --kv-memory 8 --json
 elif [ "$stage" = test ]; then
   prefix=()
   [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
