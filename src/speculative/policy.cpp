@@ -62,7 +62,8 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
     --paused_;
     return paused_ == 0 ? 1 : 0;  // probe with one draft when the pause ends
   }
-  if (!costs.calibrated()) return max_depth_;
+  // Until the cost fit has data, draft moderately: deep windows are what it must first price.
+  if (!costs.calibrated()) return std::min(max_depth_, 3);
   const double plain = costs.row_cost(1, rows);
   double best_rate = 1.0 / plain;
   int best = 0;
