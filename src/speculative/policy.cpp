@@ -34,8 +34,10 @@ void CostModel::observe_forward(int tokens, double seconds) {
 
 void CostModel::observe_draft(int drafted_tokens, double seconds) {
   if (drafted_tokens <= 0) return;
+  // A round may include a catch-up feed (the tokens of rounds the row did not draft in); it is
+  // not the price of a draft, so one observation may at most double the estimate.
   const double per = seconds / drafted_tokens;
-  per_draft_ = draft_seen_ ? 0.8 * per_draft_ + 0.2 * per : per;
+  per_draft_ = draft_seen_ ? 0.8 * per_draft_ + 0.2 * std::min(per, 2.0 * per_draft_) : per;
   draft_seen_ = true;
 }
 
@@ -62,8 +64,7 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
     --paused_;
     return paused_ == 0 ? 1 : 0;  // probe with one draft when the pause ends
   }
-  // Until the cost fit has data, draft moderately: deep windows are what it must first price.
-  if (!costs.calibrated()) return std::min(max_depth_, 3);
+  if (!costs.calibrated()) return max_depth_;
   const double plain = costs.row_cost(1, rows);
   double best_rate = 1.0 / plain;
   int best = 0;

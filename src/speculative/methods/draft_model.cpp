@@ -62,9 +62,20 @@ class DraftModelRows : public DraftRows {
     rows_ = std::move(next);
   }
 
+  // The draft model processes prompt blocks as they come, so drafting later only feeds the one
+  // or two tokens each round adds.
   void prefill(int row, std::span<const int32_t> tokens) override {
     auto& r = rows_.at(static_cast<size_t>(row));
     r.known.insert(r.known.end(), tokens.begin(), tokens.end());
+    if (r.fed.size() != r.known.size() - tokens.size() ||
+        static_cast<int>(r.known.size()) >= model_->config().max_position)
+      return;  // out of step (a restored row): the next draft() catches up
+    SPECDEC_CHECK(cache_->reserve(r.seq, static_cast<int>(r.known.size())), "the draft model's KV cache is full");
+    SequenceInput in;
+    in.seq = r.seq;
+    in.tokens.assign(tokens.begin(), tokens.end());
+    model_->forward(ForwardRequest{{in}, {}}, *cache_);
+    r.fed.insert(r.fed.end(), tokens.begin(), tokens.end());
   }
 
   std::vector<DraftProposal> draft(std::span<const DraftRequestRow> asks) override {
