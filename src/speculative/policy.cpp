@@ -47,7 +47,11 @@ double CostModel::row_cost(int width, int rows) const {
 
 DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
     : max_depth_(std::max(0, max_depth)), adaptive_(adaptive),
-      cond_(static_cast<size_t>(max_depth_), prior_acceptance) {}
+      cond_(static_cast<size_t>(max_depth_), 0.85) {
+  // Later positions start optimistic: acceptance is bursty (a draft that followed accepted ones
+  // is usually right), and an optimistic prior makes the policy try the depth it must price.
+  if (!cond_.empty()) cond_[0] = prior_acceptance;
+}
 
 double DepthPolicy::expected_emitted(int k) const {
   double total = 1.0, reach = 1.0;
@@ -64,7 +68,9 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
     --paused_;
     return paused_ == 0 ? 1 : 0;  // probe with one draft when the pause ends
   }
-  if (!costs.calibrated()) return max_depth_;
+  // Until the cost fit has data, draft moderately: a full-depth window in every row of a big
+  // batch is the most expensive way to learn that speculation does not pay there.
+  if (!costs.calibrated()) return std::min(max_depth_, 4);
   const double plain = costs.row_cost(1, rows);
   double best_rate = 1.0 / plain;
   int best = 0;
