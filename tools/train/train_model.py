@@ -211,7 +211,7 @@ benchmarks. Not a general-purpose model.
 {s['command']}
 ```
 
-run by `tools/train/run_all.sh` on the GPU host. `training_stats.json` holds the loss log.
+run by `tools/run_all.sh` on the GPU host. `training_stats.json` holds the loss log.
 """
     (out / "MODEL_CARD.md").write_text(card)
 
