@@ -183,6 +183,21 @@ void plain_bench(const BenchOptions& o, const Session& s, const nlohmann::json& 
                      {"new_tokens", o.gen_tokens}, {"rows", rows}};
 }
 
+// Plain and speculative runs of the same prompts alternate o.repeats times; the fastest run of
+// each counts, so a burst of load from elsewhere on the machine does not decide the comparison.
+std::pair<RunResult, RunResult> best_pair(const Session& s, const std::vector<std::vector<int32_t>>& prompts,
+                                          int max_tokens, const std::string& draft, const BenchOptions& o) {
+  std::pair<RunResult, RunResult> best;
+  auto keep = [](RunResult r, RunResult& into) {
+    if (into.wall == 0 || r.generated / r.wall > into.generated / into.wall) into = std::move(r);
+  };
+  for (int rep = 0; rep < o.repeats; ++rep) {
+    keep(run_batch(s, prompts, max_tokens, "", 0), best.first);
+    keep(run_batch(s, prompts, max_tokens, draft, o.num_draft), best.second);
+  }
+  return best;
+}
+
 void spec_bench(const BenchOptions& o, const Session& s, const nlohmann::json& suite, nlohmann::json& report) {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> names, categories;
@@ -200,22 +215,8 @@ void spec_bench(const BenchOptions& o, const Session& s, const nlohmann::json& s
                 "accept", "mean len", "same");
     nlohmann::json per_prompt = nlohmann::json::array();
     for (size_t i = 0; i < prompts.size(); ++i) {
-      // Plain and speculative runs alternate, o.repeats times each; the best of each counts, so
-      // a burst of load from elsewhere on the machine does not decide the comparison.
-      RunResult plain, spec;
-      double pt = 0, st = 0;
-      for (int rep = 0; rep < o.repeats; ++rep) {
-        RunResult p = run_batch(s, {prompts[i]}, lengths[i], "", 0);
-        RunResult q = run_batch(s, {prompts[i]}, lengths[i], draft, o.num_draft);
-        if (p.generated / p.wall > pt) {
-          pt = p.generated / p.wall;
-          plain = std::move(p);
-        }
-        if (q.generated / q.wall > st) {
-          st = q.generated / q.wall;
-          spec = std::move(q);
-        }
-      }
+      auto [plain, spec] = best_pair(s, {prompts[i]}, lengths[i], draft, o);
+      const double pt = plain.generated / plain.wall, st = spec.generated / spec.wall;
       const auto& tel = spec.results[0].stats.speculative;
       const bool same = plain.results[0].tokens == spec.results[0].tokens;
       std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %8.2f %8.2f %5s\n", names[i].c_str(), categories[i].c_str(), pt, st,
@@ -230,20 +231,8 @@ void spec_bench(const BenchOptions& o, const Session& s, const nlohmann::json& s
       batch.push_back(prompts[static_cast<size_t>(i) % prompts.size()]);
       max_len = std::max(max_len, lengths[static_cast<size_t>(i) % prompts.size()]);
     }
-    RunResult plain, spec;
-    double pt = 0, st = 0;
-    for (int rep = 0; rep < o.repeats; ++rep) {
-      RunResult p = run_batch(s, batch, max_len, "", 0);
-      RunResult q = run_batch(s, batch, max_len, draft, o.num_draft);
-      if (p.generated / p.wall > pt) {
-        pt = p.generated / p.wall;
-        plain = std::move(p);
-      }
-      if (q.generated / q.wall > st) {
-        st = q.generated / q.wall;
-        spec = std::move(q);
-      }
-    }
+    auto [plain, spec] = best_pair(s, batch, max_len, draft, o);
+    const double pt = plain.generated / plain.wall, st = spec.generated / spec.wall;
     bool same = true;
     for (size_t i = 0; i < batch.size(); ++i) same = same && plain.results[i].tokens == spec.results[i].tokens;
     std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %8s %8s %5s\n", ("batch " + std::to_string(o.spec_batch)).c_str(),

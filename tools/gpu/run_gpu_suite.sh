@@ -28,12 +28,15 @@ run() {  # run NAME CMD...: log to OUT/NAME.log, keep going on failure
   tar czf "$dest/logs.tar.gz" -C "$out" . 2>/dev/null
   return 0
 }
+configure() {
+  local prefix=()
+  [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
+  run configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
+}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
 if [ "$stage" = all ]; then
   # Everything within one call, most important first; the 8B checkpoint is written meanwhile.
-  prefix=()
-  [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
-  run configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
+  configure
   run build cmake --build "$build" -j"$(nproc)"
   (python3 tools/gpu/make_llama8b_shape.py /tmp/llama8b > "$out/make_8b.log" 2>&1) &
   maker=$!
@@ -55,9 +58,7 @@ if [ "$stage" = all ]; then
   run bench_kernels env SPECDEC_BUILD_DIR="$build" tools/gpu/build_and_bench.sh "$out/bench_kernels.json"
 elif [ "$stage" = final ]; then
   # The short re-run after fixes: tests, then the headline benchmarks.
-  prefix=()
-  [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
-  run configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
+  configure
   run build cmake --build "$build" -j"$(nproc)" --target specdec_cli test_gpu test_model test_engine
   (python3 tools/gpu/make_llama8b_shape.py /tmp/llama8b > "$out/make_8b.log" 2>&1) &
   maker=$!
@@ -73,9 +74,7 @@ elif [ "$stage" = final ]; then
   run bench_8b_prefill "$build/specdec" bench --model /tmp/llama8b --device cuda --fast-gpu \
     --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8 --max-batch-tokens 2048 --kv-memory 8 --json
 elif [ "$stage" = batched ]; then
-  prefix=()
-  [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
-  run configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
+  configure
   run build cmake --build "$build" -j"$(nproc)" --target specdec_cli test_gpu
   (python3 tools/gpu/make_llama8b_shape.py /tmp/llama8b > "$out/make_8b.log" 2>&1) &
   maker=$!
@@ -86,9 +85,7 @@ elif [ "$stage" = batched ]; then
   run bench_8b_invariant "$build/specdec" bench --model /tmp/llama8b --device cuda \
     --batch-sizes 1,8 --prompt-tokens 512 --new-tokens 16 --kv-memory 8 --json
 elif [ "$stage" = test ]; then
-  prefix=()
-  [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
-  run configure cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
+  configure
   run build cmake --build "$build" -j"$(nproc)"
   run test_gpu "$build/test_gpu"
   export SPECDEC_TEST_DEVICE=cuda
