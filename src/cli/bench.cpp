@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "api/session.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -18,7 +19,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
-  CommonOptions common;
+  ModelOptions common;
   std::vector<std::string> drafts;
   std::vector<int> batches{1, 4, 8, 16};
   int prompt_tokens = 128;

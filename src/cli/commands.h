@@ -3,12 +3,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli/session.h"
+#include "specdec/specdec.h"
 
 namespace specdec::cli {
 
 // --model, --device, --threads, --cpu-isa, --fast-gpu
-void add_common(CLI::App& cmd, CommonOptions& options);
+void add_common(CLI::App& cmd, ModelOptions& options);
 void add_generate(CLI::App& app);
 void add_info(CLI::App& app);
 void add_bench(CLI::App& app);

@@ -4,11 +4,12 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "model/weights.h"
+#include "tokenizer/tokenizer.h"
 
 namespace specdec::cli {
 
 void add_info(CLI::App& app) {
-  auto o = std::make_shared<CommonOptions>();
+  auto o = std::make_shared<ModelOptions>();
   CLI::App* cmd = app.add_subcommand("info", "describe a model folder");
   o->model_dir = SPECDEC_DEFAULT_MODEL_DIR;
   cmd->add_option("--model", o->model_dir, "model folder")->capture_default_str();

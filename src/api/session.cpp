@@ -1,5 +1,5 @@
-// Session building shared by generate, info and bench.
-#include "cli/session.h"
+// Session building shared by the Generator and the command.
+#include "api/session.h"
 
 #include <fstream>
 #include <sstream>
@@ -8,9 +8,9 @@
 #include "speculative/methods/draft_model.h"
 #include "speculative/methods/ngram_method.h"
 
-namespace specdec::cli {
+namespace specdec {
 
-Session open_session(const CommonOptions& options) {
+Session open_session(const ModelOptions& options) {
   Session s;
   BackendOptions bo;
   if (options.device == "cuda" || (options.device.empty() && cuda_available())) {
@@ -20,8 +20,8 @@ Session open_session(const CommonOptions& options) {
                   "' (expected cpu or cuda)");
   }
   bo.threads = static_cast<size_t>(std::max(0, options.threads));
-  bo.cpu_isa = options.isa;
-  bo.batch_invariant = !options.fast_gpu;
+  bo.cpu_isa = options.cpu_isa;
+  bo.batch_invariant = options.batch_invariant;
   SPECDEC_CHECK(options.kv_dtype == "bf16" || options.kv_dtype == "f16" || options.kv_dtype == "f32",
                 "unknown --kv-dtype '", options.kv_dtype, "' (expected bf16, f16 or f32)");
   bo.kv_dtype = options.kv_dtype == "f32" ? DType::f32 : options.kv_dtype == "f16" ? DType::f16 : DType::bf16;
@@ -34,10 +34,10 @@ Session open_session(const CommonOptions& options) {
   s.defaults = load_generation_config(options.model_dir);
   s.eos_ids = !s.defaults.eos_token_ids.empty() ? s.defaults.eos_token_ids : s.model->config().eos_token_ids;
   if (s.eos_ids.empty() && s.tokenizer->eos_id()) s.eos_ids.push_back(*s.tokenizer->eos_id());
-  SPECDEC_CHECK(options.kv_gb >= 0, "--kv-memory must not be negative");
+  SPECDEC_CHECK(options.kv_memory_gb >= 0, "--kv-memory must not be negative");
   SPECDEC_CHECK(options.max_rows >= 1, "--max-rows must be at least 1");
   SPECDEC_CHECK(options.max_batch_tokens >= 16, "--max-batch-tokens must be at least 16");
-  const double gb = options.kv_gb > 0 ? options.kv_gb : (bo.device == Device::cuda ? 16.0 : 1.0);
+  const double gb = options.kv_memory_gb > 0 ? options.kv_memory_gb : (bo.device == Device::cuda ? 16.0 : 1.0);
   s.engine.kv_memory = static_cast<size_t>(gb * (1ull << 30));
   s.engine.max_rows = options.max_rows;
   s.engine.max_batch_tokens = options.max_batch_tokens;
@@ -66,4 +66,4 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace specdec::cli
+}  // namespace specdec
