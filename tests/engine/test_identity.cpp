@@ -42,6 +42,8 @@ struct Case {
   float temperature;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.method << " depth " << c.depth << " T " << c.temperature; }
+
 class SpecIdentity : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SpecIdentity, SameTokensAsPlain) {
