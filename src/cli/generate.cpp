@@ -55,6 +55,7 @@ void run(GenerateCommand& c) {
     return;
   }
   std::fprintf(stdout, "\n");
+  std::fflush(stdout);  // the text ends before the stats line, also when both go to one file
   std::fprintf(stderr,
                "[stats] prompt tokens %d, generated tokens %zu, prefill %.1f tokens/s, decode %.1f tokens/s, finish %s",
                g.prompt_tokens, g.tokens.size(), g.prefill_tokens_per_s, g.decode_tokens_per_s,
