@@ -30,6 +30,7 @@ struct BenchOptions {
   bool json = false;
   bool skip_plain = false;
   int repeats = 3;
+  bool no_adaptive = false;
 };
 
 // Read bandwidth of host memory: every thread sums its slice of a large buffer; best of 5.
@@ -99,7 +100,7 @@ struct RunResult {
 };
 
 RunResult run_batch(const Session& s, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
-                    const std::string& draft, int num_draft) {
+                    const std::string& draft, int num_draft, bool adaptive = true) {
   EngineOptions options = s.engine;
   options.max_rows = std::max<int>(options.max_rows, static_cast<int>(prompts.size()));
   // Every prompt is prefilled in the first iteration, so that decode figures time decode-only
@@ -120,6 +121,7 @@ RunResult run_batch(const Session& s, const std::vector<std::vector<int32_t>>& p
     r.stop.ignore_eos = true;
     r.spec.method = method;
     r.spec.max_depth = num_draft;
+    r.spec.adaptive = adaptive;
     ids.push_back(engine.submit(std::move(r)));
   }
   engine.run();
@@ -194,7 +196,7 @@ std::pair<RunResult, RunResult> best_pair(const Session& s, const std::vector<st
   };
   for (int rep = 0; rep < o.repeats; ++rep) {
     keep(run_batch(s, prompts, max_tokens, "", 0), best.first);
-    keep(run_batch(s, prompts, max_tokens, draft, o.num_draft), best.second);
+    keep(run_batch(s, prompts, max_tokens, draft, o.num_draft, !o.no_adaptive), best.second);
   }
   return best;
 }
@@ -259,6 +261,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--spec-batch", o->spec_batch, "rows in the batched speculative run")->capture_default_str();
   cmd->add_option("--suite", o->suite, "prompt suite (JSON)")->capture_default_str();
   cmd->add_flag("--skip-plain", o->skip_plain, "only the speculative suite");
+  cmd->add_flag("--no-adaptive", o->no_adaptive, "speculative suite: always draft the maximum depth");
   cmd->add_option("--repeats", o->repeats, "speculative suite: runs of each, best counts")->capture_default_str();
   cmd->add_flag("--json", o->json, "also print the results as one JSON object");
   cmd->callback([o] {
