@@ -44,17 +44,18 @@ Session open_session(const ModelOptions& options) {
   return s;
 }
 
-std::string add_draft_method(Engine& engine, const Session& session, const std::string& draft, int depth) {
+std::string add_draft_method(Engine& engine, Session& session, const std::string& draft, int depth) {
   if (draft == "ngram") {
     NgramOptions o;
     if (depth > 0) o.num_draft = depth;
     engine.add_method(std::make_shared<NgramMethod>(o));
     return "ngram";
   }
-  std::shared_ptr<Model> model = Model::load(draft, session.model->backend());
+  std::shared_ptr<Model>& model = session.draft_models[draft];
+  if (!model) model = Model::load(draft, session.model->backend());
   DraftModelOptions o;
   if (depth > 0) o.num_draft = depth;
-  engine.add_method(std::make_shared<DraftModelMethod>(std::move(model), draft, o));
+  engine.add_method(std::make_shared<DraftModelMethod>(model, draft, o));
   return "draft";
 }
 

@@ -2,6 +2,7 @@
 // the public ModelOptions. The Generator and the command's subcommands build on it.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -21,12 +22,13 @@ struct Session {
   GenerationDefaults defaults;
   std::vector<int32_t> eos_ids;
   EngineOptions engine;  // from the command line
+  std::map<std::string, std::shared_ptr<Model>> draft_models;  // loaded draft folders, by path
 };
 
 Session open_session(const ModelOptions& options);
 // Registers the method named by --draft ("ngram" or a checkpoint folder) with the engine;
 // returns its name for SpecOptions::method.
-std::string add_draft_method(Engine& engine, const Session& session, const std::string& draft, int depth);
+std::string add_draft_method(Engine& engine, Session& session, const std::string& draft, int depth);
 
 std::string read_file(const std::string& path);
 

@@ -99,7 +99,7 @@ struct RunResult {
   int decode_tokens = 0;
 };
 
-RunResult run_batch(const Session& s, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+RunResult run_batch(Session& s, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
                     const std::string& draft, int num_draft, bool adaptive = true) {
   EngineOptions options = s.engine;
   options.max_rows = std::max<int>(options.max_rows, static_cast<int>(prompts.size()));
@@ -148,7 +148,7 @@ std::vector<int32_t> synthetic_prompt(const Session& s, const std::string& text,
   return p;
 }
 
-void plain_bench(const BenchOptions& o, const Session& s, const nlohmann::json& suite, nlohmann::json& report) {
+void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, nlohmann::json& report) {
   std::string text;
   for (const auto& p : suite["prompts"]) text += p["prompt"].get<std::string>();
   const bool gpu = s.backend->device() == Device::cuda;
@@ -188,7 +188,7 @@ void plain_bench(const BenchOptions& o, const Session& s, const nlohmann::json& 
 
 // Plain and speculative runs of the same prompts alternate o.repeats times; the fastest run of
 // each counts, so a burst of load from elsewhere on the machine does not decide the comparison.
-std::pair<RunResult, RunResult> best_pair(const Session& s, const std::vector<std::vector<int32_t>>& prompts,
+std::pair<RunResult, RunResult> best_pair(Session& s, const std::vector<std::vector<int32_t>>& prompts,
                                           int max_tokens, const std::string& draft, const BenchOptions& o) {
   std::pair<RunResult, RunResult> best;
   auto keep = [](RunResult r, RunResult& into) {
@@ -201,7 +201,7 @@ std::pair<RunResult, RunResult> best_pair(const Session& s, const std::vector<st
   return best;
 }
 
-void spec_bench(const BenchOptions& o, const Session& s, const nlohmann::json& suite, nlohmann::json& report) {
+void spec_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, nlohmann::json& report) {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> names, categories;
   std::vector<int> lengths;

@@ -218,6 +218,18 @@ bool Engine::reserve_or_preempt(Row& row, int new_len) {
   return true;
 }
 
+bool Engine::reserve_or_yield(Row& row, int new_len, const char* what) {
+  if (reserve_or_preempt(row, new_len)) return true;
+  // Even with every younger row preempted the cache is short: the oldest row cannot run at
+  // all, any other row waits for the rows ahead of it.
+  if (&row == rows_.front().get()) {
+    finish(row, FinishReason::error, str_cat("the KV cache cannot hold this ", what));
+  } else {
+    preempt(row);
+  }
+  return false;
+}
+
 bool Engine::step() {
   admit();
   if (rows_.empty()) return false;
@@ -278,13 +290,8 @@ bool Engine::step() {
     Plan plan{&row, true, 0, {}};
     if (auto it = proposals.find(&row); it != proposals.end()) plan.proposal = std::move(it->second);
     const int width = 1 + static_cast<int>(plan.proposal.tokens.size());
-    if (!reserve_or_preempt(row, static_cast<int>(row.pending_pos) + width)) {
-      if (&row == rows_.front().get()) {
-        finish(row, FinishReason::error, "the KV cache cannot hold this request");
-      } else {
-        preempt(row);
-        --i;
-      }
+    if (!reserve_or_yield(row, static_cast<int>(row.pending_pos) + width, "request")) {
+      if (row.finish == FinishReason::none) --i;  // preempted: rows_[i] is the next row now
       continue;
     }
     budget -= width;
@@ -294,13 +301,8 @@ bool Engine::step() {
     Row& row = *rows_[i];
     if (row.decoding || row.finish != FinishReason::none) continue;
     const int chunk = std::min(budget, row.prefill_end - row.prefilled);
-    if (!reserve_or_preempt(row, row.prefilled + chunk)) {
-      if (&row == rows_.front().get()) {
-        finish(row, FinishReason::error, "the KV cache cannot hold this prompt");
-      } else {
-        preempt(row);
-        --i;
-      }
+    if (!reserve_or_yield(row, row.prefilled + chunk, "prompt")) {
+      if (row.finish == FinishReason::none) --i;
       continue;
     }
     budget -= chunk;
@@ -372,11 +374,19 @@ bool Engine::step() {
     }
     row.telemetry.target_forwards += 1;
     const int32_t opened_by = row.pending;
+    // EOS and the token budget cut the burst (cut_burst); stop strings are found in the text.
+    static const std::vector<int32_t> kNoEos;
+    const BurstCut cut = cut_burst(verdict.emitted, row.req.stop.ignore_eos ? kNoEos : row.req.stop.eos_ids,
+                                   static_cast<size_t>(row.max_tokens - row.generated()));
     std::vector<int32_t> emitted_now;
     bool done = false;
-    for (int32_t t : verdict.emitted) {
-      emitted_now.push_back(t);
-      if ((done = accept_token(row, t))) break;
+    for (size_t i = 0; i < cut.kept && !done; ++i) {
+      emitted_now.push_back(verdict.emitted[i]);
+      done = append_token(row, verdict.emitted[i], cut.eos && i + 1 == cut.kept);
+    }
+    if (!done && cut.length) {
+      finish(row, FinishReason::length);
+      done = true;
     }
     row.pending_pos += 1 + accepted;
     row.pending = verdict.emitted.back();
@@ -397,13 +407,12 @@ bool Engine::step() {
   return true;
 }
 
-bool Engine::accept_token(Row& row, int32_t token) {
+bool Engine::append_token(Row& row, int32_t token, bool is_eos) {
   if (!row.got_first) {
     row.got_first = true;
     row.first_token = Clock::now();
   }
-  const auto& eos = row.req.stop.eos_ids;
-  if (!row.req.stop.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end()) {
+  if (is_eos) {  // ends the request; not part of its tokens or text
     finish(row, FinishReason::eos);
     return true;
   }
@@ -418,10 +427,6 @@ bool Engine::accept_token(Row& row, int32_t token) {
       finish(row, FinishReason::stop);
       return true;
     }
-  }
-  if (row.generated() >= row.max_tokens) {
-    finish(row, FinishReason::length);
-    return true;
   }
   return false;
 }

@@ -64,11 +64,15 @@ class Engine {
 
   void admit();
   bool reserve_or_preempt(Row& row, int new_len);
+  // reserve_or_preempt, and when that fails: the oldest row ends with an error, another is
+  // preempted. Returns whether the row may run this iteration.
+  bool reserve_or_yield(Row& row, int new_len, const char* what);
   void preempt(Row& row);
   void finish(Row& row, FinishReason reason, const std::string& error = {});
   void remove_finished();
-  // Appends one emitted token; returns true when the row has finished.
-  bool accept_token(Row& row, int32_t token);
+  // Appends one emitted token (an EOS ends the row instead) and checks the stop strings;
+  // returns true when the row has finished.
+  bool append_token(Row& row, int32_t token, bool is_eos);
   void stream(Row& row, std::vector<int32_t> tokens, bool final);
   Group* group_of(const Row& row);
 

@@ -85,14 +85,15 @@ class DraftModelRows : public DraftRows {
     for (size_t i = 0; i < asks.size(); ++i) {
       auto& r = rows_.at(static_cast<size_t>(asks[i].row));
       // Roll the KV back to the longest prefix of what is now known, then feed the rest.
-      std::vector<int32_t> want = r.known;
-      want.push_back(asks[i].pending);
+      // What the KV should hold is known + pending.
+      const size_t want = r.known.size() + 1;
+      auto wanted = [&](size_t j) { return j < r.known.size() ? r.known[j] : asks[i].pending; };
       size_t common = 0;
-      while (common < r.fed.size() && common < want.size() && r.fed[common] == want[common]) ++common;
-      if (common == want.size()) --common;  // always feed at least the pending token for its logits
+      while (common < r.fed.size() && common < want && r.fed[common] == wanted(common)) ++common;
+      if (common == want) --common;  // always feed at least the pending token for its logits
       cache_->truncate(r.seq, static_cast<int>(common));
       r.fed.resize(common);
-      if (static_cast<int>(want.size()) + asks[i].depth > max_position) continue;  // no room: no drafts
+      if (static_cast<int>(want) + asks[i].depth > max_position) continue;  // no room: no drafts
       live.push_back(i);
     }
     std::vector<std::vector<int32_t>> feeds(asks.size());
