@@ -8,6 +8,43 @@
 
 namespace specdec {
 
+void Backend::linear_many(const Tensor& x, std::span<const Projection> projections) {
+  for (const Projection& p : projections) linear(x, p.weight, p.bias.empty() ? nullptr : &p.bias, p.out);
+}
+
+void Backend::gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out) {
+  SPECDEC_CHECK(out.rank >= 1 && out.dtype == DType::f32, "gated_linear: out ", out.shape_string(), " must be f32");
+  Buffer up_buffer = allocate(out.bytes());
+  Tensor up = out;
+  up.data = up_buffer.data();
+  up.device = up_buffer.device();
+  linear(x, w_gate, nullptr, out);
+  linear(x, w_up, nullptr, up);
+  silu_mul(out, up, out);
+  synchronize();  // the scratch is released at the end of this scope
+}
+
+void Backend::linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) {
+  SPECDEC_CHECK(out.rank >= 1 && out.dtype == DType::f32, "linear_add: out ", out.shape_string(), " must be f32");
+  Buffer h_buffer = allocate(out.bytes());
+  Tensor h = out;
+  h.data = h_buffer.data();
+  h.device = h_buffer.device();
+  linear(x, weight, bias, h);
+  add(out, h, out);
+  synchronize();  // the scratch is released at the end of this scope
+}
+
+void Backend::rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                            const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
+                            const Tensor& v_pool, const AttentionBatch& batch) {
+  rope(q, positions, inv_freq, attention_scaling);
+  rope(k, positions, inv_freq, attention_scaling);
+  kv_write(k, v, k_pool, v_pool, batch);
+}
+
+std::unique_ptr<RecordedCalls> Backend::record(const std::function<void()>&) { return nullptr; }
+
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   if (options.device == Device::cpu) return make_cpu_backend(options);
 #ifdef SPECDEC_WITH_CUDA

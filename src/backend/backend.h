@@ -11,7 +11,9 @@
 // - Calls are ordered (a backend may run them asynchronously; synchronize() waits).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "core/tensor.h"
@@ -34,6 +36,22 @@ struct AttentionBatch {
   int block_size = 16;
   int max_row_len = 0;  // max of row_lens (sizes split-K work on GPUs)
   int max_row_tokens = 0;  // max new tokens of one row
+};
+
+// One output of Backend::linear_many: out = x · weightᵀ (+ bias, when not empty).
+struct Projection {
+  Tensor weight;  // [N, K]
+  Tensor bias;    // [N] f32, or empty
+  Tensor out;     // [M, N] f32
+};
+
+// A recorded sequence of backend calls (Backend::record).
+class RecordedCalls {
+ public:
+  virtual ~RecordedCalls() = default;
+  // Enqueues the recorded calls again. False (and nothing enqueued) when the recording no longer
+  // holds, e.g. the backend moved an internal buffer it used: record again.
+  virtual bool replay() = 0;
 };
 
 class Backend {
@@ -79,6 +97,30 @@ class Backend {
 
   // out[i] = argmax of logits[i, :] (lowest index on ties). logits [n, V] f32, out [n] i32.
   virtual void argmax(const Tensor& logits, const Tensor& out) = 0;
+
+  // ---- Fused forms of the calls above. Each has the numerics of the composition it names
+  // (every output is the same dot product, rounded the same way), so a backend may override it
+  // to save passes and launches; the defaults here compose the primitive calls. ----
+
+  // projections[j].out = x · projections[j].weight^T (+ bias) for every j: one pass over x.
+  virtual void linear_many(const Tensor& x, std::span<const Projection> projections);
+  // out = silu(x · w_gateᵀ) * (x · w_upᵀ), [M, I]: the SwiGLU MLP's first half.
+  virtual void gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out);
+  // out += x · weightᵀ (+ bias): a projection added into the residual stream. out must not alias x.
+  virtual void linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out);
+  // rope(q), rope(k), then kv_write(k, v): the new tokens' positions applied and cached.
+  virtual void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                             const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
+                             const Tensor& v_pool, const AttentionBatch& batch);
+
+  // ---- Replay of recorded calls (a decode step of a fixed shape, recorded once). ----
+
+  // Records what `enqueue` does into a sequence that replay() repeats on the same buffers, or
+  // returns null when this backend cannot record (the caller then just runs its calls). The
+  // contract of `enqueue`: only kernel calls (no copies to or from host memory, no
+  // synchronize(), no allocate()); every tensor it touches outlives the recording; new inputs
+  // are written into those same buffers before each replay.
+  virtual std::unique_ptr<RecordedCalls> record(const std::function<void()>& enqueue);
 };
 
 struct BackendOptions {

@@ -4,6 +4,7 @@
 #include "model/llama.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -53,7 +54,7 @@ struct MetaViews {
 
 // Per-token activations of one forward.
 struct ActivationViews {
-  Tensor x, h, q, k, v, attn, gate, up;
+  Tensor x, h, q, k, v, attn, gate;
   ActivationViews(Carver& a, const ModelConfig& c, int64_t T)
       : x(a.take(DType::f32, {T, c.hidden_size})),
         h(a.take(DType::f32, {T, c.hidden_size})),
@@ -61,8 +62,7 @@ struct ActivationViews {
         k(a.take(DType::f32, {T, int64_t{c.num_kv_heads} * c.head_dim})),
         v(a.take(DType::f32, {T, int64_t{c.num_kv_heads} * c.head_dim})),
         attn(a.take(DType::f32, {T, int64_t{c.num_heads} * c.head_dim})),
-        gate(a.take(DType::f32, {T, c.intermediate_size})),
-        up(a.take(DType::f32, {T, c.intermediate_size})) {}
+        gate(a.take(DType::f32, {T, c.intermediate_size})) {}
 };
 
 // Per-output rows: the final normed hidden (LM head input), the logits, and tapped hiddens.
@@ -226,9 +226,9 @@ void LlamaModel::forward(const ForwardPlan& plan, const std::vector<int>& tap_la
   for (int i = 0; i < c.num_layers; ++i) {
     const Layer& l = layers_[static_cast<size_t>(i)];
     backend_.rms_norm(act.x, l.input_norm, eps, act.h);
-    backend_.linear(act.h, l.q_proj, l.q_bias.empty() ? nullptr : &l.q_bias, act.q);
-    backend_.linear(act.h, l.k_proj, l.k_bias.empty() ? nullptr : &l.k_bias, act.k);
-    backend_.linear(act.h, l.v_proj, l.v_bias.empty() ? nullptr : &l.v_bias, act.v);
+    const std::array<Projection, 3> qkv = {Projection{l.q_proj, l.q_bias, act.q}, Projection{l.k_proj, l.k_bias, act.k},
+                                           Projection{l.v_proj, l.v_bias, act.v}};
+    backend_.linear_many(act.h, qkv);
     if (!l.q_norm.empty()) {
       // Qwen3: RMSNorm over head_dim of every head, before RoPE.
       const Tensor qh = act.q.reshape({T * nh, hd});
@@ -236,18 +236,13 @@ void LlamaModel::forward(const ForwardPlan& plan, const std::vector<int>& tap_la
       backend_.rms_norm(qh, l.q_norm, eps, qh);
       backend_.rms_norm(kh, l.k_norm, eps, kh);
     }
-    backend_.rope(q3, meta.positions, inv_freq_, rope_scaling_);
-    backend_.rope(k3, meta.positions, inv_freq_, rope_scaling_);
-    backend_.kv_write(k3, v3, cache.k_pool(i), cache.v_pool(i), batch);
+    backend_.rope_kv_write(q3, k3, v3, meta.positions, inv_freq_, rope_scaling_, cache.k_pool(i), cache.v_pool(i),
+                           batch);
     backend_.attention(q3, cache.k_pool(i), cache.v_pool(i), batch, attn_scale_, attn3);
-    backend_.linear(act.attn, l.o_proj, l.o_bias.empty() ? nullptr : &l.o_bias, act.h);
-    backend_.add(act.x, act.h, act.x);
+    backend_.linear_add(act.attn, l.o_proj, l.o_bias.empty() ? nullptr : &l.o_bias, act.x);
     backend_.rms_norm(act.x, l.post_norm, eps, act.h);
-    backend_.linear(act.h, l.gate_proj, nullptr, act.gate);
-    backend_.linear(act.h, l.up_proj, nullptr, act.up);
-    backend_.silu_mul(act.gate, act.up, act.gate);
-    backend_.linear(act.gate, l.down_proj, nullptr, act.h);
-    backend_.add(act.x, act.h, act.x);
+    backend_.gated_linear(act.h, l.gate_proj, l.up_proj, act.gate);
+    backend_.linear_add(act.gate, l.down_proj, nullptr, act.x);
     tap(i, act.x, false);
   }
 
