@@ -1,17 +1,18 @@
 // Paged KV writes and causal paged attention over a ragged batch (prefill chunks, decode steps
-// and verify windows in one launch). One block per (token, head) over the row's visible cached
-// positions, chunk by chunk with an online softmax (details at attention_kernel). The order of
-// every reduction depends only on the token's own row, so a row's output is the same alone or
-// with neighbours (batch invariant).
+// and verify windows in one launch). A token's visible positions are cut into fixed chunks of
+// kAttentionChunk; each chunk's softmax partial is computed by one code path and the partials are
+// folded in chunk order, so a token's output bits depend only on its own q, row and length.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace specdec::cuda {
 namespace {
 
-constexpr int kThreads = 256;  // attention block size
-constexpr int kChunk = kAttentionChunk;  // positions scored per pass, one per thread
-static_assert(kChunk == kThreads, "one position per thread in the scoring pass");
+constexpr int kThreads = 128;  // attention block size: 4 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = kAttentionChunk;  // positions of one chunk (one split)
+constexpr int kGroup = kAttentionGroup;  // most q heads one block serves (they share a kv head)
+static_assert(kChunk % 32 == 0 && kChunk >= kWarps * 16, "chunk layout of the scoring and softmax phases");
 
 template <typename T>
 __global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, T* __restrict__ k_pool,
@@ -30,176 +31,286 @@ __global__ void kv_write_kernel(const float* __restrict__ k, const float* __rest
   }
 }
 
-// Reductions over the block whose result every thread gets; the combining order is fixed.
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float r = -INFINITY;
-  for (int w = 0; w < warps; ++w) r = fmaxf(r, scratch[w]);
-  return r;
+constexpr int pow2_ceil(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
 }
 
-// score = (q · k) * scale with k a head vector of D elements of T, in element order.
-template <int D, typename T>
-__device__ __forceinline__ float score_of(const float* s_q, const T* k) {
-  constexpr int V = 16 / sizeof(T);
-  const uint4* k4 = reinterpret_cast<const uint4*>(k);
-  float dot = 0.0f;
-#pragma unroll 4
-  for (int v = 0; v < D / V; ++v) {
-    const uint4 raw = __ldg(k4 + v);
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int j = 0; j < V; ++j) dot = fmaf(s_q[v * V + j], to_float(e[j]), dot);
+// The running softmax state (max m, sum l, unnormalised p·V element acc) of one output element,
+// and the one function that folds a chunk's partial into it. Both the in-block path and the
+// merge kernel fold chunks in chunk order through fold(), with explicit fma/mul so no
+// contraction choice can differ between them: the two paths give the same bits.
+struct Running {
+  float m = -INFINITY, l = 0.0f, acc = 0.0f;
+};
+
+__device__ __forceinline__ void fold(Running& r, float m_c, float l_c, float acc_c) {
+  if (m_c == -INFINITY) return;  // a chunk with no visible position adds nothing
+  if (r.m == -INFINITY) {        // the first chunk is taken as it is
+    r.m = m_c;
+    r.l = l_c;
+    r.acc = acc_c;
+    return;
   }
-  return dot;
+  const float m = fmaxf(r.m, m_c);
+  const float c_run = expf(r.m - m), c_new = expf(m_c - m);
+  r.l = fmaf(r.l, c_run, __fmul_rn(l_c, c_new));
+  r.acc = fmaf(r.acc, c_run, __fmul_rn(acc_c, c_new));
+  r.m = m;
 }
 
-// One block of kThreads per (token, head). The row's visible positions are taken in chunks of
-// kChunk: (A) thread i scores position chunk + i (its own dot product, no shuffles); (B) the
-// chunk's max and exponentials update the running max and sum (online softmax, chunk by chunk);
-// (C) thread (d, s) accumulates dimension d of p·V over positions s, s + S, ... of the chunk.
-// The S partial sums are added in order at the end. Every step's order depends only on the
-// token's own row, so the result is batch invariant.
-template <int D, typename T, bool kSplit>
-__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
-  constexpr int S = kThreads / D;  // position subsets of the p·V phase
-  __shared__ float s_q[D];
-  __shared__ float s_p[kChunk];
-  __shared__ int s_slot[kChunk];
-  __shared__ float s_red[32];
-  __shared__ float s_acc[S * D];
-  const int h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x;
+__device__ __forceinline__ float finish(const Running& r) { return r.l > 0.0f ? r.acc / r.l : 0.0f; }
 
-  // The token's row: the last r with row_starts[r] <= t.
+// The row of token t: the last r with row_starts[r] <= t.
+__device__ __forceinline__ int row_of(const AttentionArgs& a, int t) {
   int lo = 0, hi = a.rows - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
     if (a.row_starts[mid] <= t) lo = mid; else hi = mid - 1;
   }
-  const int r = lo;
-  const int len = min(a.positions[t] + 1, a.row_lens[r]);
-  const int kvh = h / (a.heads / a.kv_heads);
+  return lo;
+}
+
+// Visible cached positions of token t (0 when none).
+__device__ __forceinline__ int visible_len(const AttentionArgs& a, int t, int r) {
+  return max(0, min(a.positions[t] + 1, a.row_lens[r]));
+}
+
+// One block of kThreads per (token, kv head, group of up to kGroup q heads[, chunk]). Per chunk of
+// kChunk positions:
+//  (A) scores: each position is scored by LP lanes of a warp, each lane dotting its 16-byte
+//      vectors of the K row against every q head of the group (K read once for the group), then a
+//      butterfly over the LP lanes;
+//  (B) per head, one warp takes the chunk's max and exponentials (butterflies, fixed order);
+//  (C) p·V: thread (sub, vec) accumulates 16-byte vector vec of the V rows of positions
+//      sub, sub + S, ... for every head; the S subsets are added in subset order;
+//  then the chunk's (m, l, acc) is folded into the running state (in-block) or written as the
+//  chunk's partial (split launch, one chunk per block, merged by attention_merge_kernel).
+// Every order above depends only on D, T and the chunk, never on the launch, so both launches
+// give the same bits.
+template <int D, typename T>
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+  constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
+  static_assert(D % V == 0, "head_dim must be whole 16-byte vectors");
+  constexpr int NV = D / V;                              // vectors per head row
+  constexpr int LP = NV >= 32 ? 32 : pow2_ceil(NV);      // lanes scoring one position
+  constexpr int VPL = (NV + LP - 1) / LP;                // vectors per lane in (A)
+  constexpr int PPW = 32 / LP;                           // positions per warp step in (A)
+  constexpr int STEPS = kChunk / (kWarps * PPW);
+  static_assert(STEPS * kWarps * PPW == kChunk, "the scoring steps must tile the chunk");
+  constexpr int S = kThreads / NV;                       // position subsets in (C)
+  static_assert(S >= 1, "head_dim too large for the p·V layout");
+  constexpr int OUT = (kGroup * D + kThreads - 1) / kThreads;  // output elements per thread
+
+  __shared__ __align__(16) float s_q[kGroup * D];
+  __shared__ float s_score[kGroup * kChunk];  // scores, then exponentials, [head][position]
+  __shared__ int s_slot[kChunk];
+  __shared__ float s_m[kGroup], s_l[kGroup];
+  __shared__ float s_part[S * kGroup * D];  // (C)'s per-subset sums [sub][head][d]
+
+  const int group_blocks = (a.heads / a.kv_heads + kGroup - 1) / kGroup;
+  const int kvh = static_cast<int>(blockIdx.x) / group_blocks;
+  const int gb = static_cast<int>(blockIdx.x) % group_blocks;
+  const int h0 = kvh * (a.heads / a.kv_heads) + gb * kGroup;
+  const int G = min(kGroup, a.heads / a.kv_heads - gb * kGroup);  // q heads in this block
+  const int t = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const bool split = a.partial_m != nullptr;
+
+  const int r = row_of(a, t);
+  const int len = visible_len(a, t, r);
+  // Split launch: this block takes chunk blockIdx.z; the last one also any chunks past it (only
+  // when max_row_len understated the rows: still correct, no longer bit-exact). In-block: all.
+  const int c_first = split ? static_cast<int>(blockIdx.z) : 0;
+  const int chunks = (len + kChunk - 1) / kChunk;
+  if (split && c_first >= chunks) return;  // past this token's positions: the merge ignores it
+  const int c_last = split && static_cast<int>(blockIdx.z) < a.max_splits - 1 ? c_first + 1 : chunks;
+
   const int* table = a.block_table + static_cast<int64_t>(r) * a.max_blocks;
   const T* kp = static_cast<const T*>(a.k_pool);
   const T* vp = static_cast<const T*>(a.v_pool);
   const int64_t pool_slots = a.pool_blocks * a.block_size;
-  const float* qv = a.q + (static_cast<int64_t>(t) * a.heads + h) * D;
-  for (int i = tid; i < D; i += kThreads) s_q[i] = qv[i];
-  __syncthreads();
+  for (int i = tid; i < G * D; i += kThreads) s_q[i] = a.q[(static_cast<int64_t>(t) * a.heads + h0) * D + i];
 
-  // kSplit: this block covers chunk blockIdx.z only, the last split also any chunks past it (only
-  // when max_row_len understated the rows: still correct); otherwise all chunks in turn.
-  const int c_begin = kSplit ? static_cast<int>(blockIdx.z) * kChunk : 0;
-  const bool last_split = static_cast<int>(blockIdx.z) == a.max_splits - 1;
-  const int c_end = kSplit && !last_split ? min(len, c_begin + kChunk) : len;
-  if (kSplit && c_begin >= len && c_begin > 0) return;  // past this token's positions (block-uniform)
-  const int d = tid % D, sub = tid / D;
-  float m = -INFINITY, l = 0.0f, acc = 0.0f;
-  for (int c0 = c_begin; c0 < c_end; c0 += kChunk) {
+  Running run[OUT];
+  for (int c = c_first; c < c_last; ++c) {
+    const int c0 = c * kChunk;
     const int n = min(kChunk, len - c0);
+    __syncthreads();  // s_q is loaded; the previous chunk's readers of s_slot and s_score are done
+
     // (A) scores
-    float sc = -INFINITY;
-    int slot = -1;
-    if (tid < n) {
-      const int p = c0 + tid;
-      if (p / a.block_size < a.max_blocks) {
-        const int64_t sl = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
-        if (sl >= 0 && sl < pool_slots) slot = static_cast<int>(sl);  // a bad table entry skips the position
+    const int sub_lane = lane % LP;
+#pragma unroll
+    for (int step = 0; step < STEPS; ++step) {
+      const int j = (step * kWarps + warp) * PPW + lane / LP;  // position within the chunk
+      int slot = -1;
+      if (j < n) {
+        const int p = c0 + j;
+        if (p / a.block_size < a.max_blocks) {
+          const int64_t sl = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
+          if (sl >= 0 && sl < pool_slots) slot = static_cast<int>(sl);  // a bad table entry skips the position
+        }
       }
-      if (slot >= 0) sc = score_of<D>(s_q, kp + (static_cast<int64_t>(slot) * a.kv_heads + kvh) * D) * a.scale;
+      float dot[kGroup];
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) dot[g] = 0.0f;
+      if (slot >= 0) {
+        const uint4* k4 = reinterpret_cast<const uint4*>(kp + (static_cast<int64_t>(slot) * a.kv_heads + kvh) * D);
+#pragma unroll
+        for (int u = 0; u < VPL; ++u) {
+          const int vi = sub_lane + u * LP;
+          if (vi < NV) {
+            const uint4 raw = __ldg(k4 + vi);
+            const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+            for (int g = 0; g < kGroup; ++g) {
+              if (g < G) {
+                const float* qg = s_q + g * D + vi * V;
+#pragma unroll
+                for (int x = 0; x < V; ++x) dot[g] = fmaf(qg[x], to_float(e[x]), dot[g]);
+              }
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        if (g < G) {  // block-uniform: every lane takes part in the shuffles
+#pragma unroll
+          for (int off = LP / 2; off > 0; off >>= 1) dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], off);
+          if (sub_lane == 0) s_score[g * kChunk + j] = slot >= 0 ? __fmul_rn(dot[g], a.scale) : -INFINITY;
+        }
+      }
+      if (sub_lane == 0) s_slot[j] = slot;
     }
-    // (B) online softmax over chunks
-    const float m_new = fmaxf(m, block_max(sc, s_red));
-    if (m_new == -INFINITY) continue;  // nothing visible yet (block-uniform)
-    const float e = slot >= 0 ? expf(sc - m_new) : 0.0f;
-    s_p[tid] = e;
-    s_slot[tid] = slot;
-    const float corr = expf(m - m_new);  // 0 while nothing was seen (m = -inf)
-    l = l * corr + block_sum(e, s_red);  // block_sum's barriers also publish s_p and s_slot
-    acc *= corr;
-    m = m_new;
-    // (C) p·V
+    __syncthreads();
+
+    // (B) softmax of the chunk, per head
+    for (int g = warp; g < G; g += kWarps) {
+      float s[kChunk / 32];
+      float mx = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kChunk / 32; ++i) {
+        s[i] = s_score[g * kChunk + lane + 32 * i];
+        mx = fmaxf(mx, s[i]);
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kChunk / 32; ++i) {
+        const float e = s[i] == -INFINITY ? 0.0f : expf(s[i] - mx);
+        s_score[g * kChunk + lane + 32 * i] = e;
+        sum += e;
+      }
+      sum = warp_sum(sum);
+      if (lane == 0) {
+        s_m[g] = mx;
+        s_l[g] = sum;
+      }
+    }
+    __syncthreads();
+
+    // (C) p·V per subset
+    const int vec = tid % NV, sub = tid / NV;
     if (sub < S) {
-      for (int j = sub; j < n; j += S) {
-        const int sl = s_slot[j];
-        if (sl >= 0) acc = fmaf(s_p[j], to_float(vp[(static_cast<int64_t>(sl) * a.kv_heads + kvh) * D + d]), acc);
+      float acc[kGroup][V];
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g)
+#pragma unroll
+        for (int x = 0; x < V; ++x) acc[g][x] = 0.0f;
+#pragma unroll 4
+      for (int i = 0; i < (kChunk + S - 1) / S; ++i) {
+        const int j = sub + i * S;
+        if (j < n && s_slot[j] >= 0) {
+          const uint4 raw = __ldg(reinterpret_cast<const uint4*>(
+                                      vp + (static_cast<int64_t>(s_slot[j]) * a.kv_heads + kvh) * D) + vec);
+          const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+          for (int g = 0; g < kGroup; ++g) {
+            if (g < G) {
+              const float p = s_score[g * kChunk + j];
+#pragma unroll
+              for (int x = 0; x < V; ++x) acc[g][x] = fmaf(p, to_float(e[x]), acc[g][x]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g)
+        if (g < G)
+#pragma unroll
+          for (int x = 0; x < V; ++x) s_part[(sub * kGroup + g) * D + vec * V + x] = acc[g][x];
+    }
+    __syncthreads();
+
+    // The chunk's partial per output element, folded in chunk order.
+#pragma unroll
+    for (int k = 0; k < OUT; ++k) {
+      const int o = tid + k * kThreads;
+      if (o < G * D) {
+        const int g = o / D, d = o % D;
+        float sum = 0.0f;
+        for (int u = 0; u < S; ++u) sum += s_part[(u * kGroup + g) * D + d];
+        fold(run[k], s_m[g], s_l[g], sum);
       }
     }
-    __syncthreads();  // s_p and s_slot are rewritten by the next chunk
   }
-  if (sub < S) s_acc[sub * D + d] = acc;
-  __syncthreads();
-  if constexpr (kSplit) {
-    const int64_t pi = (static_cast<int64_t>(t) * a.heads + h) * a.max_splits + blockIdx.z;
-    if (tid == 0) {
-      a.partial_m[pi] = m;
-      a.partial_l[pi] = l;
-    }
-    for (int i = tid; i < D; i += kThreads) {
-      float sum = 0.0f;
-      for (int k = 0; k < S; ++k) sum += s_acc[k * D + i];
-      a.partial_acc[pi * D + i] = sum;
-    }
-  } else {
-    float* o = a.out + (static_cast<int64_t>(t) * a.heads + h) * D;
-    for (int i = tid; i < D; i += kThreads) {
-      float sum = 0.0f;
-      for (int k = 0; k < S; ++k) sum += s_acc[k * D + i];
-      o[i] = l > 0.0f ? sum / l : 0.0f;  // a token with no visible position gets zeros
+
+#pragma unroll
+  for (int k = 0; k < OUT; ++k) {
+    const int o = tid + k * kThreads;
+    if (o >= G * D) continue;
+    const int g = o / D, d = o % D;
+    const int64_t th = static_cast<int64_t>(t) * a.heads + h0 + g;
+    if (split) {
+      const int64_t pi = th * a.max_splits + blockIdx.z;
+      a.partial_acc[pi * D + d] = run[k].acc;
+      if (d == 0) {
+        a.partial_m[pi] = run[k].m;
+        a.partial_l[pi] = run[k].l;
+      }
+    } else {
+      a.out[th * D + d] = finish(run[k]);  // a token with no visible position gets zeros
     }
   }
 }
 
-// Merges a token's splits in split order: with one split it reproduces the unsplit result bit
-// for bit (the factors are expf(0) = 1).
+// Folds a token's chunk partials in chunk order, as the in-block path does: same bits.
 __global__ void attention_merge_kernel(AttentionArgs a) {
   const int h = blockIdx.x, t = blockIdx.y, D = a.head_dim;
-  int lo = 0, hi = a.rows - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (a.row_starts[mid] <= t) lo = mid; else hi = mid - 1;
-  }
-  const int len = min(a.positions[t] + 1, a.row_lens[lo]);
-  const int splits = min(a.max_splits, max(0, (len + kChunk - 1) / kChunk));
+  const int len = visible_len(a, t, row_of(a, t));
+  const int splits = min(a.max_splits, (len + kChunk - 1) / kChunk);
   const int64_t base = (static_cast<int64_t>(t) * a.heads + h) * a.max_splits;
-  float m_all = -INFINITY;
-  for (int s = 0; s < splits; ++s) m_all = fmaxf(m_all, a.partial_m[base + s]);
-  float l_all = 0.0f;
-  for (int s = 0; s < splits; ++s)
-    if (a.partial_l[base + s] > 0.0f) l_all += a.partial_l[base + s] * expf(a.partial_m[base + s] - m_all);
   float* o = a.out + (static_cast<int64_t>(t) * a.heads + h) * D;
-  for (int i = threadIdx.x; i < D; i += blockDim.x) {
-    float sum = 0.0f;
-    for (int s = 0; s < splits; ++s)
-      if (a.partial_l[base + s] > 0.0f) sum += a.partial_acc[(base + s) * D + i] * expf(a.partial_m[base + s] - m_all);
-    o[i] = l_all > 0.0f ? sum / l_all : 0.0f;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    Running run;
+    for (int s = 0; s < splits; ++s) fold(run, a.partial_m[base + s], a.partial_l[base + s], a.partial_acc[(base + s) * D + d]);
+    o[d] = finish(run);
   }
 }
 
-template <typename T, bool kSplit>
+template <typename T>
 void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
-  const dim3 grid(a.heads, a.tokens, kSplit ? a.max_splits : 1);
+  const int group_blocks = (a.heads / a.kv_heads + kGroup - 1) / kGroup;
+  const bool split = a.partial_m != nullptr;
+  const dim3 grid(a.kv_heads * group_blocks, a.tokens, split ? a.max_splits : 1);
   switch (a.head_dim) {
-    case 16: attention_kernel<16, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
-    case 32: attention_kernel<32, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
-    case 48: attention_kernel<48, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
-    case 80: attention_kernel<80, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
-    case 112: attention_kernel<112, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
-    case 64: attention_kernel<64, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
-    case 96: attention_kernel<96, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
-    case 128: attention_kernel<128, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
-    case 160: attention_kernel<160, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
-    case 192: attention_kernel<192, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
-    case 224: attention_kernel<224, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
-    case 256: attention_kernel<256, T, kSplit><<<grid, kThreads, 0, stream>>>(a); break;
+    case 16: attention_kernel<16, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 32: attention_kernel<32, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 48: attention_kernel<48, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 64: attention_kernel<64, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 80: attention_kernel<80, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 96: attention_kernel<96, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 112: attention_kernel<112, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 128: attention_kernel<128, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 160: attention_kernel<160, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 192: attention_kernel<192, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 224: attention_kernel<224, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 256: attention_kernel<256, T><<<grid, kThreads, 0, stream>>>(a); break;
     default: return;  // rejected by the backend before launch
   }
-  if (kSplit) attention_merge_kernel<<<dim3(a.heads, a.tokens), 128, 0, stream>>>(a);
+  if (split) attention_merge_kernel<<<dim3(a.heads, a.tokens), a.head_dim > 128 ? 256 : 128, 0, stream>>>(a);
 }
 
 }  // namespace
@@ -217,11 +328,7 @@ void launch_kv_write(const float* k, const float* v, void* k_pool, void* v_pool,
 
 void launch_attention(const AttentionArgs& args, cudaStream_t stream) {
   if (args.tokens == 0 || args.heads == 0) return;
-  if (args.max_splits > 1) {
-    SPECDEC_DISPATCH_ELEM(args.pool_type, T, (launch_attention_typed<T, true>(args, stream)));
-  } else {
-    SPECDEC_DISPATCH_ELEM(args.pool_type, T, (launch_attention_typed<T, false>(args, stream)));
-  }
+  SPECDEC_DISPATCH_ELEM(args.pool_type, T, (launch_attention_typed<T>(args, stream)));
 }
 
 }  // namespace specdec::cuda

@@ -246,6 +246,7 @@ class CudaBackend final : public Backend {
     SPECDEC_CHECK(k_pool.dim(0) * k_pool.dim(1) <= INT32_MAX, op, ": pool ", k_pool.shape_string(),
                   " has more than 2^31 slots");
     SPECDEC_CHECK(T == 0 || batch.rows > 0, op, ": a batch with ", T, " tokens has no rows");
+    SPECDEC_CHECK(T <= 65535, op, ": ", T, " tokens exceed the kernel's grid limit of 65535 per call");
     SPECDEC_CHECK(batch.block_size == k_pool.dim(1), op, ": batch.block_size ", batch.block_size,
                   " but the pool's blocks hold ", k_pool.dim(1), " positions");
     SPECDEC_CHECK(batch.positions.numel() >= T && batch.row_starts.numel() >= batch.rows + 1 &&
@@ -272,11 +273,18 @@ class CudaBackend final : public Backend {
     a.block_size = batch.block_size;
     a.pool_blocks = k_pool.dim(0);
     a.scale = scale;
-    if (batch.max_row_len > cuda::kAttentionChunk) {
-      // Split over positions: more blocks for small batches and long rows (see kernels.h).
-      a.max_splits = (batch.max_row_len + cuda::kAttentionChunk - 1) / cuda::kAttentionChunk;
-      const size_t n = static_cast<size_t>(T) * static_cast<size_t>(heads) * static_cast<size_t>(a.max_splits);
-      float* base = static_cast<float*>(scratch(n * (static_cast<size_t>(D) + 2) * sizeof(float)));
+    // One block per chunk (split launch) when one block per token and kv group would leave the
+    // device underused (decode steps, verify windows) and the partials fit the scratch cap; long
+    // prefill chunks have blocks enough. Both launches give the same bits (see kernels.h).
+    constexpr int64_t kSplitBelowBlocks = 1024;
+    constexpr size_t kMaxPartialBytes = size_t{128} << 20;
+    const int64_t splits = (int64_t{batch.max_row_len} + cuda::kAttentionChunk - 1) / cuda::kAttentionChunk;
+    const int64_t groups = (heads / kvh + cuda::kAttentionGroup - 1) / cuda::kAttentionGroup;
+    const size_t n = static_cast<size_t>(T) * static_cast<size_t>(heads) * static_cast<size_t>(std::max<int64_t>(splits, 1));
+    const size_t partial_bytes = n * (static_cast<size_t>(D) + 2) * sizeof(float);
+    if (splits > 1 && splits <= 65535 && T * kvh * groups < kSplitBelowBlocks && partial_bytes <= kMaxPartialBytes) {
+      a.max_splits = static_cast<int>(splits);
+      float* base = static_cast<float*>(scratch(partial_bytes));
       a.partial_m = base;
       a.partial_l = base + n;
       a.partial_acc = base + 2 * n;

@@ -60,19 +60,23 @@ struct AttentionArgs {
   int max_blocks = 0, block_size = 0;
   int64_t pool_blocks = 0;
   float scale = 1.0f;
-  // Split over positions (when max_splits > 1): split s of a token covers its visible positions
-  // [s * kAttentionChunk, (s + 1) * kAttentionChunk); the partial max, sum and unnormalised p·V of
-  // each split go to these [tokens, heads, max_splits] (× head_dim) f32 buffers, then a second
-  // kernel merges the splits in order. A token whose positions fit one chunk gets bit-identical
-  // results either way, so the choice (made from the batch's max_row_len) never breaks invariance.
+  // A token's visible positions are cut into chunks of kAttentionChunk; each chunk's softmax
+  // partial is folded into the result in chunk order. Split launch (partial_m set, max_splits
+  // chunks): one block per chunk writes its partial to these [tokens, heads, max_splits]
+  // (x head_dim) f32 buffers and a second kernel folds them; otherwise one block folds all the
+  // chunks of its token in turn. Both give the same bits, so the choice (made from host-side
+  // sizes) never breaks invariance, as long as max_row_len is not below a token's length.
   int max_splits = 1;
   float* partial_m = nullptr;
   float* partial_l = nullptr;
   float* partial_acc = nullptr;
 };
-constexpr int kAttentionChunk = 256;
-// One block per (token, head[, split]); online softmax over the row's cached positions in a fixed
-// order. head_dim must be a multiple of 32 and at most 256.
+constexpr int kAttentionChunk = 64;
+// Most q heads of one kv group that one block serves (each K/V row is read once for them).
+constexpr int kAttentionGroup = 8;
+// One block per (token, kv head, group of up to kAttentionGroup q heads[, chunk]); online softmax
+// over the row's cached positions in a fixed order. head_dim: 16, 48, 80, 112 or a multiple of
+// 32 up to 256.
 void launch_attention(const AttentionArgs& args, cudaStream_t stream);
 
 }  // namespace specdec::cuda
