@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <cmath>
 
 #include "core/error.h"
@@ -142,10 +143,35 @@ void LlamaModel::ensure(Buffer& buffer, size_t bytes) {
   backend_.synchronize();  // queued kernels may still read the old buffer
   buffer = Buffer();
   buffer = backend_.allocate(want);
+  recordings_.clear();  // they point into the old buffer
 }
 
-void LlamaModel::forward(const ForwardPlan& plan, const std::vector<int>& tap_layers, KvCache& cache,
+// A decode step's plan with its shape rounded up (block-table width, attention length bound),
+// so that consecutive steps share one recording: the kernels read the true lengths from the
+// metadata, and the larger bounds only size grids whose surplus blocks do nothing.
+ForwardPlan LlamaModel::padded_for_replay(const ForwardPlan& plan) {
+  ForwardPlan p = plan;
+  const auto pow2 = [](int v) {
+    int r = 1;
+    while (r < v) r *= 2;
+    return r;
+  };
+  p.max_row_len = pow2(std::max(plan.max_row_len, 256));
+  p.max_blocks = pow2(std::max(plan.max_blocks, (p.max_row_len + plan.block_size - 1) / plan.block_size));
+  p.block_table.assign(static_cast<size_t>(p.rows) * static_cast<size_t>(p.max_blocks), 0);
+  for (int r = 0; r < p.rows; ++r)
+    std::copy_n(plan.block_table.begin() + static_cast<ptrdiff_t>(r) * plan.max_blocks, plan.max_blocks,
+                p.block_table.begin() + static_cast<ptrdiff_t>(r) * p.max_blocks);
+  return p;
+}
+
+void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_layers, KvCache& cache,
                          ForwardResult& result) {
+  // Decode steps (one token and one returned row per sequence, no taps) are replayed from a
+  // recording of their calls where the backend can record; everything else runs call by call.
+  const bool replayable = tap_layers.empty() && given.tokens == given.rows && given.outputs == given.rows;
+  const ForwardPlan padded = replayable ? padded_for_replay(given) : ForwardPlan{};
+  const ForwardPlan& plan = replayable ? padded : given;
   const ModelConfig& c = config_;
   const int64_t T = plan.tokens, N = plan.outputs;
   const int64_t H = c.hidden_size, V = c.vocab_size;
@@ -216,8 +242,9 @@ void LlamaModel::forward(const ForwardPlan& plan, const std::vector<int>& tap_la
     }
   };
 
-  // ---- the decoder ----
+  // ---- the decoder: kernel calls only (taps aside), so a decode step can be recorded ----
   const float eps = c.rms_norm_eps;
+  const auto decoder = [&] {
   backend_.embedding(embed_, meta.ids, act.x);
   const Tensor q3 = act.q.reshape({T, nh, hd});
   const Tensor k3 = act.k.reshape({T, nkv, hd});
@@ -252,11 +279,37 @@ void LlamaModel::forward(const ForwardPlan& plan, const std::vector<int>& tap_la
     backend_.gather_rows(act.x, meta.out_index.rows(0, N), g);
     backend_.rms_norm(g, final_norm_, eps, g);
     tap(c.num_layers, g, true);
-    const Tensor logits = out.logits.rows(0, N);
-    backend_.linear(g, lm_head_, nullptr, logits);
-    backend_.copy(logits, Tensor(result.logits.data(), DType::f32, {N, V}));
+    backend_.linear(g, lm_head_, nullptr, out.logits.rows(0, N));
   }
+  };  // decoder
+
+  if (replayable) {
+    replay_or_run(ReplayKey{plan.rows, plan.max_blocks, plan.max_row_len, cache.k_pool(0).data}, decoder);
+  } else {
+    decoder();
+  }
+  if (N > 0) backend_.copy(out.logits.rows(0, N), Tensor(result.logits.data(), DType::f32, {N, V}));
   backend_.synchronize();
+}
+
+void LlamaModel::replay_or_run(const ReplayKey& key, const std::function<void()>& calls) {
+  if (recordings_.size() > kMaxRecordings && !recordings_.contains(key)) recordings_.clear();
+  Replay& r = recordings_[key];
+  if (r.recording && r.recording->replay()) return;
+  r.recording.reset();
+  // The first step of a shape runs call by call: it creates whatever the backend makes lazily
+  // (scratch, GEMM plans), which a recording must not do. Later steps record and replay.
+  if (r.runs++ == 0 || r.unrecordable) return calls();
+  try {
+    r.recording = backend_.record(calls);
+  } catch (const Error&) {
+    r.unrecordable = true;  // e.g. a buffer had to grow while recording: stay call by call
+  }
+  if (!r.recording || !r.recording->replay()) {
+    r.recording.reset();
+    r.unrecordable = true;
+    calls();
+  }
 }
 
 }  // namespace specdec

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -44,7 +46,24 @@ class LlamaModel {
   // backend's (CPU), otherwise an uploaded copy owned by this model.
   Tensor bind(const std::string& name);
   // Grows `buffer` to at least `bytes` (never shrinks), so steady-state forwards allocate nothing.
+  // Moving a buffer drops the recordings that point into it.
   void ensure(Buffer& buffer, size_t bytes);
+
+  // Decode steps of one shape share a recording of their backend calls.
+  struct ReplayKey {
+    int rows = 0, max_blocks = 0, max_row_len = 0;
+    const void* kv = nullptr;  // the cache's pools
+    auto operator<=>(const ReplayKey&) const = default;
+  };
+  struct Replay {
+    std::unique_ptr<RecordedCalls> recording;
+    int runs = 0;
+    bool unrecordable = false;
+  };
+  static constexpr size_t kMaxRecordings = 64;
+  static ForwardPlan padded_for_replay(const ForwardPlan& plan);
+  // Replays the recording for `key`, or runs `calls` (recording them from their second run on).
+  void replay_or_run(const ReplayKey& key, const std::function<void()>& calls);
 
   ModelConfig config_;
   WeightStore store_;  // keeps the mappings the CPU views point into alive
@@ -64,6 +83,7 @@ class LlamaModel {
   Buffer activations_;  // per-token activations
   Buffer outputs_;      // per-output rows: gathered hidden, logits, taps
   std::vector<int32_t> meta_host_;
+  std::map<ReplayKey, Replay> recordings_;
 };
 
 }  // namespace specdec

@@ -47,6 +47,41 @@ __global__ void rope_kernel(float* x, const int* __restrict__ positions, const f
   }
 }
 
+// One block per token: q and k heads rotated as rope_kernel does, then k and v stored in the
+// pools (after the rotation, by the same threads: __syncthreads orders the two phases).
+template <typename T>
+__global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict__ v,
+                                     const int* __restrict__ positions, const float* __restrict__ inv_freq,
+                                     float scaling, int heads, int kv_heads, int head_dim, T* __restrict__ k_pool,
+                                     T* __restrict__ v_pool, const int* __restrict__ slots, int64_t pool_slots) {
+  const int t = blockIdx.x;
+  const int half = head_dim / 2;
+  const float pos = static_cast<float>(positions[t]);
+  for (int j = threadIdx.x; j < (heads + kv_heads) * half; j += blockDim.x) {
+    const int h = j / half, i = j % half;
+    const float angle = pos * inv_freq[i];
+    float s, c;
+    sincosf(angle, &s, &c);
+    float* x = h < heads ? q + (static_cast<int64_t>(t) * heads + h) * head_dim
+                         : k + (static_cast<int64_t>(t) * kv_heads + (h - heads)) * head_dim;
+    const float a = x[i], b = x[i + half];
+    x[i] = (a * c - b * s) * scaling;
+    x[i + half] = (b * c + a * s) * scaling;
+  }
+  const int slot = slots[t];
+  if (slot < 0 || slot >= pool_slots) return;
+  __syncthreads();
+  const int width = kv_heads * head_dim;
+  const float* ks = k + static_cast<int64_t>(t) * width;
+  const float* vs = v + static_cast<int64_t>(t) * width;
+  T* kd = k_pool + static_cast<int64_t>(slot) * width;
+  T* vd = v_pool + static_cast<int64_t>(slot) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    kd[i] = from_float<T>(ks[i]);
+    vd[i] = from_float<T>(vs[i]);
+  }
+}
+
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -156,6 +191,17 @@ void launch_rope(float* x, const int* positions, const float* inv_freq, float sc
                  int head_dim, cudaStream_t stream) {
   if (tokens == 0) return;
   rope_kernel<<<tokens, 256, 0, stream>>>(x, positions, inv_freq, scaling, heads, head_dim);
+}
+
+void launch_rope_kv_write(float* q, float* k, const float* v, const int* positions, const float* inv_freq,
+                          float scaling, int tokens, int heads, int kv_heads, int head_dim, void* k_pool,
+                          void* v_pool, ElemType pool_type, const int* slots, int64_t pool_slots,
+                          cudaStream_t stream) {
+  if (tokens == 0) return;
+  SPECDEC_DISPATCH_ELEM(pool_type, T,
+                        rope_kv_write_kernel<T><<<tokens, 256, 0, stream>>>(
+                            q, k, v, positions, inv_freq, scaling, heads, kv_heads, head_dim, static_cast<T*>(k_pool),
+                            static_cast<T*>(v_pool), slots, pool_slots));
 }
 
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {

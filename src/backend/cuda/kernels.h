@@ -23,6 +23,12 @@ void launch_rope(float* x, const int* positions, const float* inv_freq, float sc
                  int head_dim, cudaStream_t stream);
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
 void launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+// rope on q [T, heads, D] and k [T, kv_heads, D] in place (as launch_rope), then k and v written
+// into the pools at slots[t] (as launch_kv_write): one launch, one block per token.
+void launch_rope_kv_write(float* q, float* k, const float* v, const int* positions, const float* inv_freq,
+                          float scaling, int tokens, int heads, int kv_heads, int head_dim, void* k_pool,
+                          void* v_pool, ElemType pool_type, const int* slots, int64_t pool_slots,
+                          cudaStream_t stream);
 // out[i, :] = x[indices[i], :] for rows of row_bytes bytes; indices outside [0, x_rows) give zeros.
 void launch_gather_rows(const void* x, const int* indices, void* out, int count, int64_t row_bytes, int x_rows,
                         cudaStream_t stream);
@@ -32,6 +38,32 @@ void launch_argmax(const float* logits, int* out, int rows, int vocab, cudaStrea
 void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, cudaStream_t stream);
 // out[m, n] += bias[n].
 void launch_add_bias(float* out, const float* bias, int rows, int cols, cudaStream_t stream);
+
+// The row-streaming linear, general form: one launch computes up to kMaxLinearSegments
+// projections of the same x (weights of one type, same K), with an epilogue:
+// - store:     seg[j].out[m, n] = x[m] · seg[j].w[n] + bias[n]          (any number of segments)
+// - add:       seg[0].out[m, n] += x[m] · seg[0].w[n] + bias[n]         (one segment; residual add)
+// - silu_gate: seg[0].out[m, n] = silu(x[m] · seg[0].w[n]) * (x[m] · seg[1].w[n])  (two segments of
+//              equal n: gate and up; no bias)
+// Every output's dot product is the one launch_linear_rows computes (same order), so fusing
+// changes no bits of the products.
+enum class LinearEpilogue : int { store = 0, add = 1, silu_gate = 2 };
+constexpr int kMaxLinearSegments = 3;
+struct LinearSegment {
+  const void* w = nullptr;  // [n, K]
+  const float* bias = nullptr;
+  float* out = nullptr;  // [M, n]
+  int n = 0;
+};
+struct LinearRowsArgs {
+  const float* x = nullptr;  // [M, K]
+  ElemType w_type = ElemType::bf16;
+  int M = 0, K = 0;
+  LinearSegment seg[kMaxLinearSegments];
+  int segments = 1;
+  LinearEpilogue epilogue = LinearEpilogue::store;
+};
+void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream);
 
 // out[M, N] = x[M, K] · w[N, K]ᵀ (+ bias) with f32 accumulation. Each output is reduced in an
 // order fixed by K alone (lane-strided 16-byte vectors, then a butterfly over the warp), so the

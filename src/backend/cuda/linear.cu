@@ -1,9 +1,11 @@
-// The row-streaming linear kernel: out[M, N] = x[M, K] · w[N, K]ᵀ with f32 accumulation.
-// One warp owns R output columns (R rows of w) and a tile of up to MT rows of x; x is staged
-// in shared memory by K tiles, w is streamed once per M tile with 16-byte loads. The reduction
-// order of one output is fixed by K alone: lane l accumulates the 16-byte vectors l, l+32, ...
-// in increasing order (fma per element, in element order), then the tail elements, then the
-// warp butterfly. Neither M, MT nor the K tile size changes it, so the kernel is batch invariant.
+// The row-streaming linear kernel: out[M, N] = x[M, K] · w[N, K]ᵀ with f32 accumulation, plus
+// its fused forms (several projections of one x in one launch, the residual add, the SwiGLU
+// gate). One warp owns C output columns and a tile of up to MT rows of x; x is staged in shared
+// memory by K tiles (or, for one or two rows, read directly), w is streamed once per M tile with
+// 16-byte loads. The reduction order of one output is fixed by K alone: lane l accumulates the
+// 16-byte vectors l, l+32, ... in increasing order (fma per element, in element order), then the
+// tail elements, then the warp butterfly. Neither M, MT, the K tile nor the fusion changes it,
+// so the kernel is batch invariant.
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -25,22 +27,24 @@ struct Vec16 {
   }
 };
 
-// acc[r][m] += w_r[k .. k+V) · x_m[k .. k+V), one fma per element in element order.
-template <typename W, int MT, int R>
-__device__ __forceinline__ void accumulate_vec(const uint4 (&raw)[R], const float* xs, int kc, int offset,
-                                               float (&acc)[R][MT]) {
+// acc[r][m] += w_r[k .. k+V) · x_m[k .. k+V), one fma per element in element order. x_m starts
+// at xbase + m * stride + offset: staged in shared memory, or (kGlobal) read through the
+// read-only cache straight from x.
+template <typename W, int MT, int RR, bool kGlobal>
+__device__ __forceinline__ void accumulate_vec(const uint4 (&raw)[RR], const float* xbase, int64_t stride,
+                                               int64_t offset, float (&acc)[RR][MT]) {
   constexpr int V = Vec16<W>::n;
-  float wf[R][V];
+  float wf[RR][V];
 #pragma unroll
-  for (int r = 0; r < R; ++r) Vec16<W>::widen(raw[r], wf[r]);
+  for (int r = 0; r < RR; ++r) Vec16<W>::widen(raw[r], wf[r]);
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
-    const float4* xr = reinterpret_cast<const float4*>(xs + m * kc + offset);
+    const float4* xr = reinterpret_cast<const float4*>(xbase + m * stride + offset);
 #pragma unroll
     for (int q = 0; q < V / 4; ++q) {
-      const float4 xv = xr[q];
+      const float4 xv = kGlobal ? __ldg(xr + q) : xr[q];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
+      for (int r = 0; r < RR; ++r) {
         acc[r][m] = fmaf(wf[r][4 * q + 0], xv.x, acc[r][m]);
         acc[r][m] = fmaf(wf[r][4 * q + 1], xv.y, acc[r][m]);
         acc[r][m] = fmaf(wf[r][4 * q + 2], xv.z, acc[r][m]);
@@ -50,161 +54,247 @@ __device__ __forceinline__ void accumulate_vec(const uint4 (&raw)[R], const floa
   }
 }
 
-// One warp computes R consecutive output columns for MT rows of x. kVec: w rows are 16-byte
-// aligned and read as vectors; otherwise element by element (V = 1). kVec is chosen by K and the
-// weight's alignment; R and MT change which outputs a warp computes, not the order of any one.
-template <typename W, int MT, int R, bool kVec>
-__global__ void __launch_bounds__(kThreads) linear_rows_kernel(const float* __restrict__ x, const W* __restrict__ w,
-                                                               const float* __restrict__ bias, float* __restrict__ out,
-                                                               int M, int N, int K, int kc) {
+// Segment j of column c (columns of all segments numbered consecutively) and c's row in it.
+__device__ __forceinline__ int segment_of(const LinearRowsArgs& a, int c, int& local) {
+  int j = 0;
+  local = c;
+  while (j + 1 < a.segments && local >= a.seg[j].n) local -= a.seg[j++].n;
+  return j;
+}
+
+// One warp computes C consecutive output columns for MT rows of x, loading RR weight rows (C,
+// or 2C for silu_gate: the gate rows, then the up rows). kVec: weight rows are 16-byte aligned
+// and read as vectors; otherwise element by element (V = 1). kDirect: x is read from global
+// memory (a row or two of x stays in the read-only cache) instead of being staged in shared
+// memory, so the weight stream starts at once. C, RR, MT and kDirect change which outputs a warp
+// computes and where x comes from, never the order of any one output's operations.
+template <typename W, int MT, int C, int RR, bool kVec, bool kDirect, LinearEpilogue E>
+__global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a, int n_total, int kc) {
   extern __shared__ float4 smem_raw[];
-  float* xs = reinterpret_cast<float*>(smem_raw);  // [MT][kc]
+  float* xs = reinterpret_cast<float*>(smem_raw);  // [MT][kc] unless kDirect
   constexpr int V = kVec ? Vec16<W>::n : 1;
-  constexpr int U = R >= 4 ? 1 : 4 / R;  // vectors per row loaded together: R * U loads in flight
+  constexpr int U = kDirect ? (RR >= 8 ? 1 : 8 / RR) : (RR >= 4 ? 1 : 4 / RR);  // vectors per row in flight
+  static_assert(E != LinearEpilogue::silu_gate || RR == 2 * C, "silu_gate loads gate and up rows");
+  static_assert(E == LinearEpilogue::silu_gate || RR == C, "one weight row per column");
+  const int M = a.M, K = a.K;
+  const float* __restrict__ x = a.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int n0 = (blockIdx.x * kWarps + warp) * R;
+  const int n0 = (blockIdx.x * kWarps + warp) * C;
   const int m0 = blockIdx.y * MT;
   const int mt = min(MT, M - m0);
   const int kvec_end = K / V * V;
   const bool x_vec = K % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const W* wrow[R];
+  const W* wrow[RR];
 #pragma unroll
-  for (int r = 0; r < R; ++r) wrow[r] = w + static_cast<int64_t>(min(n0 + r, N - 1)) * K;  // clamped: not stored
+  for (int r = 0; r < C; ++r) {
+    const int c = min(n0 + r, n_total - 1);  // clamped: computed, not stored
+    if constexpr (E == LinearEpilogue::silu_gate) {
+      wrow[r] = static_cast<const W*>(a.seg[0].w) + static_cast<int64_t>(c) * K;
+      wrow[C + r] = static_cast<const W*>(a.seg[1].w) + static_cast<int64_t>(c) * K;
+    } else {
+      int local = 0;
+      const int j = segment_of(a, c, local);
+      wrow[r] = static_cast<const W*>(a.seg[j].w) + static_cast<int64_t>(local) * K;
+    }
+  }
+  // kDirect: row m of the tile reads x row min(m0 + m, M - 1) (rows past M are not stored).
+  const float* xg = x + static_cast<int64_t>(m0) * K;
+  const int64_t xg_stride = mt > 1 ? K : 0;
 
-  float acc[R][MT];
+  float acc[RR][MT];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < RR; ++r)
 #pragma unroll
     for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
 
-  for (int k0 = 0; k0 < K; k0 += kc) {
-    const int klen = min(kc, K - k0);
-    __syncthreads();  // the previous tile is consumed
-    if (x_vec) {
-      // 16-byte loads, several issued before their stores: staging is latency-bound otherwise.
-      const int kl4 = klen / 4;
+  const int k_step = kDirect ? K : kc;
+  for (int k0 = 0; k0 < K; k0 += k_step) {
+    const int klen = min(k_step, K - k0);
+    if constexpr (!kDirect) {
+      __syncthreads();  // the previous tile is consumed
+      if (x_vec) {
+        // 16-byte loads, several issued before their stores: staging is latency-bound otherwise.
+        const int kl4 = klen / 4;
 #pragma unroll 4
-      for (int i = threadIdx.x; i < MT * kl4; i += kThreads) {
-        const int m = i / kl4, k4 = i - m * kl4;
-        const float4 v = m < mt ? __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(m0 + m) * K + k0) + k4)
-                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        reinterpret_cast<float4*>(xs + m * kc)[k4] = v;
+        for (int i = threadIdx.x; i < MT * kl4; i += kThreads) {
+          const int m = i / kl4, k4 = i - m * kl4;
+          const float4 v = m < mt ? __ldg(reinterpret_cast<const float4*>(x + static_cast<int64_t>(m0 + m) * K + k0) + k4)
+                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          reinterpret_cast<float4*>(xs + m * kc)[k4] = v;
+        }
+      } else {
+        for (int i = threadIdx.x; i < MT * klen; i += kThreads) {
+          const int m = i / klen, k = i - m * klen;
+          xs[m * kc + k] = m < mt ? x[static_cast<int64_t>(m0 + m) * K + k0 + k] : 0.0f;
+        }
       }
-    } else {
-      for (int i = threadIdx.x; i < MT * klen; i += kThreads) {
-        const int m = i / klen, k = i - m * klen;
-        xs[m * kc + k] = m < mt ? x[static_cast<int64_t>(m0 + m) * K + k0 + k] : 0.0f;
-      }
+      __syncthreads();
     }
-    __syncthreads();
-    if (n0 >= N) continue;
+    if (n0 >= n_total) continue;
+    const float* xb = kDirect ? xg : xs;
+    const int64_t xstride = kDirect ? xg_stride : kc;
+    const int xoff = kDirect ? 0 : k0;  // offsets below are k - xoff
     const int vend = min(k0 + klen, kvec_end);
     int k = k0 + lane * V;
     if constexpr (kVec) {
       for (; k + (U - 1) * 32 * V < vend; k += U * 32 * V) {
-        uint4 raw[U][R];
+        uint4 raw[U][RR];
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
-          for (int r = 0; r < R; ++r) raw[u][r] = __ldg(reinterpret_cast<const uint4*>(wrow[r] + k + u * 32 * V));
+          for (int r = 0; r < RR; ++r) raw[u][r] = __ldg(reinterpret_cast<const uint4*>(wrow[r] + k + u * 32 * V));
 #pragma unroll
-        for (int u = 0; u < U; ++u) accumulate_vec<W, MT, R>(raw[u], xs, kc, k + u * 32 * V - k0, acc);
+        for (int u = 0; u < U; ++u)
+          accumulate_vec<W, MT, RR, kDirect>(raw[u], xb, xstride, k + u * 32 * V - xoff, acc);
       }
       for (; k < vend; k += 32 * V) {  // the last vectors, one at a time (same per-lane order)
-        uint4 raw[R];
+        uint4 raw[RR];
 #pragma unroll
-        for (int r = 0; r < R; ++r) raw[r] = __ldg(reinterpret_cast<const uint4*>(wrow[r] + k));
-        accumulate_vec<W, MT, R>(raw, xs, kc, k - k0, acc);
+        for (int r = 0; r < RR; ++r) raw[r] = __ldg(reinterpret_cast<const uint4*>(wrow[r] + k));
+        accumulate_vec<W, MT, RR, kDirect>(raw, xb, xstride, k - xoff, acc);
       }
       if (k0 + klen == K) {  // tail elements past the last whole vector (fewer than V < 32)
         const int kt = kvec_end + lane;
         if (kt < K) {
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
+          for (int r = 0; r < RR; ++r) {
             const float wv = to_float(wrow[r][kt]);
 #pragma unroll
-            for (int m = 0; m < MT; ++m) acc[r][m] = fmaf(wv, xs[m * kc + kt - k0], acc[r][m]);
+            for (int m = 0; m < MT; ++m) acc[r][m] = fmaf(wv, xb[m * xstride + kt - xoff], acc[r][m]);
           }
         }
       }
     } else {
       for (; k < vend; k += 32) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
+        for (int r = 0; r < RR; ++r) {
           const float wv = to_float(wrow[r][k]);
 #pragma unroll
-          for (int m = 0; m < MT; ++m) acc[r][m] = fmaf(wv, xs[m * kc + k - k0], acc[r][m]);
+          for (int m = 0; m < MT; ++m) acc[r][m] = fmaf(wv, xb[m * xstride + k - xoff], acc[r][m]);
         }
       }
     }
   }
-  if (n0 >= N) return;
+  if (n0 >= n_total) return;
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < RR; ++r)
 #pragma unroll
     for (int m = 0; m < MT; ++m) acc[r][m] = warp_sum(acc[r][m]);
-  if (lane == 0) {
+  if (lane != 0) return;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int n = n0 + r;
-      if (n >= N) break;
-      const float b = bias ? bias[n] : 0.0f;
-      for (int m = 0; m < mt; ++m) out[static_cast<int64_t>(m0 + m) * N + n] = acc[r][m] + b;
+  for (int r = 0; r < C; ++r) {
+    const int c = n0 + r;
+    if (c >= n_total) break;
+    if constexpr (E == LinearEpilogue::silu_gate) {
+      float* out = a.seg[0].out;
+      for (int m = 0; m < mt; ++m) {
+        const float g = acc[r][m];
+        out[static_cast<int64_t>(m0 + m) * n_total + c] = g / (1.0f + expf(-g)) * acc[C + r][m];
+      }
+    } else {
+      int local = 0;
+      const LinearSegment& sg = a.seg[segment_of(a, c, local)];
+      const float b = sg.bias ? sg.bias[local] : 0.0f;
+      for (int m = 0; m < mt; ++m) {
+        float* o = sg.out + static_cast<int64_t>(m0 + m) * sg.n + local;
+        if constexpr (E == LinearEpilogue::add) {
+          *o = *o + (acc[r][m] + b);
+        } else {
+          *o = acc[r][m] + b;
+        }
+      }
     }
   }
 }
 
-template <typename W, int MT, int R, bool kVec>
-void launch_shape(const float* x, const void* w, const float* bias, float* out, int M, int N, int K,
-                  cudaStream_t stream) {
+template <typename W, int MT, int C, int RR, bool kVec, LinearEpilogue E>
+void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+  // kDirect for one or two rows of 16-byte aligned x: no staging at all.
+  const bool direct = kVec && MT <= 2 && a.K % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+  const int cols_per_block = kWarps * C;
+  const dim3 grid((n_total + cols_per_block - 1) / cols_per_block, (a.M + MT - 1) / MT);
+  if (direct) {
+    if constexpr (kVec && MT <= 2) {
+      linear_rows_kernel<W, MT, C, RR, kVec, true, E><<<grid, kThreads, 0, stream>>>(a, n_total, a.K);
+      return;
+    }
+  }
   // K tile: as much of K as fits the budget, a multiple of 256 (whole vectors for every lane).
   int kc = kSmemBudget / (MT * static_cast<int>(sizeof(float))) / 256 * 256;
-  const int k_round = (K + 255) / 256 * 256;
+  const int k_round = (a.K + 255) / 256 * 256;
   if (kc > k_round) kc = k_round;
-  const int cols_per_block = kWarps * R;
-  const dim3 grid((N + cols_per_block - 1) / cols_per_block, (M + MT - 1) / MT);
   const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
-  linear_rows_kernel<W, MT, R, kVec><<<grid, kThreads, smem, stream>>>(x, static_cast<const W*>(w), bias, out, M, N,
-                                                                      K, kc);
+  linear_rows_kernel<W, MT, C, RR, kVec, false, E><<<grid, kThreads, smem, stream>>>(a, n_total, kc);
 }
 
-template <typename W, int MT>
-void launch_tile(const float* x, const void* w, const float* bias, float* out, int M, int N, int K,
-                 cudaStream_t stream) {
-  const bool vec = K % Vec16<W>::n == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  if (!vec) return launch_shape<W, MT, 1, false>(x, w, bias, out, M, N, K, stream);
-  // Columns per warp R: any R gives the same per-output order, so it is chosen for speed from
-  // M and N. Few rows of x (bandwidth-bound): many blocks, so every SM holds an even share of
-  // the weight stream. More rows: larger R, so each x value read from shared memory feeds R
-  // weight rows.
-  const int R = MT <= 2 ? (N >= 32768 ? 4 : (N >= 12288 ? 2 : 1)) : (N >= 8192 ? 4 : (N >= 2048 ? 2 : 1));
-  if (R == 4) return launch_shape<W, MT, 4, true>(x, w, bias, out, M, N, K, stream);
-  if (R == 2) return launch_shape<W, MT, 2, true>(x, w, bias, out, M, N, K, stream);
-  launch_shape<W, MT, 1, true>(x, w, bias, out, M, N, K, stream);
+template <typename W, int MT, LinearEpilogue E>
+void launch_tile(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+  constexpr bool kGate = E == LinearEpilogue::silu_gate;
+  bool vec = a.K % Vec16<W>::n == 0;
+  for (int j = 0; j < (kGate ? 2 : a.segments); ++j) vec = vec && reinterpret_cast<uintptr_t>(a.seg[j].w) % 16 == 0;
+  if (!vec) return launch_shape<W, MT, 1, kGate ? 2 : 1, false, E>(a, n_total, stream);
+  // Weight rows per warp RR: any choice gives the same per-output order, so it is chosen for
+  // speed from M and the rows streamed. Few rows of x (bandwidth-bound): many blocks, so every
+  // SM holds an even share of the weight stream. More rows: more weight rows per warp, so each x
+  // value read feeds several of them.
+  const int rows = kGate ? 2 * n_total : n_total;
+  const int RR = MT <= 2 ? (rows >= 32768 ? 4 : (rows >= 12288 ? 2 : 1)) : (rows >= 8192 ? 4 : (rows >= 2048 ? 2 : 1));
+  if constexpr (kGate) {
+    if (RR >= 4) return launch_shape<W, MT, 2, 4, true, E>(a, n_total, stream);
+    return launch_shape<W, MT, 1, 2, true, E>(a, n_total, stream);
+  } else {
+    if (RR == 4) return launch_shape<W, MT, 4, 4, true, E>(a, n_total, stream);
+    if (RR == 2) return launch_shape<W, MT, 2, 2, true, E>(a, n_total, stream);
+    launch_shape<W, MT, 1, 1, true, E>(a, n_total, stream);
+  }
+}
+
+template <typename W, LinearEpilogue E>
+void launch_for_m(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+  if (a.M <= 1) {
+    launch_tile<W, 1, E>(a, n_total, stream);
+  } else if (a.M <= 2) {
+    launch_tile<W, 2, E>(a, n_total, stream);
+  } else if (a.M <= 4) {
+    launch_tile<W, 4, E>(a, n_total, stream);
+  } else if (a.M <= 8) {
+    launch_tile<W, 8, E>(a, n_total, stream);
+  } else {
+    launch_tile<W, 16, E>(a, n_total, stream);
+  }
 }
 
 template <typename W>
-void launch_for_m(const float* x, const void* w, const float* bias, float* out, int M, int N, int K,
-                  cudaStream_t stream) {
-  if (M <= 1) {
-    launch_tile<W, 1>(x, w, bias, out, M, N, K, stream);
-  } else if (M <= 2) {
-    launch_tile<W, 2>(x, w, bias, out, M, N, K, stream);
-  } else if (M <= 4) {
-    launch_tile<W, 4>(x, w, bias, out, M, N, K, stream);
-  } else if (M <= 8) {
-    launch_tile<W, 8>(x, w, bias, out, M, N, K, stream);
-  } else {
-    launch_tile<W, 16>(x, w, bias, out, M, N, K, stream);
+void launch_epilogue(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+  switch (a.epilogue) {
+    case LinearEpilogue::store: return launch_for_m<W, LinearEpilogue::store>(a, n_total, stream);
+    case LinearEpilogue::add: return launch_for_m<W, LinearEpilogue::add>(a, n_total, stream);
+    case LinearEpilogue::silu_gate: return launch_for_m<W, LinearEpilogue::silu_gate>(a, n_total, stream);
   }
 }
 
 }  // namespace
 
+void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream) {
+  int n_total = 0;
+  if (args.epilogue == LinearEpilogue::silu_gate) {
+    n_total = args.seg[0].n;
+  } else {
+    for (int j = 0; j < args.segments; ++j) n_total += args.seg[j].n;
+  }
+  if (args.M == 0 || n_total == 0) return;
+  SPECDEC_DISPATCH_ELEM(args.w_type, W, launch_epilogue<W>(args, n_total, stream));
+}
+
 void launch_linear_rows(const float* x, const void* w, ElemType w_type, const float* bias, float* out, int M, int N,
                         int K, cudaStream_t stream) {
-  if (M == 0 || N == 0) return;
-  SPECDEC_DISPATCH_ELEM(w_type, W, launch_for_m<W>(x, w, bias, out, M, N, K, stream));
+  LinearRowsArgs a;
+  a.x = x;
+  a.w_type = w_type;
+  a.M = M;
+  a.K = K;
+  a.seg[0] = LinearSegment{w, bias, out, N};
+  launch_linear_rows(a, stream);
 }
 
 }  // namespace specdec::cuda
