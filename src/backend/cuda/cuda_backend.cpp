@@ -10,7 +10,9 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cstdlib>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
@@ -73,6 +75,7 @@ class CudaBackend final : public Backend {
     // Stream-ordered frees of scratch memory go into the stream before it is synchronized.
     lt_workspace_ = Buffer();
     scratch_ = Buffer();
+    epilogue_ = Buffer();
     cudaStreamSynchronize(stream_);
   }
 
@@ -130,35 +133,115 @@ class CudaBackend final : public Backend {
   }
 
   void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) override {
-    const char* op = "linear";
-    expect_dtype(x, DType::f32, op, "x");
-    expect_dtype(out, DType::f32, op, "out");
-    const ElemType wt = elem_type(weight, op, "weight");
-    SPECDEC_CHECK(weight.rank == 2, op, ": weight ", weight.shape_string(), " must be [N, K]");
-    const int64_t N = weight.dim(0), K = weight.dim(1);
-    SPECDEC_CHECK(x.rank >= 1 && x.dim(-1) == K, op, ": x ", x.shape_string(), " must end in K = ", K, " (weight ",
-                  weight.shape_string(), ")");
-    const int64_t M = K == 0 ? 0 : x.numel() / K;
-    SPECDEC_CHECK(out.rank >= 1 && out.dim(-1) == N && out.numel() == M * N, op, ": out ", out.shape_string(),
-                  " must be [", M, ", ", N, "]");
-    SPECDEC_CHECK(out.data != x.data || out.numel() == 0, op, ": out must not alias x");
-    const float* bias_data = nullptr;
-    if (bias && !bias->empty()) {
-      expect_dtype(*bias, DType::f32, op, "bias");
-      SPECDEC_CHECK(bias->numel() == N, op, ": bias ", bias->shape_string(), " must have N = ", N, " elements");
-      bias_data = bias->ptr<float>();
-    }
-    const int m = to_int(M, op, "M"), n = to_int(N, op, "N"), k = to_int(K, op, "K");
-    if (invariant_ || M <= kSmallM || K == 0) {
-      cuda::launch_linear_rows(x.ptr<float>(), weight.data, wt, bias_data, out.ptr<float>(), m, n, k, stream_);
-      check_launch("linear (row-streaming kernel)", M, "x", K, " by ", N, "x", K);
+    const LinearShape sh = check_linear("linear", x, weight, bias, out);
+    if (rows_kernel(sh)) {
+      launch_rows(x, {{weight.data, sh.bias, out.ptr<float>(), sh.n}}, sh, cuda::LinearEpilogue::store, "linear");
       return;
     }
-    linear_lt(x, weight, wt, m, n, k, out);
-    if (bias_data) {
-      cuda::launch_add_bias(out.ptr<float>(), bias_data, m, n, stream_);
-      check_launch("linear bias", M, "x", N);
+    linear_lt(x, weight, sh.type, sh.m, sh.n, sh.k, out);
+    if (sh.bias) {
+      cuda::launch_add_bias(out.ptr<float>(), sh.bias, sh.m, sh.n, stream_);
+      check_launch("linear bias", sh.m, "x", sh.n);
     }
+  }
+
+  void linear_many(const Tensor& x, std::span<const Projection> projections) override {
+    if (projections.empty()) return;
+    std::vector<LinearShape> shapes;
+    for (const Projection& p : projections)
+      shapes.push_back(check_linear("linear_many", x, p.weight, p.bias.empty() ? nullptr : &p.bias, p.out));
+    bool fused = projections.size() <= static_cast<size_t>(cuda::kMaxLinearSegments) && rows_kernel(shapes[0]);
+    for (const LinearShape& sh : shapes) fused = fused && sh.type == shapes[0].type;
+    if (!fused) return Backend::linear_many(x, projections);  // one linear() each
+    std::vector<cuda::LinearSegment> segs;
+    for (size_t j = 0; j < projections.size(); ++j)
+      segs.push_back({projections[j].weight.data, shapes[j].bias, projections[j].out.ptr<float>(), shapes[j].n});
+    launch_rows(x, segs, shapes[0], cuda::LinearEpilogue::store, "linear_many");
+  }
+
+  void gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out) override {
+    const char* op = "gated_linear";
+    const LinearShape sh = check_linear(op, x, w_gate, nullptr, out);
+    const LinearShape up = check_linear(op, x, w_up, nullptr, out);
+    SPECDEC_CHECK(up.type == sh.type, op, ": gate ", w_gate.shape_string(), " and up ", w_up.shape_string(),
+                  " must share a dtype");
+    if (rows_kernel(sh)) {
+      launch_rows(x, {{w_gate.data, nullptr, out.ptr<float>(), sh.n}, {w_up.data, nullptr, nullptr, sh.n}}, sh,
+                  cuda::LinearEpilogue::silu_gate, op);
+      return;
+    }
+    const Tensor tmp = epilogue_scratch(out);
+    linear_lt(x, w_gate, sh.type, sh.m, sh.n, sh.k, out);
+    linear_lt(x, w_up, sh.type, sh.m, sh.n, sh.k, tmp);
+    silu_mul(out, tmp, out);
+  }
+
+  void linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) override {
+    const char* op = "linear_add";
+    const LinearShape sh = check_linear(op, x, weight, bias, out);
+    if (rows_kernel(sh)) {
+      launch_rows(x, {{weight.data, sh.bias, out.ptr<float>(), sh.n}}, sh, cuda::LinearEpilogue::add, op);
+      return;
+    }
+    const Tensor tmp = epilogue_scratch(out);
+    linear_lt(x, weight, sh.type, sh.m, sh.n, sh.k, tmp);
+    if (sh.bias) {
+      cuda::launch_add_bias(tmp.ptr<float>(), sh.bias, sh.m, sh.n, stream_);
+      check_launch("linear_add bias", sh.m, "x", sh.n);
+    }
+    add(out, tmp, out);
+  }
+
+  void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                     const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool, const Tensor& v_pool,
+                     const AttentionBatch& batch) override {
+    const char* op = "rope_kv_write";
+    expect_dtype(q, DType::f32, op, "q");
+    expect_dtype(k, DType::f32, op, "k");
+    expect_dtype(v, DType::f32, op, "v");
+    expect_dtype(positions, DType::i32, op, "positions");
+    expect_dtype(inv_freq, DType::f32, op, "inv_freq");
+    expect_dtype(batch.slots, DType::i32, op, "batch.slots");
+    const ElemType pt = pool_type(k_pool, v_pool, op);
+    SPECDEC_CHECK(q.rank == 3 && k.rank == 3 && v.numel() == k.numel() && q.dim(0) == k.dim(0) &&
+                      q.dim(2) == k.dim(2) && v.dim(-1) == k.dim(2),
+                  op, ": q ", q.shape_string(), ", k ", k.shape_string(), " and v ", v.shape_string(),
+                  " must be [T, heads, head_dim] with one T and head_dim");
+    const int64_t T = q.dim(0), heads = q.dim(1), kvh = k.dim(1), D = q.dim(2);
+    SPECDEC_CHECK(D % 2 == 0 && inv_freq.numel() == D / 2 && positions.numel() == T, op, ": q ", q.shape_string(),
+                  ", positions ", positions.shape_string(), ", inv_freq ", inv_freq.shape_string(), " disagree");
+    SPECDEC_CHECK(k_pool.dim(2) == kvh && k_pool.dim(3) == D, op, ": pool ", k_pool.shape_string(),
+                  " does not fit k ", k.shape_string());
+    SPECDEC_CHECK(batch.slots.numel() >= T, op, ": batch.slots ", batch.slots.shape_string(), " has fewer than ", T,
+                  " entries");
+    cuda::launch_rope_kv_write(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), positions.ptr<int>(),
+                               inv_freq.ptr<float>(), attention_scaling, to_int(T, op, "tokens"),
+                               to_int(heads, op, "heads"), to_int(kvh, op, "kv_heads"), to_int(D, op, "head_dim"),
+                               k_pool.data, v_pool.data, pt, batch.slots.ptr<int>(), k_pool.dim(0) * k_pool.dim(1),
+                               stream_);
+    check_launch(op, T, "x", heads, "+", kvh, "x", D);
+  }
+
+  std::unique_ptr<RecordedCalls> record(const std::function<void()>& enqueue) override {
+    if (sync_each_) return nullptr;  // per-call synchronization cannot be recorded
+    auto recording = std::make_unique<Recording>(stream_, generation_);
+    SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "recording calls");
+    recording_ = true;
+    try {
+      enqueue();
+    } catch (...) {
+      recording_ = false;
+      cudaGraph_t abandoned = nullptr;
+      cudaStreamEndCapture(stream_, &abandoned);
+      if (abandoned) cudaGraphDestroy(abandoned);
+      cudaGetLastError();
+      throw;
+    }
+    recording_ = false;
+    SPECDEC_CUDA_CHECK(cudaStreamEndCapture(stream_, &recording->graph),
+                       "recording calls (a call inside synchronized, copied to the host or allocated?)");
+    SPECDEC_CUDA_CHECK(cudaGraphInstantiate(&recording->exec, recording->graph, 0), "instantiating recorded calls");
+    return recording;
   }
 
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_scaling) override {
@@ -306,6 +389,81 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // A recorded sequence as a CUDA graph. It holds while the backend's internal buffers
+  // (scratch, cuBLASLt workspace) stay where they were when it was recorded.
+  struct Recording final : RecordedCalls {
+    Recording(cudaStream_t s, std::shared_ptr<const uint64_t> gen) : stream(s), generation(std::move(gen)), at(*generation) {}
+    ~Recording() override {
+      if (exec) cudaGraphExecDestroy(exec);
+      if (graph) cudaGraphDestroy(graph);
+    }
+    bool replay() override {
+      if (*generation != at) return false;
+      SPECDEC_CUDA_CHECK(cudaGraphLaunch(exec, stream), "replaying recorded calls");
+      return true;
+    }
+    cudaStream_t stream;
+    std::shared_ptr<const uint64_t> generation;
+    uint64_t at;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+  };
+
+  struct LinearShape {
+    int m = 0, n = 0, k = 0;
+    ElemType type = ElemType::bf16;
+    const float* bias = nullptr;
+  };
+
+  // Checks out[M, N] = x[M, K] · weight[N, K]ᵀ (+ bias[N]) and returns its sizes.
+  LinearShape check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor* bias,
+                           const Tensor& out) {
+    expect_dtype(x, DType::f32, op, "x");
+    expect_dtype(out, DType::f32, op, "out");
+    LinearShape sh;
+    sh.type = elem_type(weight, op, "weight");
+    SPECDEC_CHECK(weight.rank == 2, op, ": weight ", weight.shape_string(), " must be [N, K]");
+    const int64_t N = weight.dim(0), K = weight.dim(1);
+    SPECDEC_CHECK(x.rank >= 1 && x.dim(-1) == K, op, ": x ", x.shape_string(), " must end in K = ", K, " (weight ",
+                  weight.shape_string(), ")");
+    const int64_t M = K == 0 ? 0 : x.numel() / K;
+    SPECDEC_CHECK(out.rank >= 1 && out.dim(-1) == N && out.numel() == M * N, op, ": out ", out.shape_string(),
+                  " must be [", M, ", ", N, "]");
+    SPECDEC_CHECK(out.data != x.data || out.numel() == 0, op, ": out must not alias x");
+    if (bias && !bias->empty()) {
+      expect_dtype(*bias, DType::f32, op, "bias");
+      SPECDEC_CHECK(bias->numel() == N, op, ": bias ", bias->shape_string(), " must have N = ", N, " elements");
+      sh.bias = bias->ptr<float>();
+    }
+    sh.m = to_int(M, op, "M");
+    sh.n = to_int(N, op, "N");
+    sh.k = to_int(K, op, "K");
+    return sh;
+  }
+
+  // The row-streaming kernel serves every M in batch-invariant mode, and one or two rows (where
+  // it streams the weights fastest) in fast mode.
+  bool rows_kernel(const LinearShape& sh) const { return invariant_ || sh.m <= kSmallM || sh.k == 0; }
+
+  void launch_rows(const Tensor& x, std::initializer_list<cuda::LinearSegment> segs, const LinearShape& sh,
+                   cuda::LinearEpilogue epilogue, const char* op) {
+    launch_rows(x, std::vector<cuda::LinearSegment>(segs), sh, epilogue, op);
+  }
+  void launch_rows(const Tensor& x, const std::vector<cuda::LinearSegment>& segs, const LinearShape& sh,
+                   cuda::LinearEpilogue epilogue, const char* op) {
+    cuda::LinearRowsArgs a;
+    a.x = x.ptr<float>();
+    a.w_type = sh.type;
+    a.M = sh.m;
+    a.K = sh.k;
+    a.segments = static_cast<int>(segs.size());
+    a.epilogue = epilogue;
+    for (size_t j = 0; j < segs.size(); ++j) a.seg[j] = segs[j];
+    cuda::launch_linear_rows(a, stream_);
+    check_launch(op, " (row-streaming kernel) ", sh.m, "x", sh.k, " by ", sh.n, "x", sh.k, ", ", segs.size(),
+                 " weights");
+  }
+
   template <typename... Args>
   void check_launch(const char* op, const Args&... sizes) {
     const cudaError_t err = cudaGetLastError();
@@ -334,16 +492,29 @@ class CudaBackend final : public Backend {
   // Scratch for one kernel call at a time (linear's 16-bit x, attention's split partials): calls
   // are ordered on the stream, so reuse is safe. Grows as needed; the old buffer is freed
   // stream-ordered, after the work that used it.
-  void* scratch(size_t bytes) {
-    if (scratch_.bytes() < bytes) {
-      scratch_ = Buffer();
-      scratch_ = memory_->allocate(bytes, "scratch (linear x in 16-bit, attention partials)");
+  void* scratch(size_t bytes) { return grow(scratch_, bytes, "scratch (linear x in 16-bit, attention partials)"); }
+
+  // A [M, N] f32 scratch shaped like out, for the fast mode's unfused epilogues.
+  Tensor epilogue_scratch(const Tensor& out) {
+    Tensor t = out;
+    t.data = grow(epilogue_, out.bytes(), "scratch (fused linear epilogues)");
+    return t;
+  }
+
+  void* grow(Buffer& buffer, size_t bytes, const char* what) {
+    if (buffer.bytes() < bytes) {
+      // A recording must not move buffers (the graph would keep the old address).
+      SPECDEC_CHECK(!recording_, "recording calls: ", what, " would grow to ", bytes,
+                    " bytes; run the calls once before recording them");
+      buffer = Buffer();
+      buffer = memory_->allocate(bytes, what);
+      ++*generation_;
     }
-    return scratch_.data();
+    return buffer.data();
   }
 
   void linear_lt(const Tensor& x, const Tensor& weight, ElemType wt, int m, int n, int k, const Tensor& out) {
-    if (lt_workspace_.bytes() == 0) lt_workspace_ = memory_->allocate(kLtWorkspaceBytes, "cuBLASLt workspace");
+    grow(lt_workspace_, kLtWorkspaceBytes, "cuBLASLt workspace");
     if (!lt_) lt_ = std::make_unique<cuda::LtGemm>();
     const void* xin = x.data;
     cudaDataType_t type = CUDA_R_32F;
@@ -367,6 +538,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::LtGemm> lt_;
   Buffer lt_workspace_;
   Buffer scratch_;
+  Buffer epilogue_;
+  std::shared_ptr<uint64_t> generation_ = std::make_shared<uint64_t>(0);  // bumped when a buffer above moves
+  bool recording_ = false;
 };
 
 }  // namespace
