@@ -1,7 +1,8 @@
-// Paged attention of the CUDA backend (bf16 KV) vs the scalar CPU backend (f32 KV) on a ragged
-// batch mixing a prefill chunk, a single-token decode over a long cache and a verify window;
-// and batch invariance: a row's output alone equals, bit for bit, its output among neighbours.
+// Paged attention of the CUDA backend (bf16, f16 and f32 KV) vs the scalar CPU backend (f32 KV)
+// on ragged batches mixing prefill chunks, decodes over long caches and verify windows, for GQA
+// groups of 1 to 12; and invariance: each token's bits alone equal its bits among neighbours.
 #include <numeric>
+#include <string>
 
 #include "gpu/gpu_test_util.h"
 
@@ -158,7 +159,8 @@ TEST(GpuAttention, RowAloneEqualsRowWithNeighbours) {
 }
 
 // max_row_len only sizes the split over positions: understated (0: no split) or overstated, the
-// outputs still match the CPU; for rows that fit one chunk (256 positions) they are identical.
+// outputs still match the CPU; with no split or an overstated one they are identical, and for
+// rows that fit one chunk (64 positions) any stated value gives the same bits.
 TEST(GpuAttention, MaxRowLenOnlyChangesTheSplit) {
   SPECDEC_REQUIRE_GPU();
   Backends b = make_backends(true);
@@ -172,6 +174,9 @@ TEST(GpuAttention, MaxRowLenOnlyChangesTheSplit) {
   for (int stated : {0, 300, 5000}) {
     const auto got = run_attention(*b.gpu, gp, rows, q, D, mb, stated);
     EXPECT_LE(rel_error(got, want), 1e-2) << "max_row_len " << stated;
+    if (stated != 300) {  // 300 understates row 1 (1000 positions): close, not bit-exact
+      EXPECT_TRUE(bit_equal(got.data(), exact.data(), got.size())) << "max_row_len " << stated;
+    }
     // Rows 0 and 2 (40 and 20 positions) fit one chunk: bit-identical whatever the split.
     const size_t row0 = 8u * kHeads * D, row2_begin = 9u * kHeads * D, row2 = 4u * kHeads * D;
     EXPECT_TRUE(bit_equal(got.data(), exact.data(), row0)) << "max_row_len " << stated;
@@ -190,6 +195,146 @@ TEST(GpuAttention, RejectsUnsupportedHeadDim) {
   Owned q = empty(*b.gpu, DType::f32, {13, kHeads, 40});
   Owned o = empty(*b.gpu, DType::f32, {13, kHeads, 40});
   EXPECT_THROW(b.gpu->attention(q.tensor, k.tensor, v.tensor, db.batch, 1.0f, o.tensor), Error);
+}
+
+// ---- shapes beyond the default: GQA groups, head sizes, pool types, long and short rows ----
+
+struct Shape {
+  int heads, kv_heads, D;
+  DType kv;
+};
+
+std::string shape_name(const Shape& s) {
+  return std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " heads, head_dim " + std::to_string(s.D) +
+         ", " + std::string(dtype_name(s.kv)) + " pool";
+}
+
+Backends backends_with_kv(DType kv) {
+  Backends b = make_backends(true);
+  BackendOptions g;
+  g.device = Device::cuda;
+  g.kv_dtype = kv;
+  b.gpu = make_backend(g);
+  return b;
+}
+
+// Rows of very different lengths: a decode over 1000 positions, a window of 5 over 300, a window
+// ending exactly at one chunk (64), a decode one past it, a decode over a single position, a
+// prefill chunk of 130 tokens and a window across a chunk boundary.
+std::vector<RowSpec> ragged_rows(int pool_blocks) {
+  std::vector<int32_t> ids(static_cast<size_t>(pool_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(21));
+  auto span = [](int from, int to) {
+    std::vector<int32_t> p(static_cast<size_t>(to - from));
+    std::iota(p.begin(), p.end(), from);
+    return p;
+  };
+  std::vector<RowSpec> rows = {{1000, {999}, {}},        {300, span(295, 300), {}}, {64, span(61, 64), {}},
+                               {65, {64}, {}},           {1, {0}, {}},              {200, span(70, 200), {}},
+                               {129, span(127, 129), {}}};
+  size_t next = 0;
+  for (auto& r : rows)
+    for (int b = 0; b < (r.len + kBlockSize - 1) / kBlockSize; ++b) r.blocks.push_back(ids[next++]);
+  return rows;
+}
+
+constexpr int kRaggedPoolBlocks = 160;
+
+Pools filled_pools_shaped(Backend& be, const std::vector<RowSpec>& rows, const Shape& s, int max_blocks) {
+  Pools p{empty(be, be.kv_dtype(), {kRaggedPoolBlocks, kBlockSize, s.kv_heads, s.D}),
+          empty(be, be.kv_dtype(), {kRaggedPoolBlocks, kBlockSize, s.kv_heads, s.D})};
+  DeviceBatch hb = make_batch(be, history_of(rows), max_blocks);
+  const int T = hb.batch.tokens;
+  const size_t n = static_cast<size_t>(T) * s.kv_heads * s.D;
+  Owned k = upload(be, random_floats(n, 31, 0.05f, 2.0f), DType::f32, {T, s.kv_heads, s.D});
+  Owned v = upload(be, random_floats(n, 32), DType::f32, {T, s.kv_heads, s.D});
+  be.kv_write(k.tensor, v.tensor, p.k.tensor, p.v.tensor, hb.batch);
+  be.synchronize();
+  return p;
+}
+
+std::vector<float> run_shaped(Backend& be, const Pools& pools, const std::vector<RowSpec>& rows, const Shape& s,
+                              const float* q, int max_blocks, int max_row_len = -1) {
+  DeviceBatch b = make_batch(be, rows, max_blocks);
+  if (max_row_len >= 0) b.batch.max_row_len = max_row_len;
+  const int T = b.batch.tokens;
+  const size_t n = static_cast<size_t>(T) * s.heads * s.D;
+  Owned qt = upload(be, std::vector<float>(q, q + n), DType::f32, {T, s.heads, s.D});
+  Owned o = empty(be, DType::f32, {T, s.heads, s.D});
+  be.attention(qt.tensor, pools.k.tensor, pools.v.tensor, b.batch, 1.0f / std::sqrt(static_cast<float>(s.D)),
+               o.tensor);
+  return download(be, o.tensor);
+}
+
+// Groups of 1, 4, 8 and 12 q heads per kv head (12 needs two head groups per block column),
+// head_dim 64 and 128, bf16, f16 and f32 pools.
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> s = {{8, 8, 64, DType::bf16},  {32, 8, 128, DType::bf16}, {16, 2, 128, DType::f32},
+                                       {12, 1, 64, DType::f32},  {8, 1, 128, DType::bf16},  {8, 2, 64, DType::f16},
+                                       {4, 4, 128, DType::f32}};
+  return s;
+}
+
+int tokens_of(const std::vector<RowSpec>& rows) {
+  int t = 0;
+  for (const auto& r : rows) t += static_cast<int>(r.positions.size());
+  return t;
+}
+
+TEST(GpuAttention, RaggedRowsMatchCpuAcrossShapes) {
+  SPECDEC_REQUIRE_GPU();
+  const auto rows = ragged_rows(kRaggedPoolBlocks);
+  const int mb = max_blocks_of(rows), T = tokens_of(rows);
+  for (const Shape& s : shapes()) {
+    Backends b = backends_with_kv(s.kv);
+    const auto q = random_floats(static_cast<size_t>(T) * s.heads * s.D, 33, 0.05f, 2.0f);
+    Pools cp = filled_pools_shaped(*b.cpu, rows, s, mb);
+    Pools gp = filled_pools_shaped(*b.gpu, rows, s, mb);
+    const auto want = run_shaped(*b.cpu, cp, rows, s, q.data(), mb);
+    const double tol = s.kv == DType::f32 ? 1e-4 : 1e-2;
+    for (int stated : {-1, 0, 5000}) {  // exact max_row_len (split launch when few blocks), none, overstated
+      const auto got = run_shaped(*b.gpu, gp, rows, s, q.data(), mb, stated);
+      EXPECT_LE(rel_error(got, want), tol) << shape_name(s) << ", max_row_len " << stated;
+    }
+  }
+}
+
+// Every token of every row, decoded alone (its row's length cut to the token's position + 1,
+// its own block table, no neighbours) and in the in-block launch (max_row_len 0), gives the same
+// bits as in the ragged batch: the verify window == one-at-a-time decoding identity.
+TEST(GpuAttention, EveryTokenAloneEqualsItsBatchBits) {
+  SPECDEC_REQUIRE_GPU();
+  const auto rows = ragged_rows(kRaggedPoolBlocks);
+  const int mb = max_blocks_of(rows), T = tokens_of(rows);
+  for (const Shape& s : {shapes()[1], shapes()[2], shapes()[3]}) {
+    Backends b = backends_with_kv(s.kv);
+    const size_t per_token = static_cast<size_t>(s.heads) * s.D;
+    const auto q = random_floats(static_cast<size_t>(T) * per_token, 34, 0.05f, 2.0f);
+    Pools gp = filled_pools_shaped(*b.gpu, rows, s, mb);
+    const auto all = run_shaped(*b.gpu, gp, rows, s, q.data(), mb);
+    const auto unsplit = run_shaped(*b.gpu, gp, rows, s, q.data(), mb, 0);
+    EXPECT_TRUE(bit_equal(all.data(), unsplit.data(), all.size())) << shape_name(s) << ": split vs in-block launch";
+    size_t t = 0;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (size_t i = 0; i < rows[r].positions.size(); ++i, ++t) {
+        const int pos = rows[r].positions[i];
+        // The long prefill row: its first, a middle and its last token.
+        if (rows[r].positions.size() > 8 && i != 0 && i != 64 && i + 1 != rows[r].positions.size()) continue;
+        RowSpec alone{pos + 1, {pos}, rows[r].blocks};
+        alone.blocks.resize(static_cast<size_t>((pos + 1 + kBlockSize - 1) / kBlockSize));
+        const int amb = static_cast<int>(alone.blocks.size());
+        const auto got = run_shaped(*b.gpu, gp, {alone}, s, q.data() + t * per_token, amb);
+        EXPECT_TRUE(bit_equal(got.data(), all.data() + t * per_token, per_token))
+            << shape_name(s) << ": row " << r << " position " << pos << " alone";
+        // Same token, its row at full length in the table (later positions hidden by causality).
+        RowSpec full{rows[r].len, {pos}, rows[r].blocks};
+        const auto got_full = run_shaped(*b.gpu, gp, {full}, s, q.data() + t * per_token, mb + 3);
+        EXPECT_TRUE(bit_equal(got_full.data(), all.data() + t * per_token, per_token))
+            << shape_name(s) << ": row " << r << " position " << pos << " alone, full row";
+      }
+    }
+  }
 }
 
 }  // namespace
