@@ -30,9 +30,8 @@ void check_same_pool_shape(const Tensor& k_pool, const Tensor& v_pool, const cha
 
 }  // namespace
 
-void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
-              const AttentionBatch& batch) {
-  const char* op = "kv_write";
+void check_kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
+                    const AttentionBatch& batch, const char* op) {
   check_dtype(k, DType::f32, op, "k");
   check_dtype(v, DType::f32, op, "v");
   check_pool(k_pool, batch, op, "k_pool");
@@ -50,10 +49,22 @@ void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tens
   for (int64_t t = 0; t < T; ++t) {
     SPECDEC_CHECK(slot[t] >= 0 && slot[t] < slots, op, ": slot ", slot[t], " of token ", t, " outside the pool of ",
                   slots, " slots");
-    const size_t bytes = static_cast<size_t>(entry) * sizeof(float);
-    std::memcpy(k_pool.ptr<float>() + slot[t] * entry, k.ptr<float>() + t * entry, bytes);
-    std::memcpy(v_pool.ptr<float>() + slot[t] * entry, v.ptr<float>() + t * entry, bytes);
   }
+}
+
+void kv_write_token(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
+                    const AttentionBatch& batch, int64_t t) {
+  const int64_t entry = k_pool.dim(2) * k_pool.dim(3);
+  const int64_t slot = batch.slots.ptr<int32_t>()[t];
+  const size_t bytes = static_cast<size_t>(entry) * sizeof(float);
+  std::memcpy(k_pool.ptr<float>() + slot * entry, k.ptr<float>() + t * entry, bytes);
+  std::memcpy(v_pool.ptr<float>() + slot * entry, v.ptr<float>() + t * entry, bytes);
+}
+
+void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
+              const AttentionBatch& batch) {
+  check_kv_write(k, v, k_pool, v_pool, batch, "kv_write");
+  for (int64_t t = 0; t < batch.tokens; ++t) kv_write_token(k, v, k_pool, v_pool, batch, t);
 }
 
 void attention(ThreadPool& pool, const Kernels& kernels, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,

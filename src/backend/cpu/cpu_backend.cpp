@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
 
@@ -91,9 +92,27 @@ class CpuBackend final : public Backend {
   }
   void argmax(const Tensor& logits, const Tensor& out) override { cpu::argmax(pool_, logits, out); }
 
+  void linear_many(const Tensor& x, std::span<const Projection> projections) override {
+    cpu::linear_many(pool_, kernels_, x, projections);
+  }
+  void gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out) override {
+    cpu::gated_linear(pool_, kernels_, x, w_gate, w_up, out, scratch_);
+  }
+  void linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) override {
+    cpu::linear_add(pool_, kernels_, x, weight, bias, out, scratch_);
+  }
+  void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                     const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool, const Tensor& v_pool,
+                     const AttentionBatch& batch) override {
+    cpu::rope_kv_write(pool_, q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
+  }
+
  private:
   const cpu::Kernels& kernels_;
   ThreadPool pool_;
+  // Intermediate of the fused calls (up of gated_linear, h of linear_add), kept between calls so
+  // a decode step allocates nothing. Calls on one backend are not concurrent.
+  std::vector<float> scratch_;
 };
 
 }  // namespace

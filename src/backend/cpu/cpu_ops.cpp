@@ -82,38 +82,48 @@ int64_t row_count(const Tensor& t) {
   return len == 0 ? 0 : t.numel() / len;
 }
 
-void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias,
-            const Tensor& out) {
-  check_dtype(x, DType::f32, "linear", "x");
-  check_float(weight, "linear", "weight");
-  check_dtype(out, DType::f32, "linear", "out");
-  SPECDEC_CHECK(weight.rank == 2, "linear: weight must be [N, K], got ", weight.shape_string());
+LinearArgs linear_args(const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out,
+                       const char* op, Buffer& x_bf16) {
+  check_dtype(x, DType::f32, op, "x");
+  check_float(weight, op, "weight");
+  check_dtype(out, DType::f32, op, "out");
+  SPECDEC_CHECK(weight.rank == 2, op, ": weight must be [N, K], got ", weight.shape_string());
   LinearArgs a;
   a.M = row_count(x);
   a.K = row_length(x);
   a.N = weight.dim(0);
-  SPECDEC_CHECK(weight.dim(1) == a.K, "linear: x ", x.shape_string(), " has K = ", a.K, " but weight is ",
+  SPECDEC_CHECK(weight.dim(1) == a.K, op, ": x ", x.shape_string(), " has K = ", a.K, " but weight is ",
                 weight.shape_string());
-  SPECDEC_CHECK(row_count(out) == a.M && row_length(out) == a.N, "linear: out ", out.shape_string(), " must be [", a.M,
+  SPECDEC_CHECK(row_count(out) == a.M && row_length(out) == a.N, op, ": out ", out.shape_string(), " must be [", a.M,
                 ", ", a.N, "] for x ", x.shape_string(), " and weight ", weight.shape_string());
   if (bias) {
-    check_dtype(*bias, DType::f32, "linear", "bias");
-    SPECDEC_CHECK(bias->numel() == a.N, "linear: bias ", bias->shape_string(), " must have ", a.N, " elements");
+    check_dtype(*bias, DType::f32, op, "bias");
+    SPECDEC_CHECK(bias->numel() == a.N, op, ": bias ", bias->shape_string(), " must have ", a.N, " elements");
   }
-  SPECDEC_CHECK(!overlaps(x, out), "linear: out must not alias x");
-  if (a.M == 0 || a.N == 0) return;
+  SPECDEC_CHECK(!overlaps(x, out), op, ": out must not alias x");
   a.x = x.ptr<float>();
   a.w = weight.data;
   a.wdtype = weight.dtype;
   a.bias = bias ? bias->ptr<float>() : nullptr;
   a.out = out.ptr<float>();
-  Buffer x_bf16;
-  if (k.bf16_activations && a.wdtype == DType::bf16) {
-    x_bf16 = Buffer::host(static_cast<size_t>(a.M * a.K) * sizeof(uint16_t));
-    auto* dst = static_cast<uint16_t*>(x_bf16.data());
-    for (int64_t i = 0; i < a.M * a.K; ++i) dst[i] = f32_to_bf16(a.x[i]);
-    a.x_bf16 = dst;
+  if (k.bf16_activations && a.wdtype == DType::bf16 && a.M * a.K > 0) {
+    const size_t bytes = static_cast<size_t>(a.M * a.K) * sizeof(uint16_t);
+    if (x_bf16.bytes() == 0) {
+      // Several projections of one x share the rounded copy: callers pass an empty buffer per x.
+      x_bf16 = Buffer::host(bytes);
+      auto* dst = static_cast<uint16_t*>(x_bf16.data());
+      for (int64_t i = 0; i < a.M * a.K; ++i) dst[i] = f32_to_bf16(a.x[i]);
+    }
+    a.x_bf16 = static_cast<const uint16_t*>(x_bf16.data());
   }
+  return a;
+}
+
+void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias,
+            const Tensor& out) {
+  Buffer x_bf16;
+  const LinearArgs a = linear_args(k, x, weight, bias, out, "linear", x_bf16);
+  if (a.M == 0 || a.N == 0) return;
   const auto run = [&](size_t b, size_t e) { k.linear(a, static_cast<int64_t>(b), static_cast<int64_t>(e)); };
   // Threads split N only (each output is computed whole by one thread); chunks are multiples of
   // 16 rows so every thread starts on a full register tile.
@@ -168,40 +178,53 @@ void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor& weight, float eps
   });
 }
 
-void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scaling) {
-  check_dtype(x, DType::f32, "rope", "x");
-  check_dtype(positions, DType::i32, "rope", "positions");
-  check_dtype(inv_freq, DType::f32, "rope", "inv_freq");
-  SPECDEC_CHECK(x.rank == 3, "rope: x must be [T, heads, head_dim], got ", x.shape_string());
-  const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
-  SPECDEC_CHECK(d % 2 == 0, "rope: head_dim ", d, " must be even");
-  SPECDEC_CHECK(positions.numel() == T, "rope: positions ", positions.shape_string(), " must have ", T, " elements");
-  SPECDEC_CHECK(inv_freq.numel() == half, "rope: inv_freq ", inv_freq.shape_string(), " must have ", half,
+void check_rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const char* op, const char* name) {
+  check_dtype(x, DType::f32, op, name);
+  check_dtype(positions, DType::i32, op, "positions");
+  check_dtype(inv_freq, DType::f32, op, "inv_freq");
+  SPECDEC_CHECK(x.rank == 3, op, ": ", name, " must be [T, heads, head_dim], got ", x.shape_string());
+  const int64_t T = x.dim(0), d = x.dim(2), half = d / 2;
+  SPECDEC_CHECK(d % 2 == 0, op, ": head_dim ", d, " must be even");
+  SPECDEC_CHECK(positions.numel() == T, op, ": positions ", positions.shape_string(), " must have ", T, " elements");
+  SPECDEC_CHECK(inv_freq.numel() == half, op, ": inv_freq ", inv_freq.shape_string(), " must have ", half,
                 " elements (head_dim / 2)");
+}
+
+void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scaling) {
+  check_rope(x, positions, inv_freq, "rope", "x");
+  const int64_t T = x.dim(0), heads = x.dim(1), d = x.dim(2), half = d / 2;
   const int32_t* pos = positions.ptr<int32_t>();
-  const float* freq = inv_freq.ptr<float>();
   float* data = x.ptr<float>();
   for_rows(pool, T, heads * d * 8, [&](size_t b, size_t e) {
     std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
     for (size_t t = b; t < e; ++t) {
-      for (int64_t i = 0; i < half; ++i) {
-        const float angle = static_cast<float>(pos[t]) * freq[i];
-        c[static_cast<size_t>(i)] = static_cast<float>(std::cos(static_cast<double>(angle))) * scaling;
-        s[static_cast<size_t>(i)] = static_cast<float>(std::sin(static_cast<double>(angle))) * scaling;
-      }
-      for (int64_t h = 0; h < heads; ++h) {
-        float* v = data + (static_cast<int64_t>(t) * heads + h) * d;
-        for (int64_t i = 0; i < half; ++i) {
-          const float x1 = v[i], x2 = v[i + half];
-          const float ci = c[static_cast<size_t>(i)], si = s[static_cast<size_t>(i)];
-          // x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1).
-          const float a1 = x1 * ci, b1 = x2 * si, a2 = x2 * ci, b2 = x1 * si;
-          v[i] = a1 - b1;
-          v[i + half] = a2 + b2;
-        }
-      }
+      rope_angles(pos[t], inv_freq.ptr<float>(), half, scaling, c.data(), s.data());
+      rope_rotate(data + static_cast<int64_t>(t) * heads * d, heads, d, c.data(), s.data());
     }
   });
+}
+
+void rope_angles(int32_t position, const float* inv_freq, int64_t half, float scaling, float* c, float* s) {
+  for (int64_t i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(position) * inv_freq[i];
+    c[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * scaling;
+    s[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * scaling;
+  }
+}
+
+void rope_rotate(float* x, int64_t heads, int64_t d, const float* c, const float* s) {
+  const int64_t half = d / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = x + h * d;
+    for (int64_t i = 0; i < half; ++i) {
+      const float x1 = v[i], x2 = v[i + half];
+      const float ci = c[i], si = s[i];
+      // x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1).
+      const float a1 = x1 * ci, b1 = x2 * si, a2 = x2 * ci, b2 = x1 * si;
+      v[i] = a1 - b1;
+      v[i + half] = a2 + b2;
+    }
+  }
 }
 
 void silu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, const Tensor& out) {
@@ -216,8 +239,7 @@ void silu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, const Tens
   float* o = out.ptr<float>();
   for_rows(pool, row_count(gate), D * 8, [&](size_t b, size_t e) {
     for (int64_t i = static_cast<int64_t>(b) * D; i < static_cast<int64_t>(e) * D; ++i) {
-      const float s = g[i] / (1.0f + std::exp(-g[i]));
-      o[i] = s * u[i];
+      o[i] = silu_times(g[i], u[i]);
     }
   });
 }

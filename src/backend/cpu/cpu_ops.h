@@ -3,7 +3,10 @@
 // checks its inputs and throws specdec::Error naming the kernel, the tensor and the limit.
 #pragma once
 
+#include <cmath>
 #include <functional>
+#include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
@@ -27,8 +30,30 @@ constexpr int64_t kMinChunkWork = 1 << 18;
 int64_t row_count(const Tensor& t);
 int64_t row_length(const Tensor& t);
 
+// Validates one linear call (errors name `op`) and fills its kernel arguments. When the kernel
+// wants bf16 activations and x_bf16 is empty, x is rounded into it; a caller running several
+// projections of the same x passes the same buffer so x is rounded once.
+LinearArgs linear_args(const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out,
+                       const char* op, Buffer& x_bf16);
 void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias,
             const Tensor& out);
+
+// silu(g) * u: the one definition that silu_mul and the fused gated_linear share, so both round
+// every output identically.
+inline float silu_times(float g, float u) {
+  const float s = g / (1.0f + std::exp(-g));
+  return s * u;
+}
+// RoPE pieces shared by rope and rope_kv_write: the scaled cos/sin of one position (half
+// entries each), and the rotation of `heads` consecutive heads of length d in place.
+void rope_angles(int32_t position, const float* inv_freq, int64_t half, float scaling, float* c, float* s);
+void rope_rotate(float* x, int64_t heads, int64_t d, const float* c, const float* s);
+void check_rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const char* op, const char* name);
+// kv_write in two halves: validation of the whole call, then one token's copy into the pools.
+void check_kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
+                    const AttentionBatch& batch, const char* op);
+void kv_write_token(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
+                    const AttentionBatch& batch, int64_t t);
 
 void embedding(ThreadPool& pool, const Tensor& table, const Tensor& ids, const Tensor& out);
 void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
@@ -37,6 +62,17 @@ void silu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, const Tens
 void add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tensor& out);
 void gather_rows(ThreadPool& pool, const Tensor& x, const Tensor& indices, const Tensor& out);
 void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out);
+
+// The fused calls (cpu_fused.cpp): the numerics of the compositions named in backend.h, in one
+// pass over the pool each. `scratch` is the caller's reusable host memory.
+void linear_many(ThreadPool& pool, const Kernels& k, const Tensor& x, std::span<const Projection> projections);
+void gated_linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
+                  const Tensor& out, std::vector<float>& scratch);
+void linear_add(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias,
+                const Tensor& out, std::vector<float>& scratch);
+void rope_kv_write(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                   const Tensor& inv_freq, float scaling, const Tensor& k_pool, const Tensor& v_pool,
+                   const AttentionBatch& batch);
 
 void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
               const AttentionBatch& batch);
