@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_graph.h"
 #include "llama_step.h"
 
 namespace specdec::bench {
@@ -160,10 +159,10 @@ int run(int argc, char** argv) {
     for (int B : {1, 8}) {  // the same steps replayed as one CUDA graph: launch gaps removed
       Step step(*be, s, w, B, 1, context);
       step.run();
-      CudaGraphRunner graph(*be);
-      graph.capture([&] { step.run(); });
+      const std::unique_ptr<RecordedCalls> graph = be->record([&] { step.run(); });
+      SPECDEC_CHECK(graph, "the CUDA backend did not record the decode step");
       Result r{"decode ctx " + std::to_string(context) + " graph", mode, B, B, 0, 0, 0};
-      r.ms = time_ms(stream_of(*be), [&] { graph.replay(); }, 2, 7);
+      r.ms = time_ms(stream_of(*be), [&] { SPECDEC_CHECK(graph->replay(), "recorded decode step went stale"); }, 2, 7);
       const StepCost c = decode_cost(s, B, context);
       r.bytes = c.bytes();
       r.flops = c.flops;

@@ -2,6 +2,7 @@
 #include "llama_step.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -158,9 +159,7 @@ Step::Step(Backend& be, const Shape& s, Weights& w, int rows, int tokens_per_row
   k_ = alloc(DType::f32, {T, kvd});
   v_ = alloc(DType::f32, {T, kvd});
   attn_ = alloc(DType::f32, {T, qd});
-  tmp_ = alloc(DType::f32, {T, h});
   gate_ = alloc(DType::f32, {T, s.intermediate});
-  up_ = alloc(DType::f32, {T, s.intermediate});
   last_ = alloc(DType::f32, {rows, h});
   logits_ = alloc(DType::f32, {rows, s.vocab});
   next_ = alloc(DType::i32, {rows});
@@ -188,21 +187,16 @@ std::vector<Step::Op> Step::layer_ops(int l) {
   Backend& b = be_;
   return {
       {"rms_norm", [=, this, &b] { b.rms_norm(x_, ln1, kEps, h_); }},
-      {"linear q", [=, this, &b] { b.linear(h_, wq, nullptr, q_); }},
-      {"linear k", [=, this, &b] { b.linear(h_, wk, nullptr, k_); }},
-      {"linear v", [=, this, &b] { b.linear(h_, wv, nullptr, v_); }},
-      {"rope q", [=, this, &b] { b.rope(q3, batch_.positions, inv_freq_, 1.0f); }},
-      {"rope k", [=, this, &b] { b.rope(k3, batch_.positions, inv_freq_, 1.0f); }},
-      {"kv_write", [=, this, &b] { b.kv_write(k3, v3, kp, vp, batch_); }},
+      {"linear qkv", [=, this, &b] {
+         const std::array<Projection, 3> qkv = {Projection{wq, {}, q_}, Projection{wk, {}, k_}, Projection{wv, {}, v_}};
+         b.linear_many(h_, qkv);
+       }},
+      {"rope+kv_write", [=, this, &b] { b.rope_kv_write(q3, k3, v3, batch_.positions, inv_freq_, 1.0f, kp, vp, batch_); }},
       {"attention", [=, this, &b] { b.attention(q3, kp, vp, batch_, scale, a3); }},
-      {"linear o", [=, this, &b] { b.linear(attn_, wo, nullptr, tmp_); }},
-      {"add", [=, this, &b] { b.add(x_, tmp_, x_); }},
+      {"linear o +x", [=, this, &b] { b.linear_add(attn_, wo, nullptr, x_); }},
       {"rms_norm", [=, this, &b] { b.rms_norm(x_, ln2, kEps, h_); }},
-      {"linear gate", [=, this, &b] { b.linear(h_, wg, nullptr, gate_); }},
-      {"linear up", [=, this, &b] { b.linear(h_, wu, nullptr, up_); }},
-      {"silu_mul", [=, this, &b] { b.silu_mul(gate_, up_, gate_); }},
-      {"linear down", [=, this, &b] { b.linear(gate_, wd, nullptr, tmp_); }},
-      {"add", [=, this, &b] { b.add(x_, tmp_, x_); }},
+      {"linear gate*up", [=, this, &b] { b.gated_linear(h_, wg, wu, gate_); }},
+      {"linear down +x", [=, this, &b] { b.linear_add(gate_, wd, nullptr, x_); }},
   };
 }
 

@@ -66,7 +66,7 @@ class Step {
   int rows_, tokens_;
   std::vector<Buffer> owned_;
   AttentionBatch batch_;
-  Tensor ids_, x_, h_, q_, k_, v_, attn_, tmp_, gate_, up_, last_idx_, last_, logits_, next_, inv_freq_;
+  Tensor ids_, x_, h_, q_, k_, v_, attn_, gate_, last_idx_, last_, logits_, next_, inv_freq_;
 };
 
 }  // namespace specdec::bench

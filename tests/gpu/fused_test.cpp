@@ -1,0 +1,126 @@
+// The CUDA backend's fused calls against their compositions: in batch-invariant mode (and for
+// one or two rows in fast mode) every output is the same dot product, so the fused results
+// equal the composed ones bit for bit; the fast mode's larger M is compared within bf16 rounding.
+#include <array>
+
+#include "gpu/gpu_test_util.h"
+
+namespace specdec::gpu_test {
+namespace {
+
+struct Weights {
+  Owned wq, wk, wv, bq, wg, wu, wd;
+};
+
+Weights make_weights(Backend& g, int K, int Nq, int Nkv, int I, DType wt) {
+  return {upload(g, random_floats(size_t(Nq) * K, 11), wt, {Nq, K}),
+          upload(g, random_floats(size_t(Nkv) * K, 12), wt, {Nkv, K}),
+          upload(g, random_floats(size_t(Nkv) * K, 13), wt, {Nkv, K}),
+          upload(g, random_floats(size_t(Nq), 14), DType::f32, {Nq}),
+          upload(g, random_floats(size_t(I) * K, 15), wt, {I, K}),
+          upload(g, random_floats(size_t(I) * K, 16), wt, {I, K}),
+          upload(g, random_floats(size_t(K) * I, 17), wt, {K, I})};
+}
+
+// Composed and fused results of q/k/v, gate*up and down+residual for M rows.
+struct Results {
+  std::vector<float> q, k, v, gated, residual;
+};
+
+Results run(Backend& g, const Weights& w, int M, int K, int Nq, int Nkv, int I, bool fused) {
+  Owned x = upload(g, random_floats(size_t(M) * K, 21), DType::f32, {M, K});
+  Owned q = empty(g, DType::f32, {M, Nq}), k = empty(g, DType::f32, {M, Nkv}), v = empty(g, DType::f32, {M, Nkv});
+  Owned gate = empty(g, DType::f32, {M, I}), up = empty(g, DType::f32, {M, I});
+  Owned res = upload(g, random_floats(size_t(M) * K, 22), DType::f32, {M, K});
+  Owned tmp = empty(g, DType::f32, {M, K});
+  if (fused) {
+    const std::array<Projection, 3> p = {Projection{w.wq.tensor, w.bq.tensor, q.tensor},
+                                         Projection{w.wk.tensor, {}, k.tensor}, Projection{w.wv.tensor, {}, v.tensor}};
+    g.linear_many(x.tensor, p);
+    g.gated_linear(x.tensor, w.wg.tensor, w.wu.tensor, gate.tensor);
+    g.linear_add(gate.tensor, w.wd.tensor, nullptr, res.tensor);
+  } else {
+    g.linear(x.tensor, w.wq.tensor, &w.bq.tensor, q.tensor);
+    g.linear(x.tensor, w.wk.tensor, nullptr, k.tensor);
+    g.linear(x.tensor, w.wv.tensor, nullptr, v.tensor);
+    g.linear(x.tensor, w.wg.tensor, nullptr, gate.tensor);
+    g.linear(x.tensor, w.wu.tensor, nullptr, up.tensor);
+    g.silu_mul(gate.tensor, up.tensor, gate.tensor);
+    g.linear(gate.tensor, w.wd.tensor, nullptr, tmp.tensor);
+    g.add(res.tensor, tmp.tensor, res.tensor);
+  }
+  return {download(g, q.tensor), download(g, k.tensor), download(g, v.tensor), download(g, gate.tensor),
+          download(g, res.tensor)};
+}
+
+TEST(GpuFused, EqualsComposedCalls) {
+  SPECDEC_REQUIRE_GPU();
+  struct Case {
+    bool invariant;
+    int M, K, Nq, Nkv, I;
+    DType wt;
+    double tol;  // 0: bit equality
+  };
+  const std::vector<Case> cases = {
+      {true, 1, 512, 256, 64, 704, DType::bf16, 0},   {true, 2, 4096, 512, 128, 1024, DType::bf16, 0},
+      {true, 5, 1000, 96, 32, 300, DType::bf16, 0},   {true, 19, 256, 128, 64, 512, DType::f16, 0},
+      {true, 3, 130, 64, 32, 96, DType::f32, 0},      {false, 1, 4096, 512, 128, 14336 / 8, DType::bf16, 0},
+      {false, 2, 512, 256, 64, 704, DType::bf16, 0},  {false, 24, 512, 256, 64, 704, DType::bf16, 1e-5},
+  };
+  for (const Case& c : cases) {
+    Backends b = make_backends(c.invariant);
+    const Weights w = make_weights(*b.gpu, c.K, c.Nq, c.Nkv, c.I, c.wt);
+    const Results composed = run(*b.gpu, w, c.M, c.K, c.Nq, c.Nkv, c.I, false);
+    const Results fused = run(*b.gpu, w, c.M, c.K, c.Nq, c.Nkv, c.I, true);
+    const std::string what = str_cat("invariant=", c.invariant, " M=", c.M, " K=", c.K, " ", dtype_name(c.wt));
+    const std::vector<std::pair<const std::vector<float>*, const std::vector<float>*>> pairs = {
+        {&fused.q, &composed.q}, {&fused.k, &composed.k}, {&fused.v, &composed.v},
+        {&fused.gated, &composed.gated}, {&fused.residual, &composed.residual}};
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      if (c.tol == 0) {
+        EXPECT_TRUE(bit_equal(pairs[i].first->data(), pairs[i].second->data(), pairs[i].second->size()))
+            << what << " output " << i;
+      } else {
+        EXPECT_LE(rel_error(*pairs[i].first, *pairs[i].second), c.tol) << what << " output " << i;
+      }
+    }
+  }
+}
+
+TEST(GpuFused, RopeKvWriteEqualsRopeThenKvWrite) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends(true);
+  Backend& g = *b.gpu;
+  const int T = 5, heads = 8, kvh = 2, D = 64, blocks = 4, bs = 16;
+  const auto qv = random_floats(size_t(T) * heads * D, 31), kv = random_floats(size_t(T) * kvh * D, 32);
+  const auto vv = random_floats(size_t(T) * kvh * D, 33);
+  std::vector<float> inv(D / 2);
+  for (int i = 0; i < D / 2; ++i) inv[size_t(i)] = std::pow(10000.0f, -2.0f * float(i) / float(D));
+  Owned pos = upload_i32(g, {3, 4, 5, 17, 40}, {T});
+  Owned slots = upload_i32(g, {3, 4, 5, 17, -1}, {T});  // a negative slot is skipped
+  Owned invf = upload(g, inv, DType::f32, {D / 2});
+  AttentionBatch batch;
+  batch.slots = slots.tensor;
+  batch.tokens = T;
+  std::array<std::vector<float>, 2> q_out, k_pool_out;
+  for (int fused = 0; fused < 2; ++fused) {
+    Owned q = upload(g, qv, DType::f32, {T, heads, D}), k = upload(g, kv, DType::f32, {T, kvh, D});
+    Owned v = upload(g, vv, DType::f32, {T, kvh, D});
+    Owned kp = upload(g, std::vector<float>(size_t(blocks) * bs * kvh * D, 0.5f), DType::f32, {blocks, bs, kvh, D});
+    Owned vp = upload(g, std::vector<float>(size_t(blocks) * bs * kvh * D, 0.5f), DType::f32, {blocks, bs, kvh, D});
+    if (fused) {
+      g.rope_kv_write(q.tensor, k.tensor, v.tensor, pos.tensor, invf.tensor, 1.25f, kp.tensor, vp.tensor, batch);
+    } else {
+      g.rope(q.tensor, pos.tensor, invf.tensor, 1.25f);
+      g.rope(k.tensor, pos.tensor, invf.tensor, 1.25f);
+      g.kv_write(k.tensor, v.tensor, kp.tensor, vp.tensor, batch);
+    }
+    q_out[size_t(fused)] = download(g, q.tensor);
+    k_pool_out[size_t(fused)] = download(g, kp.tensor);
+  }
+  EXPECT_TRUE(bit_equal(q_out[0].data(), q_out[1].data(), q_out[0].size()));
+  EXPECT_TRUE(bit_equal(k_pool_out[0].data(), k_pool_out[1].data(), k_pool_out[0].size()));
+}
+
+}  // namespace
+}  // namespace specdec::gpu_test
