@@ -6,6 +6,8 @@
 #   batched  build, kernel tests, 8B decode at batch 1..128 (fast and batch-invariant)
 #   test     build, GPU tests, parity and identity, kernel benchmark, bundled benchmarks
 #   8b       the 8B-shaped checkpoint and its benchmarks (needs a build from an earlier stage)
+#   perf     build, GPU kernel tests, 8B decode at batch 1..128, kernel benchmark, parity and
+#            identity, bundled benchmarks (the decode-speed work's loop, most telling first)
 # Usage: tools/gpu/run_gpu_suite.sh STAGE OUT_DIR [DEPS_PREFIX]
 # DEPS_PREFIX holds the headers and static libraries of the Debian packages specdec builds with
 # (nlohmann-json, CLI11, PCRE2, GoogleTest) when the host has no package manager.
@@ -117,6 +119,16 @@ case "$stage" in
     bench_bundled bench_bundled_invariant
     bench_bundled bench_bundled_fast --fast-gpu
     ;;
+  perf)
+    build specdec_cli test_gpu test_model test_engine
+    make_8b_in_background
+    run test_gpu "$build/test_gpu"
+    wait "$maker"
+    bench_8b_decode 32
+    bench_kernels
+    gpu_tests
+    bench_bundled bench_bundled_invariant
+    ;;
   8b)
     run make_8b python3 tools/gpu/make_llama8b_shape.py "$model8b"
     bench_8b_decode 64
@@ -124,7 +136,7 @@ case "$stage" in
     bench_8b_invariant
     ;;
   *)
-    echo "unknown stage '$stage' (all, final, batched, test or 8b)" >&2
+    echo "unknown stage '$stage' (all, final, batched, test, perf or 8b)" >&2
     exit 2
     ;;
 esac
