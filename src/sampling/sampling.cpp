@@ -3,6 +3,7 @@
 #include "sampling/sampling.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -174,11 +175,25 @@ void LogitsProcessor::apply(std::span<float> logits, const TokenHistory& history
 
 int32_t argmax(std::span<const float> values) {
   SPECDEC_CHECK(!values.empty(), "sampling: argmax of an empty row");
-  size_t best = 0;
-  for (size_t i = 1; i < values.size(); ++i) {
-    if (values[i] > values[best]) best = i;
+  // Definition: start at index 0 and move to i whenever values[i] > values[best], so the first
+  // maximum wins and NaN never wins (a NaN at index 0 is never left). Computed in two passes
+  // that the compiler vectorises: the maximum over 16 independent lanes (NaN fails every >,
+  // exactly as in the definition), then the first index holding a value equal to it.
+  if (std::isnan(values[0])) return 0;
+  constexpr size_t kLanes = 16;
+  std::array<float, kLanes> lane;
+  lane.fill(values[0]);
+  const size_t n = values.size(), body = n / kLanes * kLanes;
+  for (size_t i = 0; i < body; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = values[i + j] > lane[j] ? values[i + j] : lane[j];
   }
-  return static_cast<int32_t>(best);
+  float max = lane[0];
+  for (size_t j = 1; j < kLanes; ++j) max = lane[j] > max ? lane[j] : max;
+  for (size_t i = body; i < n; ++i) max = values[i] > max ? values[i] : max;
+  for (size_t i = 0; i < n; ++i) {
+    if (values[i] == max) return static_cast<int32_t>(i);
+  }
+  return 0;  // unreachable: max is one of the values
 }
 
 void softmax_in_place(std::span<float> logits) {
@@ -239,6 +254,13 @@ std::vector<float> probabilities(std::span<const float> logits, const SamplingPa
 int32_t sample(std::span<const float> logits, const SamplingParams& params,
                std::span<const int32_t> prompt, std::span<const int32_t> generated,
                uint64_t position) {
+  if (params.greedy() && !params.uses_history() && params.logit_bias.empty()) {
+    // Nothing changes the logits, and probabilities() would only turn their argmax into a
+    // one-hot row: take the argmax directly (no copy of the vocabulary per verified position).
+    params.validate();
+    SPECDEC_CHECK(!logits.empty(), "sampling: empty logits row");
+    return argmax(logits);
+  }
   const std::vector<float> p = probabilities(logits, params, prompt, generated);
   if (params.greedy()) return argmax(p);
   return sample_from_weights(
