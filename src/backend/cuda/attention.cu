@@ -8,11 +8,11 @@
 namespace specdec::cuda {
 namespace {
 
-constexpr int kThreads = 128;  // attention block size: 4 warps
+constexpr int kThreads = 256;  // attention block size: 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = kAttentionChunk;  // positions of one chunk (one split)
 constexpr int kGroup = kAttentionGroup;  // most q heads one block serves (they share a kv head)
-static_assert(kChunk % 32 == 0 && kChunk >= kWarps * 16, "chunk layout of the scoring and softmax phases");
+static_assert(kChunk == 32 && kGroup <= kWarps, "one lane per position in (B), one warp per head");
 
 template <typename T>
 __global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, T* __restrict__ k_pool,
@@ -62,19 +62,20 @@ __device__ __forceinline__ void fold(Running& r, float m_c, float l_c, float acc
 
 __device__ __forceinline__ float finish(const Running& r) { return r.l > 0.0f ? r.acc / r.l : 0.0f; }
 
-// The row of token t: the last r with row_starts[r] <= t.
-__device__ __forceinline__ int row_of(const AttentionArgs& a, int t) {
-  int lo = 0, hi = a.rows - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (a.row_starts[mid] <= t) lo = mid; else hi = mid - 1;
+// The row r of token t (the last r with row_starts[r] <= t) and the token's visible cached
+// positions (0 when none), found by the whole block at once: one parallel round of loads instead
+// of a chain of dependent ones. Every thread gets both; s holds 2 ints. Contains barriers.
+__device__ __forceinline__ int2 block_row_and_len(const AttentionArgs& a, int t, int* s) {
+  if (threadIdx.x == 0) s[0] = s[1] = 0;  // kept only when the metadata is malformed
+  __syncthreads();
+  for (int i = threadIdx.x; i < a.rows; i += blockDim.x) {
+    if (a.row_starts[i] <= t && (i + 1 == a.rows || a.row_starts[i + 1] > t)) {  // one i at most
+      s[0] = i;
+      s[1] = max(0, min(a.positions[t] + 1, a.row_lens[i]));
+    }
   }
-  return lo;
-}
-
-// Visible cached positions of token t (0 when none).
-__device__ __forceinline__ int visible_len(const AttentionArgs& a, int t, int r) {
-  return max(0, min(a.positions[t] + 1, a.row_lens[r]));
+  __syncthreads();
+  return make_int2(s[0], s[1]);
 }
 
 // One block of kThreads per (token, kv head, group of up to kGroup q heads[, chunk]). Per chunk of
@@ -88,7 +89,8 @@ __device__ __forceinline__ int visible_len(const AttentionArgs& a, int t, int r)
 //  then the chunk's (m, l, acc) is folded into the running state (in-block) or written as the
 //  chunk's partial (split launch, one chunk per block, merged by attention_merge_kernel).
 // Every order above depends only on D, T and the chunk, never on the launch, so both launches
-// give the same bits.
+// give the same bits. The K and V rows of a chunk are loaded as soon as its slots are known, all
+// at once, so a chunk costs about one memory round trip after the block table's.
 template <int D, typename T>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
@@ -97,32 +99,38 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   constexpr int LP = NV >= 32 ? 32 : pow2_ceil(NV);      // lanes scoring one position
   constexpr int VPL = (NV + LP - 1) / LP;                // vectors per lane in (A)
   constexpr int PPW = 32 / LP;                           // positions per warp step in (A)
-  constexpr int STEPS = kChunk / (kWarps * PPW);
-  static_assert(STEPS * kWarps * PPW == kChunk, "the scoring steps must tile the chunk");
+  constexpr int STEPS = (kChunk + kWarps * PPW - 1) / (kWarps * PPW);
+  static_assert(STEPS * VPL <= 8, "(A) keeps every K vector of the chunk in registers");
   constexpr int S = kThreads / NV;                       // position subsets in (C)
   static_assert(S >= 1, "head_dim too large for the p·V layout");
+  constexpr int NJ = (kChunk + S - 1) / S;               // (C) positions per subset
+  static_assert(NJ <= 8, "(C) keeps every V vector of its positions in registers");
   constexpr int OUT = (kGroup * D + kThreads - 1) / kThreads;  // output elements per thread
 
   __shared__ __align__(16) float s_q[kGroup * D];
   __shared__ float s_score[kGroup * kChunk];  // scores, then exponentials, [head][position]
   __shared__ int s_slot[kChunk];
+  __shared__ int s_row[2];
   __shared__ float s_m[kGroup], s_l[kGroup];
   __shared__ float s_part[S * kGroup * D];  // (C)'s per-subset sums [sub][head][d]
 
-  const int group_blocks = (a.heads / a.kv_heads + kGroup - 1) / kGroup;
+  const int group = a.heads / a.kv_heads;
+  const int group_blocks = (group + kGroup - 1) / kGroup;
   const int kvh = static_cast<int>(blockIdx.x) / group_blocks;
   const int gb = static_cast<int>(blockIdx.x) % group_blocks;
-  const int h0 = kvh * (a.heads / a.kv_heads) + gb * kGroup;
-  const int G = min(kGroup, a.heads / a.kv_heads - gb * kGroup);  // q heads in this block
+  const int h0 = kvh * group + gb * kGroup;
+  const int G = min(kGroup, group - gb * kGroup);  // q heads in this block
   const int t = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const bool split = a.partial_m != nullptr;
 
-  const int r = row_of(a, t);
-  const int len = visible_len(a, t, r);
+  for (int i = tid; i < G * D; i += kThreads) s_q[i] = a.q[(static_cast<int64_t>(t) * a.heads + h0) * D + i];
+  const int2 row = block_row_and_len(a, t, s_row);  // its barriers also publish s_q
+  const int r = row.x, len = row.y;
   // Split launch: this block takes chunk blockIdx.z; the last one also any chunks past it (only
   // when max_row_len understated the rows: still correct, no longer bit-exact). In-block: all.
   const int c_first = split ? static_cast<int>(blockIdx.z) : 0;
   const int chunks = (len + kChunk - 1) / kChunk;
+  if (split && blockIdx.x == 0 && blockIdx.z == 0 && tid == 0) a.partial_len[t] = len;  // for the merge
   if (split && c_first >= chunks) return;  // past this token's positions: the merge ignores it
   const int c_last = split && static_cast<int>(blockIdx.z) < a.max_splits - 1 ? c_first + 1 : chunks;
 
@@ -130,45 +138,66 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   const T* kp = static_cast<const T*>(a.k_pool);
   const T* vp = static_cast<const T*>(a.v_pool);
   const int64_t pool_slots = a.pool_blocks * a.block_size;
-  for (int i = tid; i < G * D; i += kThreads) s_q[i] = a.q[(static_cast<int64_t>(t) * a.heads + h0) * D + i];
+  const int sub_lane = lane % LP;
+  const int vec = tid % NV, sub = tid / NV;
 
   Running run[OUT];
   for (int c = c_first; c < c_last; ++c) {
     const int c0 = c * kChunk;
     const int n = min(kChunk, len - c0);
-    __syncthreads();  // s_q is loaded; the previous chunk's readers of s_slot and s_score are done
+    // The chunk's slots, one position per thread of warp 0.
+    if (tid < kChunk) {
+      int slot = -1;
+      const int p = c0 + tid;
+      if (tid < n && p / a.block_size < a.max_blocks) {
+        const int64_t sl = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
+        if (sl >= 0 && sl < pool_slots) slot = static_cast<int>(sl);  // a bad table entry skips the position
+      }
+      s_slot[tid] = slot;  // the previous chunk's readers of s_slot passed the barrier after (C)
+    }
+    __syncthreads();
+
+    // Every K vector of (A) and V vector of (C) this thread needs, loaded together.
+    uint4 kraw[STEPS][VPL];
+#pragma unroll
+    for (int st = 0; st < STEPS; ++st) {
+      const int j = (st * kWarps + warp) * PPW + lane / LP;  // position within the chunk
+      const int slot = j < kChunk ? s_slot[j] : -1;
+      const uint4* k4 = reinterpret_cast<const uint4*>(kp + (static_cast<int64_t>(max(slot, 0)) * a.kv_heads + kvh) * D);
+#pragma unroll
+      for (int u = 0; u < VPL; ++u) {
+        const int vi = sub_lane + u * LP;
+        kraw[st][u] = slot >= 0 && vi < NV ? __ldg(k4 + vi) : make_uint4(0, 0, 0, 0);
+      }
+    }
+    uint4 vraw[NJ];
+#pragma unroll
+    for (int i = 0; i < NJ; ++i) {
+      const int j = sub + i * S;
+      const int slot = sub < S && j < kChunk ? s_slot[j] : -1;
+      vraw[i] = slot >= 0 ? __ldg(reinterpret_cast<const uint4*>(vp + (static_cast<int64_t>(slot) * a.kv_heads + kvh) * D) + vec)
+                          : make_uint4(0, 0, 0, 0);
+    }
 
     // (A) scores
-    const int sub_lane = lane % LP;
 #pragma unroll
-    for (int step = 0; step < STEPS; ++step) {
-      const int j = (step * kWarps + warp) * PPW + lane / LP;  // position within the chunk
-      int slot = -1;
-      if (j < n) {
-        const int p = c0 + j;
-        if (p / a.block_size < a.max_blocks) {
-          const int64_t sl = static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
-          if (sl >= 0 && sl < pool_slots) slot = static_cast<int>(sl);  // a bad table entry skips the position
-        }
-      }
+    for (int st = 0; st < STEPS; ++st) {
+      const int j = (st * kWarps + warp) * PPW + lane / LP;
+      const int slot = j < kChunk ? s_slot[j] : -1;
       float dot[kGroup];
 #pragma unroll
       for (int g = 0; g < kGroup; ++g) dot[g] = 0.0f;
-      if (slot >= 0) {
-        const uint4* k4 = reinterpret_cast<const uint4*>(kp + (static_cast<int64_t>(slot) * a.kv_heads + kvh) * D);
 #pragma unroll
-        for (int u = 0; u < VPL; ++u) {
-          const int vi = sub_lane + u * LP;
-          if (vi < NV) {
-            const uint4 raw = __ldg(k4 + vi);
-            const T* e = reinterpret_cast<const T*>(&raw);
+      for (int u = 0; u < VPL; ++u) {
+        const int vi = sub_lane + u * LP;
+        if (vi < NV) {
+          const T* e = reinterpret_cast<const T*>(&kraw[st][u]);
 #pragma unroll
-            for (int g = 0; g < kGroup; ++g) {
-              if (g < G) {
-                const float* qg = s_q + g * D + vi * V;
+          for (int g = 0; g < kGroup; ++g) {
+            if (g < G) {
+              const float* qg = s_q + g * D + vi * V;
 #pragma unroll
-                for (int x = 0; x < V; ++x) dot[g] = fmaf(qg[x], to_float(e[x]), dot[g]);
-              }
+              for (int x = 0; x < V; ++x) dot[g] = fmaf(qg[x], to_float(e[x]), dot[g]);
             }
           }
         }
@@ -178,61 +207,46 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
         if (g < G) {  // block-uniform: every lane takes part in the shuffles
 #pragma unroll
           for (int off = LP / 2; off > 0; off >>= 1) dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], off);
-          if (sub_lane == 0) s_score[g * kChunk + j] = slot >= 0 ? __fmul_rn(dot[g], a.scale) : -INFINITY;
+          if (sub_lane == 0 && j < kChunk) s_score[g * kChunk + j] = slot >= 0 ? __fmul_rn(dot[g], a.scale) : -INFINITY;
         }
       }
-      if (sub_lane == 0) s_slot[j] = slot;
     }
     __syncthreads();
 
-    // (B) softmax of the chunk, per head
-    for (int g = warp; g < G; g += kWarps) {
-      float s[kChunk / 32];
-      float mx = -INFINITY;
-#pragma unroll
-      for (int i = 0; i < kChunk / 32; ++i) {
-        s[i] = s_score[g * kChunk + lane + 32 * i];
-        mx = fmaxf(mx, s[i]);
-      }
+    // (B) softmax of the chunk: warp g takes head g, lane j position j
+    if (warp < G) {
+      const float sc = s_score[warp * kChunk + lane];
+      float mx = sc;
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      float sum = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kChunk / 32; ++i) {
-        const float e = s[i] == -INFINITY ? 0.0f : expf(s[i] - mx);
-        s_score[g * kChunk + lane + 32 * i] = e;
-        sum += e;
-      }
-      sum = warp_sum(sum);
+      const float e = sc == -INFINITY ? 0.0f : expf(sc - mx);
+      s_score[warp * kChunk + lane] = e;
+      const float sum = warp_sum(e);
       if (lane == 0) {
-        s_m[g] = mx;
-        s_l[g] = sum;
+        s_m[warp] = mx;
+        s_l[warp] = sum;
       }
     }
     __syncthreads();
 
     // (C) p·V per subset
-    const int vec = tid % NV, sub = tid / NV;
     if (sub < S) {
       float acc[kGroup][V];
 #pragma unroll
       for (int g = 0; g < kGroup; ++g)
 #pragma unroll
         for (int x = 0; x < V; ++x) acc[g][x] = 0.0f;
-#pragma unroll 4
-      for (int i = 0; i < (kChunk + S - 1) / S; ++i) {
+#pragma unroll
+      for (int i = 0; i < NJ; ++i) {
         const int j = sub + i * S;
-        if (j < n && s_slot[j] >= 0) {
-          const uint4 raw = __ldg(reinterpret_cast<const uint4*>(
-                                      vp + (static_cast<int64_t>(s_slot[j]) * a.kv_heads + kvh) * D) + vec);
-          const T* e = reinterpret_cast<const T*>(&raw);
+        if (j >= n || s_slot[j] < 0) continue;
+        const T* e = reinterpret_cast<const T*>(&vraw[i]);
 #pragma unroll
-          for (int g = 0; g < kGroup; ++g) {
-            if (g < G) {
-              const float p = s_score[g * kChunk + j];
+        for (int g = 0; g < kGroup; ++g) {
+          if (g < G) {
+            const float p = s_score[g * kChunk + j];
 #pragma unroll
-              for (int x = 0; x < V; ++x) acc[g][x] = fmaf(p, to_float(e[x]), acc[g][x]);
-            }
+            for (int x = 0; x < V; ++x) acc[g][x] = fmaf(p, to_float(e[x]), acc[g][x]);
           }
         }
       }
@@ -255,6 +269,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
         fold(run[k], s_m[g], s_l[g], sum);
       }
     }
+    // The next chunk rewrites s_slot (read last in (C), before the barrier above), then s_score,
+    // s_m, s_l and s_part only after its own barriers: no barrier needed here.
   }
 
 #pragma unroll
@@ -279,12 +295,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
 // Folds a token's chunk partials in chunk order, as the in-block path does: same bits.
 __global__ void attention_merge_kernel(AttentionArgs a) {
   const int h = blockIdx.x, t = blockIdx.y, D = a.head_dim;
-  const int len = visible_len(a, t, row_of(a, t));
+  const int len = a.partial_len[t];
   const int splits = min(a.max_splits, (len + kChunk - 1) / kChunk);
   const int64_t base = (static_cast<int64_t>(t) * a.heads + h) * a.max_splits;
   float* o = a.out + (static_cast<int64_t>(t) * a.heads + h) * D;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     Running run;
+#pragma unroll 8
     for (int s = 0; s < splits; ++s) fold(run, a.partial_m[base + s], a.partial_l[base + s], a.partial_acc[(base + s) * D + d]);
     o[d] = finish(run);
   }
@@ -310,7 +327,7 @@ void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
     case 256: attention_kernel<256, T><<<grid, kThreads, 0, stream>>>(a); break;
     default: return;  // rejected by the backend before launch
   }
-  if (split) attention_merge_kernel<<<dim3(a.heads, a.tokens), a.head_dim > 128 ? 256 : 128, 0, stream>>>(a);
+  if (split) attention_merge_kernel<<<dim3(a.heads, a.tokens), a.head_dim > 64 ? 128 : 64, 0, stream>>>(a);
 }
 
 }  // namespace

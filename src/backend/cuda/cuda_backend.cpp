@@ -364,13 +364,14 @@ class CudaBackend final : public Backend {
     const int64_t splits = (int64_t{batch.max_row_len} + cuda::kAttentionChunk - 1) / cuda::kAttentionChunk;
     const int64_t groups = (heads / kvh + cuda::kAttentionGroup - 1) / cuda::kAttentionGroup;
     const size_t n = static_cast<size_t>(T) * static_cast<size_t>(heads) * static_cast<size_t>(std::max<int64_t>(splits, 1));
-    const size_t partial_bytes = n * (static_cast<size_t>(D) + 2) * sizeof(float);
+    const size_t partial_bytes = n * (static_cast<size_t>(D) + 2) * sizeof(float) + static_cast<size_t>(T) * sizeof(int);
     if (splits > 1 && splits <= 65535 && T * kvh * groups < kSplitBelowBlocks && partial_bytes <= kMaxPartialBytes) {
       a.max_splits = static_cast<int>(splits);
       float* base = static_cast<float*>(scratch(partial_bytes));
       a.partial_m = base;
       a.partial_l = base + n;
       a.partial_acc = base + 2 * n;
+      a.partial_len = reinterpret_cast<int*>(base + 2 * n + n * static_cast<size_t>(D));
     }
     cuda::launch_attention(a, stream_);
     check_launch(op, T, " tokens x ", heads, " heads x ", D, ", rows ", batch.rows, ", max_row_len ",

@@ -102,10 +102,11 @@ struct AttentionArgs {
   float* partial_m = nullptr;
   float* partial_l = nullptr;
   float* partial_acc = nullptr;
+  int* partial_len = nullptr;  // [tokens]: each token's visible length, for the merge
 };
-constexpr int kAttentionChunk = 64;
+constexpr int kAttentionChunk = 32;
 // Most q heads of one kv group that one block serves (each K/V row is read once for them).
-constexpr int kAttentionGroup = 8;
+constexpr int kAttentionGroup = 4;
 // One block per (token, kv head, group of up to kAttentionGroup q heads[, chunk]); online softmax
 // over the row's cached positions in a fixed order. head_dim: 16, 48, 80, 112 or a multiple of
 // 32 up to 256.
