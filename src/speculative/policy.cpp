@@ -11,9 +11,15 @@ namespace {
 constexpr double kDecay = 0.97;     // forgetting factor of the cost fit
 constexpr double kAlphaRate = 0.2;  // EMA rate of the acceptance estimate
 constexpr double kMinGain = 1.03;   // speculate only when it is expected to pay by 3 %
+constexpr double kMaxSpike = 2.0;   // an observed forward counts at most this many predictions
 }  // namespace
 
 void CostModel::observe_forward(int tokens, double seconds) {
+  // Timings on a shared machine have a heavy right tail (a descheduled pool worker costs a whole
+  // scheduler slice). Once calibrated, one observation may count at most kMaxSpike times the
+  // prediction: a lone spike then moves the fit a little instead of pausing speculation for
+  // dozens of rounds, while a lasting change still pulls the fit all the way within a few rounds.
+  if (calibrated()) seconds = std::min(seconds, kMaxSpike * (fixed_ + per_token_ * tokens));
   sw_ = sw_ * kDecay + 1;
   sx_ = sx_ * kDecay + tokens;
   sy_ = sy_ * kDecay + seconds;
