@@ -12,7 +12,7 @@ constexpr int kThreads = 256;  // attention block size: 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = kAttentionChunk;  // positions of one chunk (one split)
 constexpr int kGroup = kAttentionGroup;  // most q heads one block serves (they share a kv head)
-static_assert(kChunk == 32 && kGroup <= kWarps, "one lane per position in (B), one warp per head");
+static_assert(kChunk % 32 == 0 && kChunk <= kThreads && kGroup <= kWarps, "(B): a warp per head, lanes over positions");
 
 template <typename T>
 __global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, T* __restrict__ k_pool,
@@ -100,11 +100,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   constexpr int VPL = (NV + LP - 1) / LP;                // vectors per lane in (A)
   constexpr int PPW = 32 / LP;                           // positions per warp step in (A)
   constexpr int STEPS = (kChunk + kWarps * PPW - 1) / (kWarps * PPW);
-  static_assert(STEPS * VPL <= 8, "(A) keeps every K vector of the chunk in registers");
+  static_assert(STEPS * VPL <= 16, "(A) keeps every K vector of the chunk in registers");
   constexpr int S = kThreads / NV;                       // position subsets in (C)
   static_assert(S >= 1, "head_dim too large for the p·V layout");
   constexpr int NJ = (kChunk + S - 1) / S;               // (C) positions per subset
-  static_assert(NJ <= 8, "(C) keeps every V vector of its positions in registers");
+  static_assert(NJ <= 16, "(C) keeps every V vector of its positions in registers");
   constexpr int OUT = (kGroup * D + kThreads - 1) / kThreads;  // output elements per thread
 
   __shared__ __align__(16) float s_q[kGroup * D];
@@ -115,11 +115,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   __shared__ float s_part[S * kGroup * D];  // (C)'s per-subset sums [sub][head][d]
 
   const int group = a.heads / a.kv_heads;
-  const int group_blocks = (group + kGroup - 1) / kGroup;
+  const int group_blocks = (group + a.block_heads - 1) / a.block_heads;
   const int kvh = static_cast<int>(blockIdx.x) / group_blocks;
   const int gb = static_cast<int>(blockIdx.x) % group_blocks;
-  const int h0 = kvh * group + gb * kGroup;
-  const int G = min(kGroup, group - gb * kGroup);  // q heads in this block
+  const int h0 = kvh * group + gb * a.block_heads;
+  const int G = min(a.block_heads, group - gb * a.block_heads);  // q heads in this block (<= kGroup)
   const int t = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const bool split = a.partial_m != nullptr;
 
@@ -213,15 +213,26 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
     }
     __syncthreads();
 
-    // (B) softmax of the chunk: warp g takes head g, lane j position j
+    // (B) softmax of the chunk: warp g takes head g, lane i positions i, i + 32, ...
     if (warp < G) {
-      const float sc = s_score[warp * kChunk + lane];
-      float mx = sc;
+      constexpr int E = kChunk / 32;
+      float sc[E];
+      float mx = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        sc[i] = s_score[warp * kChunk + lane + 32 * i];
+        mx = fmaxf(mx, sc[i]);
+      }
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      const float e = sc == -INFINITY ? 0.0f : expf(sc - mx);
-      s_score[warp * kChunk + lane] = e;
-      const float sum = warp_sum(e);
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < E; ++i) {
+        const float e = sc[i] == -INFINITY ? 0.0f : expf(sc[i] - mx);
+        s_score[warp * kChunk + lane + 32 * i] = e;
+        sum += e;
+      }
+      sum = warp_sum(sum);
       if (lane == 0) {
         s_m[warp] = mx;
         s_l[warp] = sum;
@@ -292,24 +303,48 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   }
 }
 
-// Folds a token's chunk partials in chunk order, as the in-block path does: same bits.
-__global__ void attention_merge_kernel(AttentionArgs a) {
+// Folds a token's chunk partials in chunk order, as the in-block path does: same bits. The
+// splits' (m, l) go through shared memory and each thread loads kBatch splits' acc at once, so
+// the fold waits on one round of loads per kBatch splits, not one per split.
+constexpr int kMergeThreads = 128;
+constexpr int kMergeSplits = 256;  // (m, l) staged per round
+
+__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionArgs a) {
+  constexpr int kBatch = 8;
+  __shared__ float s_m[kMergeSplits], s_l[kMergeSplits];
   const int h = blockIdx.x, t = blockIdx.y, D = a.head_dim;
   const int len = a.partial_len[t];
   const int splits = min(a.max_splits, (len + kChunk - 1) / kChunk);
   const int64_t base = (static_cast<int64_t>(t) * a.heads + h) * a.max_splits;
   float* o = a.out + (static_cast<int64_t>(t) * a.heads + h) * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+  for (int d0 = 0; d0 < D; d0 += kMergeThreads) {
+    const int d = d0 + static_cast<int>(threadIdx.x);
     Running run;
-#pragma unroll 8
-    for (int s = 0; s < splits; ++s) fold(run, a.partial_m[base + s], a.partial_l[base + s], a.partial_acc[(base + s) * D + d]);
-    o[d] = finish(run);
+    for (int r0 = 0; r0 < splits; r0 += kMergeSplits) {
+      const int rn = min(kMergeSplits, splits - r0);
+      __syncthreads();  // the previous round's readers are done
+      for (int i = threadIdx.x; i < rn; i += kMergeThreads) {
+        s_m[i] = a.partial_m[base + r0 + i];
+        s_l[i] = a.partial_l[base + r0 + i];
+      }
+      __syncthreads();
+      for (int i0 = 0; i0 < rn; i0 += kBatch) {
+        float acc[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b)
+          acc[b] = d < D && i0 + b < rn ? a.partial_acc[(base + r0 + i0 + b) * D + d] : 0.0f;
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b)
+          if (i0 + b < rn) fold(run, s_m[i0 + b], s_l[i0 + b], acc[b]);
+      }
+    }
+    if (d < D) o[d] = finish(run);
   }
 }
 
 template <typename T>
 void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
-  const int group_blocks = (a.heads / a.kv_heads + kGroup - 1) / kGroup;
+  const int group_blocks = (a.heads / a.kv_heads + a.block_heads - 1) / a.block_heads;
   const bool split = a.partial_m != nullptr;
   const dim3 grid(a.kv_heads * group_blocks, a.tokens, split ? a.max_splits : 1);
   switch (a.head_dim) {
@@ -327,7 +362,7 @@ void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
     case 256: attention_kernel<256, T><<<grid, kThreads, 0, stream>>>(a); break;
     default: return;  // rejected by the backend before launch
   }
-  if (split) attention_merge_kernel<<<dim3(a.heads, a.tokens), a.head_dim > 64 ? 128 : 64, 0, stream>>>(a);
+  if (split) attention_merge_kernel<<<dim3(a.heads, a.tokens), kMergeThreads, 0, stream>>>(a);
 }
 
 }  // namespace

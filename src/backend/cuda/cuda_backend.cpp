@@ -356,6 +356,7 @@ class CudaBackend final : public Backend {
     a.block_size = batch.block_size;
     a.pool_blocks = k_pool.dim(0);
     a.scale = scale;
+    a.block_heads = cuda::kAttentionGroup;
     // One block per chunk (split launch) when one block per token and kv group would leave the
     // device underused (decode steps, verify windows) and the partials fit the scratch cap; long
     // prefill chunks have blocks enough. Both launches give the same bits (see kernels.h).
@@ -372,6 +373,11 @@ class CudaBackend final : public Backend {
       a.partial_l = base + n;
       a.partial_acc = base + 2 * n;
       a.partial_len = reinterpret_cast<int*>(base + 2 * n + n * static_cast<size_t>(D));
+      // Small launches (batch-1 decode at short context): fewer q heads per block for more
+      // blocks in flight, while they still fit one wave; a head's numerics do not depend on it.
+      constexpr int64_t kOneWave = 384;
+      const auto blocks = [&](int64_t bh) { return T * kvh * ((heads / kvh + bh - 1) / bh) * splits; };
+      while (a.block_heads > 1 && blocks(a.block_heads / 2) <= kOneWave) a.block_heads /= 2;
     }
     cuda::launch_attention(a, stream_);
     check_launch(op, T, " tokens x ", heads, " heads x ", D, ", rows ", batch.rows, ", max_row_len ",

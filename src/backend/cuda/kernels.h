@@ -92,6 +92,10 @@ struct AttentionArgs {
   int max_blocks = 0, block_size = 0;
   int64_t pool_blocks = 0;
   float scale = 1.0f;
+  // q heads of one kv group that one block serves, 1..kAttentionGroup: fewer means more blocks
+  // (small launches), more means each K/V row is read once for more heads. A head's numerics do
+  // not depend on it.
+  int block_heads = 4;
   // A token's visible positions are cut into chunks of kAttentionChunk; each chunk's softmax
   // partial is folded into the result in chunk order. Split launch (partial_m set, max_splits
   // chunks): one block per chunk writes its partial to these [tokens, heads, max_splits]
@@ -104,7 +108,7 @@ struct AttentionArgs {
   float* partial_acc = nullptr;
   int* partial_len = nullptr;  // [tokens]: each token's visible length, for the merge
 };
-constexpr int kAttentionChunk = 32;
+constexpr int kAttentionChunk = 64;
 // Most q heads of one kv group that one block serves (each K/V row is read once for them).
 constexpr int kAttentionGroup = 4;
 // One block per (token, kv head, group of up to kAttentionGroup q heads[, chunk]); online softmax
