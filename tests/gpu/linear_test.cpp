@@ -44,7 +44,8 @@ TEST(GpuLinear, InvariantModeMatchesCpu) {
       {1, 64, 64, DType::bf16, false},     {3, 200, 4096, DType::bf16, true},  {8, 96, 1000, DType::bf16, false},
       {33, 40, 2056, DType::bf16, false},  {5, 50, 100, DType::bf16, true},    {2, 64, 37, DType::bf16, false},
       {17, 64, 512, DType::f16, true},     {4, 48, 300, DType::f32, false},    {9, 31, 14336, DType::bf16, false},
-      {130, 64, 256, DType::bf16, false},
+      {130, 64, 256, DType::bf16, false},  {2, 256, 4096, DType::bf16, true},  {2, 300, 1024, DType::f16, false},
+      {1, 300, 14336, DType::bf16, true},  {2, 72, 512, DType::f32, true},
   };
   uint32_t seed = 100;
   for (const auto& c : cases) EXPECT_LE(compare_with_cpu(b, c, seed += 3), 1e-5) << describe(c);

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "test_device.h"
 
 namespace specdec {
 namespace {
@@ -80,9 +81,8 @@ class ForwardInvariance : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     if (!cpu_has(GetParam().isa)) GTEST_SKIP() << "this CPU lacks " << GetParam().isa;
-    BackendOptions options;
-    options.cpu_isa = GetParam().isa;
-    backend = make_backend(options);
+    if (testing::test_on_gpu() && GetParam().isa != "scalar") GTEST_SKIP() << "one GPU pass is enough";
+    backend = make_backend(testing::test_backend_options(GetParam().isa));
     model = Model::load(model_dir(GetParam().model), *backend);
     vocab = model->config().vocab_size;
   }

@@ -70,6 +70,8 @@ class CudaBackend final : public Backend {
     stream_ = memory_->stream();
     const char* sync = std::getenv("SPECDEC_CUDA_SYNC");  // debugging: fail at the kernel that faults
     sync_each_ = sync && std::string(sync) == "1";
+    const char* record = std::getenv("SPECDEC_CUDA_RECORD");  // debugging: "0" runs every call eagerly
+    record_ = !(record && std::string(record) == "0");
   }
   ~CudaBackend() override {
     // Stream-ordered frees of scratch memory go into the stream before it is synchronized.
@@ -223,7 +225,7 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<RecordedCalls> record(const std::function<void()>& enqueue) override {
-    if (sync_each_) return nullptr;  // per-call synchronization cannot be recorded
+    if (sync_each_ || !record_) return nullptr;  // per-call synchronization cannot be recorded
     auto recording = std::make_unique<Recording>(stream_, generation_);
     SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "recording calls");
     recording_ = true;
@@ -539,6 +541,7 @@ class CudaBackend final : public Backend {
   bool invariant_;
   DType kv_dtype_;
   bool sync_each_ = false;
+  bool record_ = true;
   std::string name_;
   std::shared_ptr<cuda::DeviceMemory> memory_;
   cudaStream_t stream_ = nullptr;
