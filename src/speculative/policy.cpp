@@ -52,17 +52,20 @@ double CostModel::row_cost(int width, int rows) const {
 }
 
 DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
-    : max_depth_(std::max(0, max_depth)), adaptive_(adaptive),
-      cond_(static_cast<size_t>(max_depth_), 0.85) {
+    : max_depth_(std::max(0, max_depth)), adaptive_(adaptive) {
   // Later positions start optimistic: acceptance is bursty (a draft that followed accepted ones
   // is usually right), and an optimistic prior makes the policy try the depth it must price.
-  if (!cond_.empty()) cond_[0] = prior_acceptance;
+  for (std::vector<double>& cond : cond_) {
+    cond.assign(static_cast<size_t>(max_depth_), 0.85);
+    if (!cond.empty()) cond[0] = prior_acceptance;
+  }
 }
 
 double DepthPolicy::expected_emitted(int k) const {
+  const std::vector<double>& cond = cond_[run_];
   double total = 1.0, reach = 1.0;
-  for (int i = 0; i < k && i < static_cast<int>(cond_.size()); ++i) {
-    reach *= cond_[static_cast<size_t>(i)];
+  for (int i = 0; i < k && i < static_cast<int>(cond.size()); ++i) {
+    reach *= cond[static_cast<size_t>(i)];
     total += reach;
   }
   return total;
@@ -98,12 +101,15 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
 }
 
 void DepthPolicy::observe(int drafted, int accepted) {
+  if (drafted <= 0) return;  // a plain step: nothing learned, the regime stays
+  std::vector<double>& cond = cond_[run_];
   // Positions tried: the accepted ones and the first rejected one, if any.
   const int tried = std::min(drafted, accepted + 1);
-  for (int i = 0; i < tried && i < static_cast<int>(cond_.size()); ++i) {
-    double& c = cond_[static_cast<size_t>(i)];
+  for (int i = 0; i < tried && i < static_cast<int>(cond.size()); ++i) {
+    double& c = cond[static_cast<size_t>(i)];
     c = std::clamp(c + kAlphaRate * ((i < accepted ? 1.0 : 0.0) - c), 0.001, 0.999);
   }
+  run_ = accepted >= drafted ? 1 : 0;
 }
 
 }  // namespace specdec

@@ -34,19 +34,22 @@ class DepthPolicy {
   int next_depth(const CostModel& costs, int rows);
   // The round's outcome: drafts proposed and accepted (proposed 0 = nothing to learn).
   void observe(int drafted, int accepted);
-  // Estimated acceptance of the first draft.
-  double acceptance() const { return cond_.empty() ? 0.0 : cond_[0]; }
+  // Estimated acceptance of the next round's first draft.
+  double acceptance() const { return cond_[run_].empty() ? 0.0 : cond_[run_][0]; }
   int max_depth() const { return max_depth_; }
-  // Expected tokens a round with k drafts emits: 1 + sum over j <= k of P(first j accepted).
+  // Expected tokens the next round emits with k drafts: 1 + sum over j <= k of P(first j accepted).
   double expected_emitted(int k) const;
 
  private:
   int max_depth_;
   bool adaptive_;
-  // cond_[i]: P(draft i accepted | drafts before it accepted). Acceptance is bursty (a copied
-  // span is accepted whole), so per-position conditionals predict deep windows far better than
-  // one geometric rate.
-  std::vector<double> cond_;
+  // cond_[r][i]: P(draft i accepted | drafts before it accepted), in regime r = whether the last
+  // round that drafted had all its drafts accepted. Acceptance is bursty twice over: a copied
+  // span is accepted whole (hence per-position conditionals rather than one geometric rate), and
+  // a round that follows a fully accepted one is usually still inside the span being copied,
+  // while one that follows a rejection usually starts where the copy broke off.
+  std::vector<double> cond_[2];
+  int run_ = 0;
   int paused_ = 0;    // rounds left before speculation is probed again
   int backoff_ = 4;   // length of the next pause
 };

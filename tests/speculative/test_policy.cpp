@@ -1,6 +1,7 @@
 // The depth policy's cost fit and choices: it recovers a linear forward cost, a lone timing
 // spike does not derail it (nor pause speculation), a lasting change of cost is still learned,
-// and the depth follows acceptance (deep when drafts are accepted, paused when they are not).
+// and the depth follows acceptance (deep when drafts are accepted, paused when they are not,
+// and predicted from whether the previous round was accepted whole).
 #include <gtest/gtest.h>
 
 #include "speculative/policy.h"
@@ -53,6 +54,29 @@ TEST(DepthPolicy, SpeculatesDeepWhenDraftsAreAcceptedEvenAfterASpike) {
   EXPECT_EQ(policy.next_depth(costs, 1), 10);
   costs.observe_forward(11, 0.050);
   EXPECT_EQ(policy.next_depth(costs, 1), 10);
+}
+
+TEST(DepthPolicy, PredictsARoundFromWhatTheLastOneDid) {
+  // Copy spans: 4 rounds whose 10 drafts are all accepted, then 4 rounds that accept only the
+  // first draft. After a full accept the next round is likely long, after a break short.
+  const CostModel costs = calibrated_model();
+  DepthPolicy after_full(10, true), after_break(10, true);
+  for (int span = 0; span < 20; ++span) {
+    for (DepthPolicy* policy : {&after_full, &after_break}) {
+      for (int i = 0; i < 4; ++i) policy->observe(10, 10);
+      for (int i = 0; i < 4; ++i) policy->observe(10, 1);
+    }
+  }
+  for (int i = 0; i < 4; ++i) after_full.observe(10, 10);
+  after_break.observe(10, 10);
+  after_break.observe(10, 1);
+  EXPECT_GT(after_full.expected_emitted(10), 7.0);
+  EXPECT_GT(after_full.expected_emitted(10), after_break.expected_emitted(10) + 2.0);
+  EXPECT_EQ(after_full.next_depth(costs, 1), 10);
+  EXPECT_LE(after_break.next_depth(costs, 1), 2);
+  // A plain step (nothing drafted) leaves the regime as it was.
+  after_full.observe(0, 0);
+  EXPECT_GT(after_full.expected_emitted(10), 7.0);
 }
 
 TEST(DepthPolicy, PausesWhenDraftsAreRejected) {
