@@ -284,7 +284,12 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
   };  // decoder
 
   if (replayable) {
-    replay_or_run(ReplayKey{plan.rows, plan.max_blocks, plan.max_row_len, cache.k_pool(0).data}, decoder);
+    ReplayKey key{plan.rows, plan.max_blocks, plan.max_row_len, cache.total_blocks(), {}};
+    for (int i = 0; i < c.num_layers; ++i) {
+      key.pools.push_back(cache.k_pool(i).data);
+      key.pools.push_back(cache.v_pool(i).data);
+    }
+    replay_or_run(key, decoder);
   } else {
     decoder();
   }

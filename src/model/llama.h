@@ -52,7 +52,10 @@ class LlamaModel {
   // Decode steps of one shape share a recording of their backend calls.
   struct ReplayKey {
     int rows = 0, max_blocks = 0, max_row_len = 0;
-    const void* kv = nullptr;  // the cache's pools
+    // The cache a recording writes into, by its memory: every pool's address and the pool size
+    // (a later cache may reuse an earlier one's addresses, but then it is the same memory).
+    int pool_blocks = 0;
+    std::vector<const void*> pools;
     auto operator<=>(const ReplayKey&) const = default;
   };
   struct Replay {
