@@ -53,12 +53,20 @@ __device__ __forceinline__ void accumulate_vec(const uint4 (&raw)[RR], const flo
   }
 }
 
-// Segment j of column c (columns of all segments numbered consecutively) and c's row in it.
-__device__ __forceinline__ int segment_of(const LinearRowsArgs& a, int c, int& local) {
-  int j = 0;
+// The segment holding column c (columns of all segments numbered consecutively), with c's row
+// in it. Only constant indices into a.seg: a computed index would copy the kernel's parameters
+// to local memory in every thread.
+__device__ __forceinline__ LinearSegment segment_of(const LinearRowsArgs& a, int c, int& local) {
   local = c;
-  while (j + 1 < a.segments && local >= a.seg[j].n) local -= a.seg[j++].n;
-  return j;
+  if (a.segments > 1 && local >= a.seg[0].n) {
+    local -= a.seg[0].n;
+    if (a.segments > 2 && local >= a.seg[1].n) {
+      local -= a.seg[1].n;
+      return a.seg[2];
+    }
+    return a.seg[1];
+  }
+  return a.seg[0];
 }
 
 // One warp computes C consecutive output columns for MT rows of x, loading RR weight rows (C,
@@ -92,8 +100,8 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
       wrow[C + r] = static_cast<const W*>(a.seg[1].w) + static_cast<int64_t>(c) * K;
     } else {
       int local = 0;
-      const int j = segment_of(a, c, local);
-      wrow[r] = static_cast<const W*>(a.seg[j].w) + static_cast<int64_t>(local) * K;
+      const LinearSegment sg = segment_of(a, c, local);
+      wrow[r] = static_cast<const W*>(sg.w) + static_cast<int64_t>(local) * K;
     }
   }
   float acc[RR][MT];
@@ -182,7 +190,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
       }
     } else {
       int local = 0;
-      const LinearSegment& sg = a.seg[segment_of(a, c, local)];
+      const LinearSegment sg = segment_of(a, c, local);
       const float b = sg.bias ? sg.bias[local] : 0.0f;
       for (int m = 0; m < mt; ++m) {
         float* o = sg.out + static_cast<int64_t>(m0 + m) * sg.n + local;
