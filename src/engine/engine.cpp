@@ -329,6 +329,12 @@ bool Engine::step() {
     request.rows.push_back(std::move(in));
   }
 
+  // Rows that take the argmax of the raw logits need only that: when every decoding row does,
+  // the backend selects it and the logits never leave it.
+  request.argmax_only = std::all_of(plans.begin(), plans.end(), [](const Plan& p) {
+    return !p.decode || p.row->req.sampling.selects_argmax();
+  });
+
   // 3. One target forward.
   const auto t0 = Clock::now();
   ForwardResult out = target_.forward(request, *kv_);
@@ -354,12 +360,16 @@ bool Engine::step() {
     const int k = static_cast<int>(p.proposal.tokens.size());
     const int first = out.row_offsets[r];
     const size_t vocab = static_cast<size_t>(out.vocab);
-    std::span<const float> window(out.logits_row(first), vocab * static_cast<size_t>(k + 1));
+    const std::span<const float> window = request.argmax_only
+                                              ? std::span<const float>{}
+                                              : std::span<const float>(out.logits_row(first), vocab * (k + 1));
     std::span<const int32_t> prompt(row.tokens.data(), row.prompt_len);
     std::span<const int32_t> generated(row.tokens.data() + row.prompt_len, row.tokens.size() - row.prompt_len);
     const auto tv = Clock::now();
+    const auto argmax = [&] { return std::span<const int32_t>(out.argmax).subspan(static_cast<size_t>(first)); };
     VerifyResult verdict =
-        row.req.spec.mode == SpecMode::rejection && k > 0
+        request.argmax_only ? verify_greedy(argmax().first(static_cast<size_t>(k + 1)), p.proposal.tokens)
+        : row.req.spec.mode == SpecMode::rejection && k > 0
             ? verify_rejection(window, out.vocab, p.proposal.tokens, p.proposal.q, row.req.sampling,
                                TokenHistory{prompt, generated}, static_cast<uint64_t>(row.pending_pos + 1))
             : verify_exact(window, out.vocab, p.proposal.tokens, row.req.sampling, TokenHistory{prompt, generated},

@@ -68,10 +68,12 @@ struct ActivationViews {
 
 // Per-output rows: the final normed hidden (LM head input), the logits, and tapped hiddens.
 struct OutputViews {
-  Tensor final_hidden, logits;
+  Tensor final_hidden, logits, argmax;
   std::vector<Tensor> taps;
   OutputViews(Carver& o, const ModelConfig& c, int64_t N, size_t tap_count)
-      : final_hidden(o.take(DType::f32, {N, c.hidden_size})), logits(o.take(DType::f32, {N, c.vocab_size})) {
+      : final_hidden(o.take(DType::f32, {N, c.hidden_size})),
+        logits(o.take(DType::f32, {N, c.vocab_size})),
+        argmax(o.take(DType::i32, {N})) {
     for (size_t j = 0; j < tap_count; ++j) taps.push_back(o.take(DType::f32, {N, c.hidden_size}));
   }
 };
@@ -165,8 +167,8 @@ ForwardPlan LlamaModel::padded_for_replay(const ForwardPlan& plan) {
   return p;
 }
 
-void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_layers, KvCache& cache,
-                         ForwardResult& result) {
+void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_layers, bool argmax_only,
+                         KvCache& cache, ForwardResult& result) {
   // Decode steps (one token and one returned row per sequence, no taps) are replayed from a
   // recording of their calls where the backend can record; everything else runs call by call.
   const bool replayable = tap_layers.empty() && given.tokens == given.rows && given.outputs == given.rows;
@@ -225,7 +227,8 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
   result.vocab = static_cast<int>(V);
   result.hidden = static_cast<int>(H);
   result.row_offsets = plan.row_offsets;
-  result.logits.assign(static_cast<size_t>(N * V), 0.0f);
+  result.logits.assign(argmax_only ? 0 : static_cast<size_t>(N * V), 0.0f);
+  result.argmax.assign(argmax_only ? static_cast<size_t>(N) : 0, 0);
   result.taps.assign(taps, std::vector<float>(static_cast<size_t>(N * H), 0.0f));
   // Copies the hidden at the returned positions into every tap that asked for this layer.
   // `gathered`: source already holds only those rows.
@@ -280,11 +283,12 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
     backend_.rms_norm(g, final_norm_, eps, g);
     tap(c.num_layers, g, true);
     backend_.linear(g, lm_head_, nullptr, out.logits.rows(0, N));
+    if (argmax_only) backend_.argmax(out.logits.rows(0, N), out.argmax.rows(0, N));
   }
   };  // decoder
 
   if (replayable) {
-    ReplayKey key{plan.rows, plan.max_blocks, plan.max_row_len, cache.total_blocks(), {}};
+    ReplayKey key{plan.rows, plan.max_blocks, plan.max_row_len, argmax_only, cache.total_blocks(), {}};
     for (int i = 0; i < c.num_layers; ++i) {
       key.pools.push_back(cache.k_pool(i).data);
       key.pools.push_back(cache.v_pool(i).data);
@@ -293,7 +297,11 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
   } else {
     decoder();
   }
-  if (N > 0) backend_.copy(out.logits.rows(0, N), Tensor(result.logits.data(), DType::f32, {N, V}));
+  if (N > 0 && argmax_only) {
+    backend_.copy(out.argmax.rows(0, N), Tensor(result.argmax.data(), DType::i32, {N}));
+  } else if (N > 0) {
+    backend_.copy(out.logits.rows(0, N), Tensor(result.logits.data(), DType::f32, {N, V}));
+  }
   backend_.synchronize();
 }
 

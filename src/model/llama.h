@@ -28,9 +28,10 @@ class LlamaModel {
   size_t parameter_count() const { return parameter_count_; }
   size_t weight_bytes() const { return weight_bytes_; }
 
-  // Runs a validated plan; fills result (logits, taps) and writes the rows' K/V into the cache.
-  // Does not change the cache's lengths.
-  void forward(const ForwardPlan& plan, const std::vector<int>& tap_layers, KvCache& cache, ForwardResult& result);
+  // Runs a validated plan; fills result (logits or, with argmax_only, their argmax; taps) and
+  // writes the rows' K/V into the cache. Does not change the cache's lengths.
+  void forward(const ForwardPlan& plan, const std::vector<int>& tap_layers, bool argmax_only, KvCache& cache,
+               ForwardResult& result);
 
  private:
   struct Layer {
@@ -52,6 +53,7 @@ class LlamaModel {
   // Decode steps of one shape share a recording of their backend calls.
   struct ReplayKey {
     int rows = 0, max_blocks = 0, max_row_len = 0;
+    bool argmax_only = false;
     // The cache a recording writes into, by its memory: every pool's address and the pool size
     // (a later cache may reuse an earlier one's addresses, but then it is the same memory).
     int pool_blocks = 0;

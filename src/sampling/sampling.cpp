@@ -254,7 +254,7 @@ std::vector<float> probabilities(std::span<const float> logits, const SamplingPa
 int32_t sample(std::span<const float> logits, const SamplingParams& params,
                std::span<const int32_t> prompt, std::span<const int32_t> generated,
                uint64_t position) {
-  if (params.greedy() && !params.uses_history() && params.logit_bias.empty()) {
+  if (params.selects_argmax()) {
     // Nothing changes the logits, and probabilities() would only turn their argmax into a
     // one-hot row: take the argmax directly (no copy of the vocabulary per verified position).
     params.validate();

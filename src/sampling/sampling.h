@@ -30,6 +30,9 @@ struct SamplingParams {
   uint64_t seed = 0;
 
   bool greedy() const { return temperature == 0.0f; }
+  // Whether the token is the argmax of the raw logits: greedy, and no penalty or logit bias
+  // changes the logits first (top-k/p and min-p keep the argmax).
+  bool selects_argmax() const { return greedy() && !uses_history() && logit_bias.empty(); }
   // Whether any stage reads the token history (penalties); without, history is never touched.
   bool uses_history() const {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;

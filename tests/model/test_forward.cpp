@@ -3,6 +3,7 @@
 // rolled back; plus hidden taps and the errors for malformed requests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -250,6 +251,38 @@ TEST_F(ForwardApi, RowsWithoutLogitsStillWriteTheirKv) {
   const ForwardResult last = model->forward(ForwardRequest{{{a, {tokens[9]}, {0}}}, {}}, *cache);
   const ForwardResult whole = model->forward(ForwardRequest{{{b, tokens, {9}}}, {}}, *cache);
   EXPECT_TRUE(bit_equal(last.logits, whole.logits));
+}
+
+TEST_F(ForwardApi, ArgmaxOnlyReturnsTheArgmaxOfTheLogits) {
+  const int V = model->config().vocab_size;
+  const auto tokens = tokens_for(12, V, 21);
+  auto cache = model->make_cache(4);
+  const auto a = cache->create(), b = cache->create();
+  ASSERT_TRUE(cache->reserve(a, 12) && cache->reserve(b, 12));
+  ForwardRequest full{{{a, tokens, {3, 7, 11}}}, {}};
+  ForwardRequest ids = full;
+  ids.rows[0].seq = b;
+  ids.argmax_only = true;
+  const ForwardResult logits = model->forward(full, *cache);
+  const ForwardResult selected = model->forward(ids, *cache);
+  EXPECT_TRUE(selected.logits.empty());
+  ASSERT_EQ(selected.argmax.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    const float* row = logits.logits_row(i);
+    EXPECT_EQ(selected.argmax[static_cast<size_t>(i)], std::max_element(row, row + V) - row) << "row " << i;
+  }
+  // One-token steps (replayed from a recording where the backend records) select the same way.
+  const auto c = cache->create();
+  ASSERT_TRUE(cache->reserve(c, 12));
+  for (int t = 0; t < 12; ++t) {
+    ForwardRequest step{{{c, {tokens[static_cast<size_t>(t)]}, {0}}}, {}};
+    step.argmax_only = true;
+    const ForwardResult r = model->forward(step, *cache);
+    const size_t out = t == 3 ? 0 : t == 7 ? 1 : t == 11 ? 2 : 3;
+    if (out < 3) {
+      EXPECT_EQ(r.argmax[0], selected.argmax[out]) << "step " << t;
+    }
+  }
 }
 
 // Expects forward to throw an Error whose message contains `needle`, leaving lengths unchanged.
