@@ -12,12 +12,23 @@ void Backend::linear_many(const Tensor& x, std::span<const Projection> projectio
   for (const Projection& p : projections) linear(x, p.weight, p.bias.empty() ? nullptr : &p.bias, p.out);
 }
 
+namespace {
+
+// A scratch f32 tensor shaped like `out`, in the backend's memory; `owner` keeps it.
+Tensor scratch_like(Backend& backend, const Tensor& out, Buffer& owner, const char* op) {
+  SPECDEC_CHECK(out.rank >= 1 && out.dtype == DType::f32, op, ": out ", out.shape_string(), " must be f32");
+  owner = backend.allocate(out.bytes());
+  Tensor t = out;
+  t.data = owner.data();
+  t.device = owner.device();
+  return t;
+}
+
+}  // namespace
+
 void Backend::gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out) {
-  SPECDEC_CHECK(out.rank >= 1 && out.dtype == DType::f32, "gated_linear: out ", out.shape_string(), " must be f32");
-  Buffer up_buffer = allocate(out.bytes());
-  Tensor up = out;
-  up.data = up_buffer.data();
-  up.device = up_buffer.device();
+  Buffer owner;
+  const Tensor up = scratch_like(*this, out, owner, "gated_linear");
   linear(x, w_gate, nullptr, out);
   linear(x, w_up, nullptr, up);
   silu_mul(out, up, out);
@@ -25,11 +36,8 @@ void Backend::gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& 
 }
 
 void Backend::linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) {
-  SPECDEC_CHECK(out.rank >= 1 && out.dtype == DType::f32, "linear_add: out ", out.shape_string(), " must be f32");
-  Buffer h_buffer = allocate(out.bytes());
-  Tensor h = out;
-  h.data = h_buffer.data();
-  h.device = h_buffer.device();
+  Buffer owner;
+  const Tensor h = scratch_like(*this, out, owner, "linear_add");
   linear(x, weight, bias, h);
   add(out, h, out);
   synchronize();  // the scratch is released at the end of this scope

@@ -21,14 +21,7 @@ __global__ void kv_write_kernel(const float* __restrict__ k, const float* __rest
   const int t = blockIdx.x;
   const int slot = slots[t];
   if (slot < 0 || slot >= pool_slots) return;
-  const float* ks = k + static_cast<int64_t>(t) * width;
-  const float* vs = v + static_cast<int64_t>(t) * width;
-  T* kd = k_pool + static_cast<int64_t>(slot) * width;
-  T* vd = v_pool + static_cast<int64_t>(slot) * width;
-  for (int i = threadIdx.x; i < width; i += blockDim.x) {
-    kd[i] = from_float<T>(ks[i]);
-    vd[i] = from_float<T>(vs[i]);
-  }
+  store_kv_row(k, v, k_pool, v_pool, t, slot, width);
 }
 
 constexpr int pow2_ceil(int n) {

@@ -45,6 +45,21 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 // Calls f(ElemType-specific pointer type) for a runtime element type.
+// Token t's k and v rows (width floats each) stored into the pools at `slot`, converted to T, by
+// the threads of one block. The caller has checked 0 <= slot < pool slots.
+template <typename T>
+__device__ __forceinline__ void store_kv_row(const float* k, const float* v, T* k_pool, T* v_pool, int t, int slot,
+                                             int width) {
+  const float* ks = k + static_cast<int64_t>(t) * width;
+  const float* vs = v + static_cast<int64_t>(t) * width;
+  T* kd = k_pool + static_cast<int64_t>(slot) * width;
+  T* vd = v_pool + static_cast<int64_t>(slot) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    kd[i] = from_float<T>(ks[i]);
+    vd[i] = from_float<T>(vs[i]);
+  }
+}
+
 #define SPECDEC_DISPATCH_ELEM(type, T, ...)       \
   switch (type) {                                 \
     case ElemType::f32: {                         \

@@ -71,15 +71,7 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict
   const int slot = slots[t];
   if (slot < 0 || slot >= pool_slots) return;
   __syncthreads();
-  const int width = kv_heads * head_dim;
-  const float* ks = k + static_cast<int64_t>(t) * width;
-  const float* vs = v + static_cast<int64_t>(t) * width;
-  T* kd = k_pool + static_cast<int64_t>(slot) * width;
-  T* vd = v_pool + static_cast<int64_t>(slot) * width;
-  for (int i = threadIdx.x; i < width; i += blockDim.x) {
-    kd[i] = from_float<T>(ks[i]);
-    vd[i] = from_float<T>(vs[i]);
-  }
+  store_kv_row(k, v, k_pool, v_pool, t, slot, kv_heads * head_dim);
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
