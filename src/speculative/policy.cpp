@@ -79,7 +79,7 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
   }
   // Until the cost fit has data, draft moderately: a full-depth window in every row of a big
   // batch is the most expensive way to learn that speculation does not pay there.
-  if (!costs.calibrated()) return std::min(max_depth_, 4);
+  if (!costs.calibrated()) return std::min(max_depth_, 2);
   const double plain = costs.row_cost(1, rows);
   double best_rate = 1.0 / plain;
   int best = 0;
