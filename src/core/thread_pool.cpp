@@ -32,6 +32,7 @@ bool spin_until(Pred pred) {
 
 ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  claimed_ = std::vector<std::atomic<size_t>>(threads);
   for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
@@ -44,6 +45,31 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+void ThreadPool::run_chunks(size_t generation, size_t first, const std::function<void(size_t, size_t)>* fn,
+                            const std::vector<std::pair<size_t, size_t>>& chunks) {
+  const size_t parts = chunks.size();
+  for (size_t k = 0; k < parts; ++k) {
+    const size_t i = (first + k) % parts;
+    // Take chunk i for this generation unless someone already did (or a later job runs).
+    size_t seen = claimed_[i].load(std::memory_order_acquire);
+    bool mine = false;
+    while (seen < generation && !(mine = claimed_[i].compare_exchange_weak(seen, generation, std::memory_order_acq_rel))) {
+    }
+    if (!mine) continue;
+    try {
+      (*fn)(chunks[i].first, chunks[i].second);  // fn is alive: its job's chunk i was unclaimed
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    // The error (if any) is recorded before the count drops: the caller sees it once it is 0.
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(mutex_);
+      done_cv_.notify_one();
+    }
+  }
+}
+
 void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(size_t, size_t)>& fn) {
   if (n == 0) return;
   grain = std::max<size_t>(grain, 1);
@@ -53,39 +79,34 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
     fn(0, n);
     return;
   }
-  std::vector<std::pair<size_t, size_t>> chunks(size(), {0, 0});
+  std::vector<std::pair<size_t, size_t>> chunks(parts);
   for (size_t p = 0; p < parts; ++p) {
     const size_t b = std::min(n, units * p / parts * grain);
     const size_t e = std::min(n, units * (p + 1) / parts * grain);
     chunks[p] = {b, e};
   }
+  size_t generation = 0;
   {
     std::lock_guard lock(mutex_);
-    chunks_ = std::move(chunks);
+    chunks_ = chunks;
     job_ = &fn;
-    pending_.store(workers_.size(), std::memory_order_relaxed);
     error_ = nullptr;
-    generation_.fetch_add(1, std::memory_order_release);
+    remaining_.store(parts, std::memory_order_relaxed);
+    generation = generation_.fetch_add(1, std::memory_order_release) + 1;
   }
   start_cv_.notify_all();
-  std::exception_ptr mine;
-  try {
-    if (chunks_[0].first < chunks_[0].second) fn(chunks_[0].first, chunks_[0].second);
-  } catch (...) {
-    mine = std::current_exception();
-  }
-  spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; });
+  run_chunks(generation, 0, &fn, chunks);  // chunk 0 first, then whatever no worker took yet
+  spin_until([this] { return remaining_.load(std::memory_order_acquire) == 0; });
   std::unique_lock lock(mutex_);
-  done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  done_cv_.wait(lock, [this] { return remaining_.load(std::memory_order_acquire) == 0; });
   job_ = nullptr;
-  if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);
 }
 
 void ThreadPool::worker(size_t index) {
   size_t seen = 0;
   for (;;) {
-    std::pair<size_t, size_t> chunk;
+    std::vector<std::pair<size_t, size_t>> chunks;
     const std::function<void(size_t, size_t)>* job;
     spin_until([&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; });
     {
@@ -93,20 +114,13 @@ void ThreadPool::worker(size_t index) {
       start_cv_.wait(lock, [&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; });
       if (stop_.load()) return;
       seen = generation_.load(std::memory_order_acquire);
-      chunk = chunks_[index];
+      if (index >= chunks_.size() || job_ == nullptr) continue;  // no chunk of its own this time
+      chunks = chunks_;
       job = job_;
     }
-    std::exception_ptr err;
-    if (chunk.first < chunk.second) {
-      try {
-        (*job)(chunk.first, chunk.second);
-      } catch (...) {
-        err = std::current_exception();
-      }
-    }
-    std::lock_guard lock(mutex_);
-    if (err && !error_) error_ = err;
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_cv_.notify_one();
+    // A worker that wakes after its job was finished by others claims nothing: every chunk of
+    // that generation is taken, so `job` (possibly gone) is never called.
+    run_chunks(seen, index, job, chunks);
   }
 }
 
