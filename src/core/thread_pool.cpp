@@ -33,6 +33,7 @@ bool spin_until(Pred pred) {
 ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   claimed_ = std::vector<std::atomic<size_t>>(threads);
+  chunks_.resize(threads);
   for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
@@ -45,19 +46,19 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_chunks(size_t generation, size_t first, const std::function<void(size_t, size_t)>* fn,
-                            const std::vector<std::pair<size_t, size_t>>& chunks) {
-  const size_t parts = chunks.size();
+void ThreadPool::run_chunks(size_t generation, size_t parts, size_t first,
+                            const std::function<void(size_t, size_t)>* fn) {
   for (size_t k = 0; k < parts; ++k) {
     const size_t i = (first + k) % parts;
     // Take chunk i for this generation unless someone already did (or a later job runs).
     size_t seen = claimed_[i].load(std::memory_order_acquire);
     bool mine = false;
-    while (seen < generation && !(mine = claimed_[i].compare_exchange_weak(seen, generation, std::memory_order_acq_rel))) {
+    while (seen < generation &&
+           !(mine = claimed_[i].compare_exchange_weak(seen, generation, std::memory_order_acq_rel))) {
     }
     if (!mine) continue;
     try {
-      (*fn)(chunks[i].first, chunks[i].second);  // fn is alive: its job's chunk i was unclaimed
+      (*fn)(chunks_[i].first, chunks_[i].second);  // fn is alive: its job's chunk i was unclaimed
     } catch (...) {
       std::lock_guard lock(mutex_);
       if (!error_) error_ = std::current_exception();
@@ -79,23 +80,19 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
     fn(0, n);
     return;
   }
-  std::vector<std::pair<size_t, size_t>> chunks(parts);
-  for (size_t p = 0; p < parts; ++p) {
-    const size_t b = std::min(n, units * p / parts * grain);
-    const size_t e = std::min(n, units * (p + 1) / parts * grain);
-    chunks[p] = {b, e};
-  }
   size_t generation = 0;
   {
     std::lock_guard lock(mutex_);
-    chunks_ = chunks;
+    for (size_t p = 0; p < parts; ++p)
+      chunks_[p] = {std::min(n, units * p / parts * grain), std::min(n, units * (p + 1) / parts * grain)};
+    parts_ = parts;
     job_ = &fn;
     error_ = nullptr;
     remaining_.store(parts, std::memory_order_relaxed);
     generation = generation_.fetch_add(1, std::memory_order_release) + 1;
   }
   start_cv_.notify_all();
-  run_chunks(generation, 0, &fn, chunks);  // chunk 0 first, then whatever no worker took yet
+  run_chunks(generation, parts, 0, &fn);  // chunk 0 first, then whatever no worker took yet
   spin_until([this] { return remaining_.load(std::memory_order_acquire) == 0; });
   std::unique_lock lock(mutex_);
   done_cv_.wait(lock, [this] { return remaining_.load(std::memory_order_acquire) == 0; });
@@ -106,7 +103,7 @@ void ThreadPool::parallel_for(size_t n, size_t grain, const std::function<void(s
 void ThreadPool::worker(size_t index) {
   size_t seen = 0;
   for (;;) {
-    std::vector<std::pair<size_t, size_t>> chunks;
+    size_t parts = 0;
     const std::function<void(size_t, size_t)>* job;
     spin_until([&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; });
     {
@@ -114,13 +111,13 @@ void ThreadPool::worker(size_t index) {
       start_cv_.wait(lock, [&] { return stop_.load() || generation_.load(std::memory_order_acquire) != seen; });
       if (stop_.load()) return;
       seen = generation_.load(std::memory_order_acquire);
-      if (index >= chunks_.size() || job_ == nullptr) continue;  // no chunk of its own this time
-      chunks = chunks_;
+      if (index >= parts_ || job_ == nullptr) continue;  // no chunk of its own this time
+      parts = parts_;
       job = job_;
     }
     // A worker that wakes after its job was finished by others claims nothing: every chunk of
     // that generation is taken, so `job` (possibly gone) is never called.
-    run_chunks(seen, index, job, chunks);
+    run_chunks(seen, parts, index, job);
   }
 }
 

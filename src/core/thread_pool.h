@@ -34,16 +34,18 @@ class ThreadPool {
 
  private:
   void worker(size_t index);
-  // Claims and runs the unclaimed chunks of job `generation`, starting at chunk `first`.
-  void run_chunks(size_t generation, size_t first, const std::function<void(size_t, size_t)>* fn,
-                  const std::vector<std::pair<size_t, size_t>>& chunks);
+  // Claims and runs the unclaimed chunks [0, parts) of job `generation`, starting at `first`.
+  void run_chunks(size_t generation, size_t parts, size_t first, const std::function<void(size_t, size_t)>* fn);
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
   const std::function<void(size_t, size_t)>* job_ = nullptr;
+  // One slot per thread, written under mutex_ when a job starts; chunk i is read only by the
+  // thread that claimed it for the current job, which cannot end before that chunk does.
   std::vector<std::pair<size_t, size_t>> chunks_;
+  size_t parts_ = 0;
   // Workers spin briefly on generation_ before sleeping: kernels of a decode step are tens of
   // microseconds apart, and waking a sleeping thread costs about as much as the work itself.
   std::atomic<size_t> generation_{0};

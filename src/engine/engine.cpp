@@ -359,21 +359,23 @@ bool Engine::step() {
     }
     const int k = static_cast<int>(p.proposal.tokens.size());
     const int first = out.row_offsets[r];
-    const size_t vocab = static_cast<size_t>(out.vocab);
-    const std::span<const float> window = request.argmax_only
-                                              ? std::span<const float>{}
-                                              : std::span<const float>(out.logits_row(first), vocab * (k + 1));
     std::span<const int32_t> prompt(row.tokens.data(), row.prompt_len);
     std::span<const int32_t> generated(row.tokens.data() + row.prompt_len, row.tokens.size() - row.prompt_len);
     const auto tv = Clock::now();
-    const auto argmax = [&] { return std::span<const int32_t>(out.argmax).subspan(static_cast<size_t>(first)); };
-    VerifyResult verdict =
-        request.argmax_only ? verify_greedy(argmax().first(static_cast<size_t>(k + 1)), p.proposal.tokens)
-        : row.req.spec.mode == SpecMode::rejection && k > 0
-            ? verify_rejection(window, out.vocab, p.proposal.tokens, p.proposal.q, row.req.sampling,
-                               TokenHistory{prompt, generated}, static_cast<uint64_t>(row.pending_pos + 1))
-            : verify_exact(window, out.vocab, p.proposal.tokens, row.req.sampling, TokenHistory{prompt, generated},
-                           static_cast<uint64_t>(row.pending_pos + 1));
+    const size_t width = static_cast<size_t>(k + 1);
+    VerifyResult verdict;
+    if (request.argmax_only) {
+      verdict = verify_greedy(std::span<const int32_t>(out.argmax).subspan(static_cast<size_t>(first), width),
+                              p.proposal.tokens);
+    } else {
+      const std::span<const float> window(out.logits_row(first), static_cast<size_t>(out.vocab) * width);
+      const TokenHistory history{prompt, generated};
+      const auto position = static_cast<uint64_t>(row.pending_pos + 1);
+      verdict = row.req.spec.mode == SpecMode::rejection && k > 0
+                    ? verify_rejection(window, out.vocab, p.proposal.tokens, p.proposal.q, row.req.sampling, history,
+                                       position)
+                    : verify_exact(window, out.vocab, p.proposal.tokens, row.req.sampling, history, position);
+    }
     const int accepted = verdict.accepted;
     // The target's KV holds pending + k drafts; keep pending + the accepted drafts.
     kv_->truncate(row.seq, static_cast<int>(row.pending_pos) + 1 + accepted);

@@ -171,7 +171,8 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
                          KvCache& cache, ForwardResult& result) {
   // Decode steps (one token and one returned row per sequence, no taps) are replayed from a
   // recording of their calls where the backend can record; everything else runs call by call.
-  const bool replayable = tap_layers.empty() && given.tokens == given.rows && given.outputs == given.rows;
+  const bool replayable =
+      backend_records_ && tap_layers.empty() && given.tokens == given.rows && given.outputs == given.rows;
   const ForwardPlan padded = replayable ? padded_for_replay(given) : ForwardPlan{};
   const ForwardPlan& plan = replayable ? padded : given;
   const ModelConfig& c = config_;
@@ -248,44 +249,45 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
   // ---- the decoder: kernel calls only (taps aside), so a decode step can be recorded ----
   const float eps = c.rms_norm_eps;
   const auto decoder = [&] {
-  backend_.embedding(embed_, meta.ids, act.x);
-  const Tensor q3 = act.q.reshape({T, nh, hd});
-  const Tensor k3 = act.k.reshape({T, nkv, hd});
-  const Tensor v3 = act.v.reshape({T, nkv, hd});
-  const Tensor attn3 = act.attn.reshape({T, nh, hd});
-  for (int i = 0; i < c.num_layers; ++i) {
-    const Layer& l = layers_[static_cast<size_t>(i)];
-    backend_.rms_norm(act.x, l.input_norm, eps, act.h);
-    const std::array<Projection, 3> qkv = {Projection{l.q_proj, l.q_bias, act.q}, Projection{l.k_proj, l.k_bias, act.k},
-                                           Projection{l.v_proj, l.v_bias, act.v}};
-    backend_.linear_many(act.h, qkv);
-    if (!l.q_norm.empty()) {
-      // Qwen3: RMSNorm over head_dim of every head, before RoPE.
-      const Tensor qh = act.q.reshape({T * nh, hd});
-      const Tensor kh = act.k.reshape({T * nkv, hd});
-      backend_.rms_norm(qh, l.q_norm, eps, qh);
-      backend_.rms_norm(kh, l.k_norm, eps, kh);
+    backend_.embedding(embed_, meta.ids, act.x);
+    const Tensor q3 = act.q.reshape({T, nh, hd});
+    const Tensor k3 = act.k.reshape({T, nkv, hd});
+    const Tensor v3 = act.v.reshape({T, nkv, hd});
+    const Tensor attn3 = act.attn.reshape({T, nh, hd});
+    for (int i = 0; i < c.num_layers; ++i) {
+      const Layer& l = layers_[static_cast<size_t>(i)];
+      backend_.rms_norm(act.x, l.input_norm, eps, act.h);
+      const std::array<Projection, 3> qkv = {Projection{l.q_proj, l.q_bias, act.q},
+                                             Projection{l.k_proj, l.k_bias, act.k},
+                                             Projection{l.v_proj, l.v_bias, act.v}};
+      backend_.linear_many(act.h, qkv);
+      if (!l.q_norm.empty()) {
+        // Qwen3: RMSNorm over head_dim of every head, before RoPE.
+        const Tensor qh = act.q.reshape({T * nh, hd});
+        const Tensor kh = act.k.reshape({T * nkv, hd});
+        backend_.rms_norm(qh, l.q_norm, eps, qh);
+        backend_.rms_norm(kh, l.k_norm, eps, kh);
+      }
+      backend_.rope_kv_write(q3, k3, v3, meta.positions, inv_freq_, rope_scaling_, cache.k_pool(i), cache.v_pool(i),
+                             batch);
+      backend_.attention(q3, cache.k_pool(i), cache.v_pool(i), batch, attn_scale_, attn3);
+      backend_.linear_add(act.attn, l.o_proj, l.o_bias.empty() ? nullptr : &l.o_bias, act.x);
+      backend_.rms_norm(act.x, l.post_norm, eps, act.h);
+      backend_.gated_linear(act.h, l.gate_proj, l.up_proj, act.gate);
+      backend_.linear_add(act.gate, l.down_proj, nullptr, act.x);
+      tap(i, act.x, false);
     }
-    backend_.rope_kv_write(q3, k3, v3, meta.positions, inv_freq_, rope_scaling_, cache.k_pool(i), cache.v_pool(i),
-                           batch);
-    backend_.attention(q3, cache.k_pool(i), cache.v_pool(i), batch, attn_scale_, attn3);
-    backend_.linear_add(act.attn, l.o_proj, l.o_bias.empty() ? nullptr : &l.o_bias, act.x);
-    backend_.rms_norm(act.x, l.post_norm, eps, act.h);
-    backend_.gated_linear(act.h, l.gate_proj, l.up_proj, act.gate);
-    backend_.linear_add(act.gate, l.down_proj, nullptr, act.x);
-    tap(i, act.x, false);
-  }
 
-  // ---- the LM head, only at the returned positions (a row's norm does not depend on others) ----
-  if (N > 0) {
-    const Tensor g = out.final_hidden.rows(0, N);
-    backend_.gather_rows(act.x, meta.out_index.rows(0, N), g);
-    backend_.rms_norm(g, final_norm_, eps, g);
-    tap(c.num_layers, g, true);
-    backend_.linear(g, lm_head_, nullptr, out.logits.rows(0, N));
-    if (argmax_only) backend_.argmax(out.logits.rows(0, N), out.argmax.rows(0, N));
-  }
-  };  // decoder
+    // ---- the LM head, only at the returned positions (a row's norm does not depend on others) ----
+    if (N > 0) {
+      const Tensor g = out.final_hidden.rows(0, N);
+      backend_.gather_rows(act.x, meta.out_index.rows(0, N), g);
+      backend_.rms_norm(g, final_norm_, eps, g);
+      tap(c.num_layers, g, true);
+      backend_.linear(g, lm_head_, nullptr, out.logits.rows(0, N));
+      if (argmax_only) backend_.argmax(out.logits.rows(0, N), out.argmax.rows(0, N));
+    }
+  };
 
   if (replayable) {
     ReplayKey key{plan.rows, plan.max_blocks, plan.max_row_len, argmax_only, cache.total_blocks(), {}};
@@ -315,6 +317,8 @@ void LlamaModel::replay_or_run(const ReplayKey& key, const std::function<void()>
   if (r.runs++ == 0 || r.unrecordable) return calls();
   try {
     r.recording = backend_.record(calls);
+    // A backend that records nothing never will: later forwards skip the padding and the keys.
+    if (!r.recording) backend_records_ = false;
   } catch (const Error&) {
     r.unrecordable = true;  // e.g. a buffer had to grow while recording: stay call by call
   }

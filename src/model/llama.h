@@ -89,6 +89,7 @@ class LlamaModel {
   Buffer outputs_;      // per-output rows: gathered hidden, logits, taps
   std::vector<int32_t> meta_host_;
   std::map<ReplayKey, Replay> recordings_;
+  bool backend_records_ = true;  // until Backend::record returns nothing
 };
 
 }  // namespace specdec

@@ -9,10 +9,10 @@
 //   results then depend on M (the library picks the tiling), so not batch invariant.
 #include "backend/cuda/cuda_backend.h"
 
+#include <array>
 #include <cstdlib>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
@@ -137,7 +137,8 @@ class CudaBackend final : public Backend {
   void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) override {
     const LinearShape sh = check_linear("linear", x, weight, bias, out);
     if (rows_kernel(sh)) {
-      launch_rows(x, {{weight.data, sh.bias, out.ptr<float>(), sh.n}}, sh, cuda::LinearEpilogue::store, "linear");
+      const cuda::LinearSegment seg{weight.data, sh.bias, out.ptr<float>(), sh.n};
+      launch_rows(x, {&seg, 1}, sh, cuda::LinearEpilogue::store, "linear");
       return;
     }
     linear_lt(x, weight, sh.type, sh.m, sh.n, sh.k, out);
@@ -148,17 +149,20 @@ class CudaBackend final : public Backend {
   }
 
   void linear_many(const Tensor& x, std::span<const Projection> projections) override {
-    if (projections.empty()) return;
-    std::vector<LinearShape> shapes;
-    for (const Projection& p : projections)
-      shapes.push_back(check_linear("linear_many", x, p.weight, p.bias.empty() ? nullptr : &p.bias, p.out));
-    bool fused = projections.size() <= static_cast<size_t>(cuda::kMaxLinearSegments) && rows_kernel(shapes[0]);
-    for (const LinearShape& sh : shapes) fused = fused && sh.type == shapes[0].type;
+    constexpr size_t kMax = cuda::kMaxLinearSegments;
+    if (projections.empty() || projections.size() > kMax) return Backend::linear_many(x, projections);
+    std::array<LinearShape, kMax> shapes;
+    std::array<cuda::LinearSegment, kMax> segs;
+    bool fused = true;
+    for (size_t j = 0; j < projections.size(); ++j) {
+      const Projection& p = projections[j];
+      shapes[j] = check_linear("linear_many", x, p.weight, p.bias.empty() ? nullptr : &p.bias, p.out);
+      segs[j] = {p.weight.data, shapes[j].bias, p.out.ptr<float>(), shapes[j].n};
+      fused = fused && rows_kernel(shapes[j]) && shapes[j].type == shapes[0].type;
+    }
     if (!fused) return Backend::linear_many(x, projections);  // one linear() each
-    std::vector<cuda::LinearSegment> segs;
-    for (size_t j = 0; j < projections.size(); ++j)
-      segs.push_back({projections[j].weight.data, shapes[j].bias, projections[j].out.ptr<float>(), shapes[j].n});
-    launch_rows(x, segs, shapes[0], cuda::LinearEpilogue::store, "linear_many");
+    launch_rows(x, std::span(segs).first(projections.size()), shapes[0], cuda::LinearEpilogue::store,
+                "linear_many");
   }
 
   void gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out) override {
@@ -168,8 +172,10 @@ class CudaBackend final : public Backend {
     SPECDEC_CHECK(up.type == sh.type, op, ": gate ", w_gate.shape_string(), " and up ", w_up.shape_string(),
                   " must share a dtype");
     if (rows_kernel(sh)) {
-      launch_rows(x, {{w_gate.data, nullptr, out.ptr<float>(), sh.n}, {w_up.data, nullptr, nullptr, sh.n}}, sh,
-                  cuda::LinearEpilogue::silu_gate, op);
+      const std::array<cuda::LinearSegment, 2> segs = {
+          cuda::LinearSegment{w_gate.data, nullptr, out.ptr<float>(), sh.n},
+          cuda::LinearSegment{w_up.data, nullptr, nullptr, sh.n}};
+      launch_rows(x, segs, sh, cuda::LinearEpilogue::silu_gate, op);
       return;
     }
     const Tensor tmp = epilogue_scratch(out);
@@ -182,7 +188,8 @@ class CudaBackend final : public Backend {
     const char* op = "linear_add";
     const LinearShape sh = check_linear(op, x, weight, bias, out);
     if (rows_kernel(sh)) {
-      launch_rows(x, {{weight.data, sh.bias, out.ptr<float>(), sh.n}}, sh, cuda::LinearEpilogue::add, op);
+      const cuda::LinearSegment seg{weight.data, sh.bias, out.ptr<float>(), sh.n};
+      launch_rows(x, {&seg, 1}, sh, cuda::LinearEpilogue::add, op);
       return;
     }
     const Tensor tmp = epilogue_scratch(out);
@@ -198,24 +205,12 @@ class CudaBackend final : public Backend {
                      const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool, const Tensor& v_pool,
                      const AttentionBatch& batch) override {
     const char* op = "rope_kv_write";
-    expect_dtype(q, DType::f32, op, "q");
-    expect_dtype(k, DType::f32, op, "k");
-    expect_dtype(v, DType::f32, op, "v");
-    expect_dtype(positions, DType::i32, op, "positions");
-    expect_dtype(inv_freq, DType::f32, op, "inv_freq");
-    expect_dtype(batch.slots, DType::i32, op, "batch.slots");
-    const ElemType pt = pool_type(k_pool, v_pool, op);
-    SPECDEC_CHECK(q.rank == 3 && k.rank == 3 && v.numel() == k.numel() && q.dim(0) == k.dim(0) &&
-                      q.dim(2) == k.dim(2) && v.dim(-1) == k.dim(2),
-                  op, ": q ", q.shape_string(), ", k ", k.shape_string(), " and v ", v.shape_string(),
-                  " must be [T, heads, head_dim] with one T and head_dim");
+    check_rope(op, q, positions, inv_freq);
+    check_rope(op, k, positions, inv_freq);
+    const ElemType pt = check_kv_write(op, k, v, k_pool, v_pool, batch);
+    SPECDEC_CHECK(q.dim(2) == k.dim(2), op, ": q ", q.shape_string(), " and k ", k.shape_string(),
+                  " must share head_dim");
     const int64_t T = q.dim(0), heads = q.dim(1), kvh = k.dim(1), D = q.dim(2);
-    SPECDEC_CHECK(D % 2 == 0 && inv_freq.numel() == D / 2 && positions.numel() == T, op, ": q ", q.shape_string(),
-                  ", positions ", positions.shape_string(), ", inv_freq ", inv_freq.shape_string(), " disagree");
-    SPECDEC_CHECK(k_pool.dim(2) == kvh && k_pool.dim(3) == D, op, ": pool ", k_pool.shape_string(),
-                  " does not fit k ", k.shape_string());
-    SPECDEC_CHECK(batch.slots.numel() >= T, op, ": batch.slots ", batch.slots.shape_string(), " has fewer than ", T,
-                  " entries");
     cuda::launch_rope_kv_write(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), positions.ptr<int>(),
                                inv_freq.ptr<float>(), attention_scaling, to_int(T, op, "tokens"),
                                to_int(heads, op, "heads"), to_int(kvh, op, "kv_heads"), to_int(D, op, "head_dim"),
@@ -248,13 +243,8 @@ class CudaBackend final : public Backend {
 
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_scaling) override {
     const char* op = "rope";
-    expect_dtype(x, DType::f32, op, "x");
-    expect_dtype(positions, DType::i32, op, "positions");
-    expect_dtype(inv_freq, DType::f32, op, "inv_freq");
-    SPECDEC_CHECK(x.rank == 3, op, ": x ", x.shape_string(), " must be [T, heads, head_dim]");
+    check_rope(op, x, positions, inv_freq);
     const int64_t T = x.dim(0), heads = x.dim(1), D = x.dim(2);
-    SPECDEC_CHECK(D % 2 == 0 && inv_freq.numel() == D / 2 && positions.numel() == T, op, ": x ", x.shape_string(),
-                  ", positions ", positions.shape_string(), ", inv_freq ", inv_freq.shape_string(), " disagree");
     cuda::launch_rope(x.ptr<float>(), positions.ptr<int>(), inv_freq.ptr<float>(), attention_scaling,
                       to_int(T, op, "tokens"), to_int(heads, op, "heads"), to_int(D, op, "head_dim"), stream_);
     check_launch(op, T, "x", heads, "x", D);
@@ -291,17 +281,8 @@ class CudaBackend final : public Backend {
   void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
                 const AttentionBatch& batch) override {
     const char* op = "kv_write";
-    expect_dtype(k, DType::f32, op, "k");
-    expect_dtype(v, DType::f32, op, "v");
-    expect_dtype(batch.slots, DType::i32, op, "batch.slots");
-    const ElemType pt = pool_type(k_pool, v_pool, op);
-    SPECDEC_CHECK(k.rank == 3 && v.numel() == k.numel() && v.dim(-1) == k.dim(-1), op, ": k ", k.shape_string(),
-                  " and v ", v.shape_string(), " must be [T, kv_heads, head_dim]");
+    const ElemType pt = check_kv_write(op, k, v, k_pool, v_pool, batch);
     const int64_t T = k.dim(0), kvh = k.dim(1), D = k.dim(2);
-    SPECDEC_CHECK(k_pool.dim(2) == kvh && k_pool.dim(3) == D, op, ": pool ", k_pool.shape_string(),
-                  " does not fit k ", k.shape_string());
-    SPECDEC_CHECK(batch.slots.numel() >= T, op, ": batch.slots ", batch.slots.shape_string(), " has fewer than ", T,
-                  " entries");
     cuda::launch_kv_write(k.ptr<float>(), v.ptr<float>(), k_pool.data, v_pool.data, pt, batch.slots.ptr<int>(),
                           to_int(T, op, "tokens"), to_int(kvh, op, "kv_heads"), to_int(D, op, "head_dim"),
                           k_pool.dim(0) * k_pool.dim(1), stream_);
@@ -326,7 +307,8 @@ class CudaBackend final : public Backend {
     SPECDEC_CHECK((D % 32 == 0 && D >= 32 && D <= 256) || D == 16 || D == 48 || D == 80 || D == 112, op,
                   ": head_dim ", D, " is not supported (16, 48, 80, 112, or a multiple of 32 up to 256)");
     SPECDEC_CHECK(batch.tokens == T, op, ": batch.tokens ", batch.tokens, " but q has ", T, " tokens");
-    SPECDEC_CHECK(reinterpret_cast<uintptr_t>(k_pool.data) % 16 == 0 && reinterpret_cast<uintptr_t>(v_pool.data) % 16 == 0,
+    SPECDEC_CHECK(reinterpret_cast<uintptr_t>(k_pool.data) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(v_pool.data) % 16 == 0,
                   op, ": KV pools must start on a 16-byte boundary (they are read with 16-byte loads)");
     SPECDEC_CHECK(k_pool.dim(0) * k_pool.dim(1) <= INT32_MAX, op, ": pool ", k_pool.shape_string(),
                   " has more than 2^31 slots");
@@ -366,8 +348,10 @@ class CudaBackend final : public Backend {
     constexpr size_t kMaxPartialBytes = size_t{128} << 20;
     const int64_t splits = (int64_t{batch.max_row_len} + cuda::kAttentionChunk - 1) / cuda::kAttentionChunk;
     const int64_t groups = (heads / kvh + cuda::kAttentionGroup - 1) / cuda::kAttentionGroup;
-    const size_t n = static_cast<size_t>(T) * static_cast<size_t>(heads) * static_cast<size_t>(std::max<int64_t>(splits, 1));
-    const size_t partial_bytes = n * (static_cast<size_t>(D) + 2) * sizeof(float) + static_cast<size_t>(T) * sizeof(int);
+    const size_t n =
+        static_cast<size_t>(T) * static_cast<size_t>(heads) * static_cast<size_t>(std::max<int64_t>(splits, 1));
+    const size_t partial_bytes =
+        n * (static_cast<size_t>(D) + 2) * sizeof(float) + static_cast<size_t>(T) * sizeof(int);
     if (splits > 1 && splits <= 65535 && T * kvh * groups < kSplitBelowBlocks && partial_bytes <= kMaxPartialBytes) {
       a.max_splits = static_cast<int>(splits);
       float* base = static_cast<float*>(scratch(partial_bytes));
@@ -401,7 +385,8 @@ class CudaBackend final : public Backend {
   // A recorded sequence as a CUDA graph. It holds while the backend's internal buffers
   // (scratch, cuBLASLt workspace) stay where they were when it was recorded.
   struct Recording final : RecordedCalls {
-    Recording(cudaStream_t s, std::shared_ptr<const uint64_t> gen) : stream(s), generation(std::move(gen)), at(*generation) {}
+    Recording(cudaStream_t s, std::shared_ptr<const uint64_t> gen)
+        : stream(s), generation(std::move(gen)), at(*generation) {}
     ~Recording() override {
       if (exec) cudaGraphExecDestroy(exec);
       if (graph) cudaGraphDestroy(graph);
@@ -450,15 +435,39 @@ class CudaBackend final : public Backend {
     return sh;
   }
 
+  // Checks rope's x [T, heads, head_dim] against positions [T] and inv_freq [head_dim / 2].
+  void check_rope(const char* op, const Tensor& x, const Tensor& positions, const Tensor& inv_freq) {
+    expect_dtype(x, DType::f32, op, "x");
+    expect_dtype(positions, DType::i32, op, "positions");
+    expect_dtype(inv_freq, DType::f32, op, "inv_freq");
+    SPECDEC_CHECK(x.rank == 3, op, ": x ", x.shape_string(), " must be [T, heads, head_dim]");
+    const int64_t T = x.dim(0), D = x.dim(2);
+    SPECDEC_CHECK(D % 2 == 0 && inv_freq.numel() == D / 2 && positions.numel() == T, op, ": x ", x.shape_string(),
+                  ", positions ", positions.shape_string(), ", inv_freq ", inv_freq.shape_string(), " disagree");
+  }
+
+  // Checks kv_write's k, v [T, kv_heads, head_dim] against the pools and batch.slots; returns
+  // the pools' element type.
+  ElemType check_kv_write(const char* op, const Tensor& k, const Tensor& v, const Tensor& k_pool,
+                          const Tensor& v_pool, const AttentionBatch& batch) {
+    expect_dtype(k, DType::f32, op, "k");
+    expect_dtype(v, DType::f32, op, "v");
+    expect_dtype(batch.slots, DType::i32, op, "batch.slots");
+    const ElemType pt = pool_type(k_pool, v_pool, op);
+    SPECDEC_CHECK(k.rank == 3 && v.numel() == k.numel() && v.dim(-1) == k.dim(-1), op, ": k ", k.shape_string(),
+                  " and v ", v.shape_string(), " must be [T, kv_heads, head_dim]");
+    SPECDEC_CHECK(k_pool.dim(2) == k.dim(1) && k_pool.dim(3) == k.dim(2), op, ": pool ", k_pool.shape_string(),
+                  " does not fit k ", k.shape_string());
+    SPECDEC_CHECK(batch.slots.numel() >= k.dim(0), op, ": batch.slots ", batch.slots.shape_string(),
+                  " has fewer than ", k.dim(0), " entries");
+    return pt;
+  }
+
   // The row-streaming kernel serves every M in batch-invariant mode, and one or two rows (where
   // it streams the weights fastest) in fast mode.
   bool rows_kernel(const LinearShape& sh) const { return invariant_ || sh.m <= kSmallM || sh.k == 0; }
 
-  void launch_rows(const Tensor& x, std::initializer_list<cuda::LinearSegment> segs, const LinearShape& sh,
-                   cuda::LinearEpilogue epilogue, const char* op) {
-    launch_rows(x, std::vector<cuda::LinearSegment>(segs), sh, epilogue, op);
-  }
-  void launch_rows(const Tensor& x, const std::vector<cuda::LinearSegment>& segs, const LinearShape& sh,
+  void launch_rows(const Tensor& x, std::span<const cuda::LinearSegment> segs, const LinearShape& sh,
                    cuda::LinearEpilogue epilogue, const char* op) {
     cuda::LinearRowsArgs a;
     a.x = x.ptr<float>();
