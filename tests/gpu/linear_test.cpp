@@ -102,6 +102,52 @@ TEST(GpuLinear, InvariantModeIsBatchInvariant) {
   }
 }
 
+// At M = 1 the linear streams each warp's rows straight from x in global memory, several rows per
+// warp when N exceeds what the device holds at once; its outputs must be the bits of the tiled
+// kernel that serves M = 2, for the plain, residual-add and SwiGLU forms alike.
+TEST(GpuLinear, SingleRowEqualsItsRowInAPairBits) {
+  SPECDEC_REQUIRE_GPU();
+  for (bool invariant : {true, false}) {
+    Backends b = make_backends(invariant);
+    Backend& g = *b.gpu;
+    struct Case {
+      int N, K;
+      DType wt;
+    };
+    for (const Case& c : {Case{20000, 256, DType::bf16}, Case{9000, 512, DType::f16}, Case{5000, 128, DType::f32},
+                          Case{72, 4096, DType::bf16}, Case{4100, 14336, DType::bf16}}) {
+      const std::string what = str_cat("N=", c.N, " K=", c.K, " ", dtype_name(c.wt), " invariant=", invariant);
+      const auto x = random_floats(2 * static_cast<size_t>(c.K), 400 + static_cast<uint32_t>(c.N));
+      Owned wa = upload(g, random_floats(static_cast<size_t>(c.N) * c.K, 401), c.wt, {c.N, c.K});
+      Owned wb = upload(g, random_floats(static_cast<size_t>(c.N) * c.K, 402), c.wt, {c.N, c.K});
+      Owned x1 = upload(g, std::vector<float>(x.begin(), x.begin() + c.K), DType::f32, {1, c.K});
+      Owned x2 = upload(g, x, DType::f32, {2, c.K});
+      const auto residual = random_floats(2 * static_cast<size_t>(c.N), 403);
+      Owned o1 = empty(g, DType::f32, {1, c.N}), o2 = empty(g, DType::f32, {2, c.N});
+
+      g.linear(x1.tensor, wa.tensor, nullptr, o1.tensor);
+      g.linear(x2.tensor, wa.tensor, nullptr, o2.tensor);
+      const auto plain1 = download(g, o1.tensor), plain2 = download(g, o2.tensor);
+      EXPECT_TRUE(bit_equal(plain1.data(), plain2.data(), c.N)) << what << " linear";
+      const auto cpu = run_linear(*b.cpu, std::vector<float>(x.begin(), x.begin() + c.K),
+                                  random_floats(static_cast<size_t>(c.N) * c.K, 401), nullptr, {1, c.N, c.K, c.wt, false});
+      EXPECT_LE(rel_error(plain1, cpu), 1e-5) << what << " against the CPU";
+
+      g.gated_linear(x1.tensor, wa.tensor, wb.tensor, o1.tensor);
+      g.gated_linear(x2.tensor, wa.tensor, wb.tensor, o2.tensor);
+      const auto gated1 = download(g, o1.tensor), gated2 = download(g, o2.tensor);
+      EXPECT_TRUE(bit_equal(gated1.data(), gated2.data(), c.N)) << what << " gated_linear";
+
+      Owned r1 = upload(g, std::vector<float>(residual.begin(), residual.begin() + c.N), DType::f32, {1, c.N});
+      Owned r2 = upload(g, residual, DType::f32, {2, c.N});
+      g.linear_add(x1.tensor, wa.tensor, nullptr, r1.tensor);
+      g.linear_add(x2.tensor, wa.tensor, nullptr, r2.tensor);
+      const auto add1 = download(g, r1.tensor), add2 = download(g, r2.tensor);
+      EXPECT_TRUE(bit_equal(add1.data(), add2.data(), c.N)) << what << " linear_add";
+    }
+  }
+}
+
 TEST(GpuLinear, RejectsMismatchedShapes) {
   SPECDEC_REQUIRE_GPU();
   Backends b = make_backends(true);

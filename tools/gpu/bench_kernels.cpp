@@ -117,6 +117,9 @@ void write_json(const std::string& path, const std::string& device, double copy_
 
 int run(int argc, char** argv) {
   const std::string json = argc > 1 ? argv[1] : "bench_kernels.json";
+  // --quick: fast mode only, batch-1 linears of every decode shape and the recorded decode
+  // steps at batch 1 and 8 (the loop of the decode-speed work, a few seconds).
+  const bool quick = argc > 2 && std::string(argv[2]) == "--quick";
   SPECDEC_CHECK(cuda_available(), "bench: no CUDA device");
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -133,6 +136,31 @@ int run(int argc, char** argv) {
               "tokens", "ms", "ms/token", "tokens/s", "GB", "GB/s", "of copy", "TFLOP/s", "of peak");
   std::printf("|%s|\n", std::string(150, '-').c_str());
   auto fast = cuda_backend(false);
+  if (quick) {
+    const int qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
+    for (auto [N, K] : {std::pair{qd + 2 * kvd, s.hidden}, std::pair{s.hidden, qd}, std::pair{2 * s.intermediate, s.hidden},
+                        std::pair{s.hidden, s.intermediate}, std::pair{s.vocab, s.hidden}}) {
+      results.push_back(linear_case(*fast, "fast", 1, N, K));
+      print_row(results.back(), copy_bw);
+    }
+    const int pool_blocks = 8 * ((context + s.block_size - 1) / s.block_size);
+    Weights w = make_weights(*fast, s, pool_blocks);
+    for (int B : {1, 8}) {
+      Step step(*fast, s, w, B, 1, context);
+      step.run();
+      const std::unique_ptr<RecordedCalls> graph = fast->record([&] { step.run(); });
+      SPECDEC_CHECK(graph, "the CUDA backend did not record the decode step");
+      Result r{"decode ctx " + std::to_string(context) + " graph", "fast", B, B, 0, 0, 0};
+      r.ms = time_ms(stream_of(*fast), [&] { SPECDEC_CHECK(graph->replay(), "recorded decode step went stale"); }, 3, 11);
+      const StepCost c = decode_cost(s, B, context);
+      r.bytes = c.bytes();
+      r.flops = c.flops;
+      results.push_back(r);
+      print_row(r, copy_bw);
+    }
+    write_json(json, prop.name, copy_bw, results, {});
+    return 0;
+  }
   for (auto* be : {inv.get(), fast.get()}) {
     const char* mode = be == inv.get() ? "invariant" : "fast";
     for (int M : {1, 2, 4, 8, 32, 128}) {

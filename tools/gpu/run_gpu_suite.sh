@@ -8,6 +8,8 @@
 #   8b       the 8B-shaped checkpoint and its benchmarks (needs a build from an earlier stage)
 #   perf     build, GPU kernel tests, 8B decode at batch 1..128, kernel benchmark, parity and
 #            identity, bundled benchmarks (the decode-speed work's loop, most telling first)
+#   launch   build, GPU kernel tests, the quick kernel benchmark with overlapped launches on
+#            and off (twice each, alternating), 8B decode, parity and identity
 # Usage: tools/gpu/run_gpu_suite.sh STAGE OUT_DIR [DEPS_PREFIX]
 # DEPS_PREFIX holds the headers and static libraries of the Debian packages specdec builds with
 # (nlohmann-json, CLI11, PCRE2, GoogleTest) when the host has no package manager.
@@ -129,6 +131,18 @@ case "$stage" in
     gpu_tests
     bench_bundled bench_bundled_invariant
     ;;
+  launch)
+    build specdec_cli test_gpu test_model test_engine
+    make_8b_in_background
+    run test_gpu "$build/test_gpu"
+    for pdl in 1 0 1 0; do
+      run "quick_pdl$pdl" env SPECDEC_CUDA_PDL="$pdl" SPECDEC_BUILD_DIR="$build" \
+        tools/gpu/build_and_bench.sh "$out/quick_pdl$pdl.json" --quick
+    done
+    wait "$maker"
+    bench_8b_decode 32
+    gpu_tests
+    ;;
   8b)
     run make_8b python3 tools/gpu/make_llama8b_shape.py "$model8b"
     bench_8b_decode 64
@@ -136,7 +150,7 @@ case "$stage" in
     bench_8b_invariant
     ;;
   *)
-    echo "unknown stage '$stage' (all, final, batched, test, perf or 8b)" >&2
+    echo "unknown stage '$stage' (all, final, batched, test, perf, launch or 8b)" >&2
     exit 2
     ;;
 esac

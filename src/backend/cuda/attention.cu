@@ -18,6 +18,7 @@ template <typename T>
 __global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, T* __restrict__ k_pool,
                                 T* __restrict__ v_pool, const int* __restrict__ slots, int width,
                                 int64_t pool_slots) {
+  enter_kernel();
   const int t = blockIdx.x;
   const int slot = slots[t];
   if (slot < 0 || slot >= pool_slots) return;
@@ -86,6 +87,7 @@ __device__ __forceinline__ int2 block_row_and_len(const AttentionArgs& a, int t,
 // at once, so a chunk costs about one memory round trip after the block table's.
 template <int D, typename T>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+  enter_kernel();
   constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
   static_assert(D % V == 0, "head_dim must be whole 16-byte vectors");
   constexpr int NV = D / V;                              // vectors per head row
@@ -303,6 +305,7 @@ constexpr int kMergeThreads = 128;
 constexpr int kMergeSplits = 256;  // (m, l) staged per round
 
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionArgs a) {
+  enter_kernel();
   constexpr int kBatch = 8;
   __shared__ float s_m[kMergeSplits], s_l[kMergeSplits];
   const int h = blockIdx.x, t = blockIdx.y, D = a.head_dim;
@@ -341,21 +344,21 @@ void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
   const bool split = a.partial_m != nullptr;
   const dim3 grid(a.kv_heads * group_blocks, a.tokens, split ? a.max_splits : 1);
   switch (a.head_dim) {
-    case 16: attention_kernel<16, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 32: attention_kernel<32, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 48: attention_kernel<48, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 64: attention_kernel<64, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 80: attention_kernel<80, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 96: attention_kernel<96, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 112: attention_kernel<112, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 128: attention_kernel<128, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 160: attention_kernel<160, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 192: attention_kernel<192, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 224: attention_kernel<224, T><<<grid, kThreads, 0, stream>>>(a); break;
-    case 256: attention_kernel<256, T><<<grid, kThreads, 0, stream>>>(a); break;
+    case 16: launch(attention_kernel<16, T>, grid, kThreads, 0, stream, a); break;
+    case 32: launch(attention_kernel<32, T>, grid, kThreads, 0, stream, a); break;
+    case 48: launch(attention_kernel<48, T>, grid, kThreads, 0, stream, a); break;
+    case 64: launch(attention_kernel<64, T>, grid, kThreads, 0, stream, a); break;
+    case 80: launch(attention_kernel<80, T>, grid, kThreads, 0, stream, a); break;
+    case 96: launch(attention_kernel<96, T>, grid, kThreads, 0, stream, a); break;
+    case 112: launch(attention_kernel<112, T>, grid, kThreads, 0, stream, a); break;
+    case 128: launch(attention_kernel<128, T>, grid, kThreads, 0, stream, a); break;
+    case 160: launch(attention_kernel<160, T>, grid, kThreads, 0, stream, a); break;
+    case 192: launch(attention_kernel<192, T>, grid, kThreads, 0, stream, a); break;
+    case 224: launch(attention_kernel<224, T>, grid, kThreads, 0, stream, a); break;
+    case 256: launch(attention_kernel<256, T>, grid, kThreads, 0, stream, a); break;
     default: return;  // rejected by the backend before launch
   }
-  if (split) attention_merge_kernel<<<dim3(a.heads, a.tokens), kMergeThreads, 0, stream>>>(a);
+  if (split) launch(attention_merge_kernel, dim3(a.heads, a.tokens), kMergeThreads, 0, stream, a);
 }
 
 }  // namespace
@@ -366,7 +369,7 @@ void launch_kv_write(const float* k, const float* v, void* k_pool, void* v_pool,
   if (tokens == 0) return;
   const int width = kv_heads * head_dim;
   SPECDEC_DISPATCH_ELEM(pool_type, T,
-                        kv_write_kernel<T><<<tokens, 256, 0, stream>>>(k, v, static_cast<T*>(k_pool),
+                        launch(kv_write_kernel<T>, tokens, 256, 0, stream, k, v, static_cast<T*>(k_pool),
                                                                        static_cast<T*>(v_pool), slots, width,
                                                                        pool_slots));
 }

@@ -8,8 +8,62 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace specdec::cuda {
+
+// ---- Overlapped launches (programmatic dependent launch, sm_90) ----
+// Every kernel here is started by launch(), which lets it begin while the kernel before it on the
+// stream is still finishing. So each kernel calls grid_dependency_wait() before it reads what an
+// earlier kernel wrote or writes what an earlier kernel reads; work before that point may only
+// touch memory no kernel writes (weights). allow_dependents() lets the next kernel be scheduled
+// now: its blocks start when there is room and wait in turn. Both are no-ops for a kernel
+// started without the attribute (SPECDEC_CUDA_PDL=0, or a launch outside launch()).
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Both, at the top of a kernel that has nothing to do before its inputs are ready. The next
+// kernel may be scheduled before this one's inputs are ready: its own wait still orders it after
+// this kernel's completion, and it only takes room this kernel's blocks are not using.
+__device__ __forceinline__ void enter_kernel() {
+  allow_dependents();
+  grid_dependency_wait();
+}
+
+// Whether kernels start overlapped (default) or strictly after the previous one
+// (SPECDEC_CUDA_PDL=0, for debugging and for measuring what the overlap buys).
+inline bool overlapped_launches() {
+  static const bool on = [] {
+    const char* v = std::getenv("SPECDEC_CUDA_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the previous kernel's tail
+// (see grid_dependency_wait). Errors are left for the caller's launch check (cudaGetLastError).
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = overlapped_launches() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }

@@ -9,6 +9,7 @@ namespace {
 template <typename T>
 __global__ void embedding_kernel(const T* __restrict__ table, const int* __restrict__ ids, float* __restrict__ out,
                                  int hidden, int vocab) {
+  enter_kernel();
   const int t = blockIdx.x;
   const int id = ids[t];
   const bool valid = id >= 0 && id < vocab;
@@ -19,6 +20,7 @@ __global__ void embedding_kernel(const T* __restrict__ table, const int* __restr
 
 template <typename T>
 __global__ void rms_norm_kernel(const float* __restrict__ x, const T* __restrict__ w, float eps, float* out, int dim) {
+  enter_kernel();
   __shared__ float scratch[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* o = out + static_cast<int64_t>(blockIdx.x) * dim;
@@ -32,6 +34,7 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const T* __restrict
 
 __global__ void rope_kernel(float* x, const int* __restrict__ positions, const float* __restrict__ inv_freq,
                             float scaling, int heads, int head_dim) {
+  enter_kernel();
   const int t = blockIdx.x;
   const int half = head_dim / 2;
   const float pos = static_cast<float>(positions[t]);
@@ -54,6 +57,7 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict
                                      const int* __restrict__ positions, const float* __restrict__ inv_freq,
                                      float scaling, int heads, int kv_heads, int head_dim, T* __restrict__ k_pool,
                                      T* __restrict__ v_pool, const int* __restrict__ slots, int64_t pool_slots) {
+  enter_kernel();
   const int t = blockIdx.x;
   const int half = head_dim / 2;
   const float pos = static_cast<float>(positions[t]);
@@ -75,6 +79,7 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float g = gate[i];
@@ -83,6 +88,7 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
 }
 
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = a[i] + b[i];
@@ -91,6 +97,7 @@ __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n
 template <typename U>
 __global__ void gather_kernel(const U* __restrict__ x, const int* __restrict__ indices, U* __restrict__ out,
                               int64_t row_elems, int x_rows) {
+  enter_kernel();
   const int i = blockIdx.x;
   const int src = indices[i];
   const bool valid = src >= 0 && src < x_rows;
@@ -108,6 +115,7 @@ __device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi)
 }
 
 __global__ void argmax_kernel(const float* __restrict__ logits, int* __restrict__ out, int vocab) {
+  enter_kernel();
   __shared__ float sv[32];
   __shared__ int si[32];
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
@@ -151,12 +159,14 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int* __restrict_
 
 template <typename T>
 __global__ void convert_kernel(const float* __restrict__ x, T* __restrict__ out, int64_t n) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = from_float<T>(x[i]);
 }
 
 __global__ void add_bias_kernel(float* out, const float* __restrict__ bias, int64_t n, int cols) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] += bias[i % cols];
@@ -168,7 +178,7 @@ void launch_embedding(const void* table, ElemType type, const int* ids, float* o
                       int vocab, cudaStream_t stream) {
   if (tokens == 0) return;
   SPECDEC_DISPATCH_ELEM(type, T,
-                        embedding_kernel<T><<<tokens, 256, 0, stream>>>(static_cast<const T*>(table), ids, out,
+                        launch(embedding_kernel<T>, tokens, 256, 0, stream, static_cast<const T*>(table), ids, out,
                                                                         hidden, vocab));
 }
 
@@ -176,13 +186,13 @@ void launch_rms_norm(const float* x, const void* weight, ElemType type, float ep
                      cudaStream_t stream) {
   if (rows == 0) return;
   SPECDEC_DISPATCH_ELEM(type, T,
-                        rms_norm_kernel<T><<<rows, 256, 0, stream>>>(x, static_cast<const T*>(weight), eps, out, dim));
+                        launch(rms_norm_kernel<T>, rows, 256, 0, stream, x, static_cast<const T*>(weight), eps, out, dim));
 }
 
 void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,
                  int head_dim, cudaStream_t stream) {
   if (tokens == 0) return;
-  rope_kernel<<<tokens, 256, 0, stream>>>(x, positions, inv_freq, scaling, heads, head_dim);
+  launch(rope_kernel, tokens, 256, 0, stream, x, positions, inv_freq, scaling, heads, head_dim);
 }
 
 void launch_rope_kv_write(float* q, float* k, const float* v, const int* positions, const float* inv_freq,
@@ -191,51 +201,51 @@ void launch_rope_kv_write(float* q, float* k, const float* v, const int* positio
                           cudaStream_t stream) {
   if (tokens == 0) return;
   SPECDEC_DISPATCH_ELEM(pool_type, T,
-                        rope_kv_write_kernel<T><<<tokens, 256, 0, stream>>>(
+                        launch(rope_kv_write_kernel<T>, tokens, 256, 0, stream, 
                             q, k, v, positions, inv_freq, scaling, heads, kv_heads, head_dim, static_cast<T*>(k_pool),
                             static_cast<T*>(v_pool), slots, pool_slots));
 }
 
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  silu_mul_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(gate, up, out, n);
+  launch(silu_mul_kernel, blocks_for(n, 256), 256, 0, stream, gate, up, out, n);
 }
 
 void launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  add_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(a, b, out, n);
+  launch(add_kernel, blocks_for(n, 256), 256, 0, stream, a, b, out, n);
 }
 
 void launch_gather_rows(const void* x, const int* indices, void* out, int count, int64_t row_bytes, int x_rows,
                         cudaStream_t stream) {
   if (count == 0) return;
   if (row_bytes % 4 == 0) {
-    gather_kernel<uint32_t><<<count, 256, 0, stream>>>(static_cast<const uint32_t*>(x), indices,
+    launch(gather_kernel<uint32_t>, count, 256, 0, stream, static_cast<const uint32_t*>(x), indices,
                                                        static_cast<uint32_t*>(out), row_bytes / 4, x_rows);
   } else if (row_bytes % 2 == 0) {
-    gather_kernel<uint16_t><<<count, 256, 0, stream>>>(static_cast<const uint16_t*>(x), indices,
+    launch(gather_kernel<uint16_t>, count, 256, 0, stream, static_cast<const uint16_t*>(x), indices,
                                                        static_cast<uint16_t*>(out), row_bytes / 2, x_rows);
   } else {
-    gather_kernel<uint8_t><<<count, 256, 0, stream>>>(static_cast<const uint8_t*>(x), indices,
+    launch(gather_kernel<uint8_t>, count, 256, 0, stream, static_cast<const uint8_t*>(x), indices,
                                                       static_cast<uint8_t*>(out), row_bytes, x_rows);
   }
 }
 
 void launch_argmax(const float* logits, int* out, int rows, int vocab, cudaStream_t stream) {
   if (rows == 0) return;
-  argmax_kernel<<<rows, 1024, 0, stream>>>(logits, out, vocab);
+  launch(argmax_kernel, rows, 1024, 0, stream, logits, out, vocab);
 }
 
 void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   SPECDEC_DISPATCH_ELEM(type, T,
-                        convert_kernel<T><<<blocks_for(n, 256), 256, 0, stream>>>(x, static_cast<T*>(out), n));
+                        launch(convert_kernel<T>, blocks_for(n, 256), 256, 0, stream, x, static_cast<T*>(out), n));
 }
 
 void launch_add_bias(float* out, const float* bias, int rows, int cols, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(rows) * cols;
   if (n == 0) return;
-  add_bias_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, bias, n, cols);
+  launch(add_bias_kernel, blocks_for(n, 256), 256, 0, stream, out, bias, n, cols);
 }
 
 }  // namespace specdec::cuda

@@ -77,6 +77,7 @@ __device__ __forceinline__ LinearSegment segment_of(const LinearRowsArgs& a, int
 // bandwidth for a 14336 x 4096 bf16 weight at M = 1.)
 template <typename W, int MT, int C, int RR, bool kVec, LinearEpilogue E>
 __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a, int n_total, int kc) {
+  enter_kernel();
   extern __shared__ float4 smem_raw[];
   float* xs = reinterpret_cast<float*>(smem_raw);  // [MT][kc]
   constexpr int V = kVec ? Vec16<W>::n : 1;
@@ -213,7 +214,7 @@ void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   const int k_round = (a.K + 255) / 256 * 256;
   if (kc > k_round) kc = k_round;
   const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
-  linear_rows_kernel<W, MT, C, RR, kVec, E><<<grid, kThreads, smem, stream>>>(a, n_total, kc);
+  launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, grid, kThreads, smem, stream, a, n_total, kc);
 }
 
 template <typename W, int MT, LinearEpilogue E>
