@@ -166,11 +166,12 @@ void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite,
     RunResult r = run_batch(s, prompts, o.gen_tokens, "", 0);
     const double prefill_tps = r.prompt_tokens / std::max(1e-9, r.max_ttft);
     const double decode_tps = r.decode_tokens / std::max(1e-9, r.max_decode);
-    // bytes one decode step reads: all weights once, plus each row's KV at its mean context
+    // bytes one decode step reads: the weights once (of an untied embedding table only the
+    // step's rows), plus each row's KV at its mean context
     const double mean_ctx = o.prompt_tokens + o.gen_tokens / 2.0;
     const double kv_bytes = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim *
                             dtype_size(s.backend->kv_dtype()) * mean_ctx * b;
-    const double step_bytes = double(s.model->weight_bytes()) + kv_bytes;
+    const double step_bytes = double(s.model->step_weight_bytes(b)) + kv_bytes;
     const double steps_per_s = decode_tps / b;
     const double fraction = step_bytes * steps_per_s / bandwidth;
     std::printf("%6d %14.1f %14.1f %10.1f %12.2f\n", b, prefill_tps, decode_tps, r.max_ttft * 1e3, fraction);
@@ -178,8 +179,9 @@ void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite,
                     {"ttft_ms", r.max_ttft * 1e3}, {"bytes_per_step", step_bytes},
                     {"bandwidth_fraction", fraction}});
   }
-  std::printf("measured %s bandwidth %.1f GB/s; weights %.1f MB\n", gpu ? "device copy" : "host read",
-              bandwidth / 1e9, s.model->weight_bytes() / 1e6);
+  std::printf("measured %s bandwidth %.1f GB/s; weights %.1f MB, read per batch-1 step %.1f MB\n",
+              gpu ? "device copy" : "host read", bandwidth / 1e9, s.model->weight_bytes() / 1e6,
+              s.model->step_weight_bytes(1) / 1e6);
   report["plain"] = {{"device", s.backend->name()}, {"bandwidth_bytes_per_s", bandwidth},
                      {"bandwidth_kind", gpu ? "device-to-device copy, read + write" : "host read"},
                      {"weight_bytes", s.model->weight_bytes()}, {"prompt_tokens", o.prompt_tokens},

@@ -125,6 +125,12 @@ LlamaModel::LlamaModel(ModelConfig config, WeightStore store, Backend& backend)
   attn_scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 }
 
+size_t LlamaModel::step_weight_bytes(int tokens) const {
+  if (config_.tie_word_embeddings) return weight_bytes_;  // the LM head streams the whole table
+  const size_t row = embed_.bytes() / static_cast<size_t>(embed_.dim(0));
+  return weight_bytes_ - embed_.bytes() + std::min(embed_.bytes(), row * static_cast<size_t>(tokens));
+}
+
 Tensor LlamaModel::bind(const std::string& name) {
   const Tensor& host = store_.get(name);
   parameter_count_ += static_cast<size_t>(host.numel());

@@ -27,6 +27,7 @@ class LlamaModel {
   Backend& backend() const { return backend_; }
   size_t parameter_count() const { return parameter_count_; }
   size_t weight_bytes() const { return weight_bytes_; }
+  size_t step_weight_bytes(int tokens) const;
 
   // Runs a validated plan; fills result (logits or, with argmax_only, their argmax; taps) and
   // writes the rows' K/V into the cache. Does not change the cache's lengths.

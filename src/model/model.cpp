@@ -23,6 +23,7 @@ const ModelConfig& Model::config() const { return impl_->config(); }
 Backend& Model::backend() const { return impl_->backend(); }
 size_t Model::parameter_count() const { return impl_->parameter_count(); }
 size_t Model::weight_bytes() const { return impl_->weight_bytes(); }
+size_t Model::step_weight_bytes(int tokens) const { return impl_->step_weight_bytes(tokens); }
 
 std::unique_ptr<KvCache> Model::make_cache(int num_blocks) const {
   const ModelConfig& c = config();

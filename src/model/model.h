@@ -57,6 +57,10 @@ class Model {
   Backend& backend() const;
   size_t parameter_count() const;
   size_t weight_bytes() const;
+  // Bytes of weights one forward over `tokens` tokens reads: every weight once, except an
+  // embedding table that is not also the LM head, of which only the tokens' rows are read.
+  // The numerator of a decode step's bandwidth figure.
+  size_t step_weight_bytes(int tokens) const;
   // A KV cache shaped for this model, with num_blocks blocks of 16 positions.
   std::unique_ptr<KvCache> make_cache(int num_blocks) const;
 

@@ -200,6 +200,10 @@ TEST_F(ForwardApi, ReportsTheModelItLoaded) {
   const size_t per_layer = H * q + 2 * H * kv + q * H + 3 * H * I + 2 * H;
   EXPECT_EQ(model->parameter_count(), 2 * V * H + H + 2 * per_layer);
   EXPECT_EQ(model->weight_bytes(), model->parameter_count() * 4);  // f32 fixture
+  // Untied: a step over 3 tokens reads 3 rows of the embedding table, not all V.
+  ASSERT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(model->step_weight_bytes(3), model->weight_bytes() - (V - 3) * H * 4);
+  EXPECT_EQ(model->step_weight_bytes(100000), model->weight_bytes());
   auto cache = model->make_cache(3);
   EXPECT_EQ(cache->total_blocks(), 3);
   EXPECT_EQ(cache->num_layers(), 2);
