@@ -331,11 +331,13 @@ bool Engine::step() {
 
   // A row whose token depends on nothing but its logits and its (seed, position) key needs only
   // that token at each window position: no penalties or bias, and exact verification (rejection
-  // mode weighs p against q on the host, unless there are no drafts to weigh). When every
-  // decoding row is such a row, the backend draws the tokens and the logits never leave it.
+  // mode weighs p against q on the host, unless there are no drafts to weigh or it is greedy,
+  // where it is exact matching). When every decoding row is such a row, the backend draws the
+  // tokens and the logits never leave it.
   const bool on_backend = options_.sample_on_backend && std::all_of(plans.begin(), plans.end(), [](const Plan& p) {
-    return !p.decode || (p.row->req.sampling.logits_only() &&
-                         (p.row->req.spec.mode == SpecMode::exact || p.proposal.tokens.empty()));
+    const SamplingParams& s = p.row->req.sampling;
+    const bool exact = p.row->req.spec.mode == SpecMode::exact || p.proposal.tokens.empty() || s.greedy();
+    return !p.decode || (s.logits_only() && exact);
   });
   if (on_backend) {
     for (size_t r = 0; r < plans.size(); ++r) {
