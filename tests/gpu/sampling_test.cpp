@@ -99,11 +99,14 @@ TEST(GpuSample, BatchInvariantAndDeterministic) {
     Batch reversed = batch;
     for (size_t r = 0; r < batch.size(); ++r) {
       const size_t from = batch.size() - 1 - r;
-      std::copy(batch.row(from).begin(), batch.row(from).end(), reversed.logits.begin() + static_cast<ptrdiff_t>(r * V));
+      const std::span<const float> row = batch.row(from);
+      std::copy(row.begin(), row.end(), reversed.logits.begin() + static_cast<ptrdiff_t>(r * V));
       reversed.rows[r] = batch.rows[from];
     }
     const std::vector<int32_t> back = device_sample(*b.gpu, reversed);
-    for (size_t r = 0; r < batch.size(); ++r) ASSERT_EQ(back[r], all[batch.size() - 1 - r]) << "V " << V << " row " << r;
+    for (size_t r = 0; r < batch.size(); ++r) {
+      ASSERT_EQ(back[r], all[batch.size() - 1 - r]) << "V " << V << " row " << r;
+    }
   }
 }
 

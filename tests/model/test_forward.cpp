@@ -319,8 +319,10 @@ TEST(ForwardSampling, TokensAreDrawnFromTheLogitsWithEachRowsKey) {
   const ForwardResult logits = model->forward(full, *cache);
   const ForwardResult selected = model->forward(drawn, *cache);
   ASSERT_EQ(selected.tokens.size(), 3u);
-  for (size_t i = 0; i < 3; ++i)
-    expect_drawn(logits.logits_row(static_cast<int>(i)), drawn.sampling[i], selected.tokens[i], "row " + std::to_string(i));
+  for (size_t i = 0; i < 3; ++i) {
+    expect_drawn(logits.logits_row(static_cast<int>(i)), drawn.sampling[i], selected.tokens[i],
+                 "row " + std::to_string(i));
+  }
 
   // Decode steps, one sequence returning logits and one its tokens, each step at a new position.
   const auto c = cache->create(), d = cache->create();
