@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "sampling/sample_row.h"
 
 namespace specdec {
 
@@ -97,6 +98,15 @@ class Backend {
 
   // out[i] = argmax of logits[i, :] (lowest index on ties). logits [n, V] f32, out [n] i32.
   virtual void argmax(const Tensor& logits, const Tensor& out) = 0;
+  // out[i] = the token row i draws under rows[i]: specdec::sample(logits[i, :], rows[i]) (greedy
+  // rows take the argmax; otherwise temperature, top-k, top-p, min-p, then the inverse CDF in id
+  // order at the row's Philox uniform). logits [n, V] f32; rows [n, kSampleRowWords] i32 holding
+  // n valid SampleRows (validate()); out [n] i32. The rows live in this backend's memory, so a
+  // recorded call reads whatever was written into them before the replay. A host backend gives
+  // exactly sample()'s tokens and throws where it throws (a NaN logit, no finite logit); a device
+  // backend writes -1 for such a row instead, and may differ from sample() only where the draw
+  // falls within rounding of a CDF or filter boundary (its float sums round differently).
+  virtual void sample(const Tensor& logits, const Tensor& rows, const Tensor& out) = 0;
 
   // ---- Fused forms of the calls above. Each has the numerics of the composition it names
   // (every output is the same dot product, rounded the same way), so a backend may override it

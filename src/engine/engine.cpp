@@ -329,11 +329,24 @@ bool Engine::step() {
     request.rows.push_back(std::move(in));
   }
 
-  // Rows that take the argmax of the raw logits need only that: when every decoding row does,
-  // the backend selects it and the logits never leave it.
-  request.argmax_only = std::all_of(plans.begin(), plans.end(), [](const Plan& p) {
-    return !p.decode || p.row->req.sampling.selects_argmax();
+  // A row whose token depends on nothing but its logits and its (seed, position) key needs only
+  // that token at each window position: no penalties or bias, and exact verification (rejection
+  // mode weighs p against q on the host, unless there are no drafts to weigh or it is greedy,
+  // where it is exact matching). When every decoding row is such a row, the backend draws the
+  // tokens and the logits never leave it.
+  const bool on_backend = options_.sample_on_backend && std::all_of(plans.begin(), plans.end(), [](const Plan& p) {
+    const SamplingParams& s = p.row->req.sampling;
+    const bool exact = p.row->req.spec.mode == SpecMode::exact || p.proposal.tokens.empty() || s.greedy();
+    return !p.decode || (s.logits_only() && exact);
   });
+  if (on_backend) {
+    for (size_t r = 0; r < plans.size(); ++r) {
+      if (!plans[r].decode) continue;
+      const Row& row = *plans[r].row;
+      for (size_t j = 0; j < request.rows[r].logits_at.size(); ++j)
+        request.sampling.push_back(sample_row(row.req.sampling, static_cast<uint64_t>(row.pending_pos + 1) + j));
+    }
+  }
 
   // 3. One target forward.
   const auto t0 = Clock::now();
@@ -364,9 +377,9 @@ bool Engine::step() {
     const auto tv = Clock::now();
     const size_t width = static_cast<size_t>(k + 1);
     VerifyResult verdict;
-    if (request.argmax_only) {
-      verdict = verify_greedy(std::span<const int32_t>(out.argmax).subspan(static_cast<size_t>(first), width),
-                              p.proposal.tokens);
+    if (on_backend) {
+      verdict = verify_exact(std::span<const int32_t>(out.tokens).subspan(static_cast<size_t>(first), width),
+                             p.proposal.tokens);
     } else {
       const std::span<const float> window(out.logits_row(first), static_cast<size_t>(out.vocab) * width);
       const TokenHistory history{prompt, generated};

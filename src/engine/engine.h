@@ -28,6 +28,9 @@ struct EngineOptions {
   size_t kv_memory = 1ull << 30;
   int max_rows = 64;            // rows decoding or prefilling at once
   int max_batch_tokens = 512;   // tokens in one target forward (prefill chunks fill what decode leaves)
+  // Draw tokens where the logits were computed when every decoding row allows it (see step()).
+  // false: the host draws every token from copied logits (the reference path, for comparisons).
+  bool sample_on_backend = true;
 };
 
 class Engine {

@@ -5,8 +5,9 @@
 
 #include <algorithm>
 #include <array>
-#include <functional>
 #include <cmath>
+#include <cstring>
+#include <functional>
 
 #include "core/error.h"
 
@@ -40,9 +41,10 @@ class Carver {
 
 Carver carve(const Buffer& b) { return Carver(b.data(), b.bytes(), b.device()); }
 
-// The plan's i32 arrays, packed so that one copy uploads them all.
+// The plan's i32 arrays and the output rows' SampleRows, packed so that one copy uploads them
+// all (before a recorded step is replayed, too: its sample call reads them from here).
 struct MetaViews {
-  Tensor ids, positions, slots, row_starts, row_lens, block_table, out_index;
+  Tensor ids, positions, slots, row_starts, row_lens, block_table, out_index, sample_rows;
   MetaViews(Carver& m, const ForwardPlan& p)
       : ids(m.take(DType::i32, {p.tokens})),
         positions(m.take(DType::i32, {p.tokens})),
@@ -50,7 +52,8 @@ struct MetaViews {
         row_starts(m.take(DType::i32, {p.rows + 1})),
         row_lens(m.take(DType::i32, {p.rows})),
         block_table(m.take(DType::i32, {p.rows, p.max_blocks})),
-        out_index(m.take(DType::i32, {std::max(p.outputs, 1)})) {}
+        out_index(m.take(DType::i32, {std::max(p.outputs, 1)})),
+        sample_rows(m.take(DType::i32, {std::max(p.outputs, 1), kSampleRowWords})) {}
 };
 
 // Per-token activations of one forward.
@@ -66,14 +69,15 @@ struct ActivationViews {
         gate(a.take(DType::f32, {T, c.intermediate_size})) {}
 };
 
-// Per-output rows: the final normed hidden (LM head input), the logits, and tapped hiddens.
+// Per-output rows: the final normed hidden (LM head input), the logits, the tokens selected
+// from them, and tapped hiddens.
 struct OutputViews {
-  Tensor final_hidden, logits, argmax;
+  Tensor final_hidden, logits, tokens;
   std::vector<Tensor> taps;
   OutputViews(Carver& o, const ModelConfig& c, int64_t N, size_t tap_count)
       : final_hidden(o.take(DType::f32, {N, c.hidden_size})),
         logits(o.take(DType::f32, {N, c.vocab_size})),
-        argmax(o.take(DType::i32, {N})) {
+        tokens(o.take(DType::i32, {N})) {
     for (size_t j = 0; j < tap_count; ++j) taps.push_back(o.take(DType::f32, {N, c.hidden_size}));
   }
 };
@@ -173,8 +177,8 @@ ForwardPlan LlamaModel::padded_for_replay(const ForwardPlan& plan) {
   return p;
 }
 
-void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_layers, bool argmax_only,
-                         KvCache& cache, ForwardResult& result) {
+void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_layers,
+                         std::span<const SampleRow> sampling, KvCache& cache, ForwardResult& result) {
   // Decode steps (one token and one returned row per sequence, no taps) are replayed from a
   // recording of their calls where the backend can record; everything else runs call by call.
   const bool replayable =
@@ -186,6 +190,11 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
   const int64_t H = c.hidden_size, V = c.vocab_size;
   const int64_t nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
   const size_t taps = tap_layers.size();
+  const bool all_greedy =
+      std::all_of(sampling.begin(), sampling.end(), [](const SampleRow& r) { return r.temperature == 0.0f; });
+  const Selection selection =
+      sampling.empty() ? Selection::logits : (all_greedy ? Selection::argmax : Selection::sample);
+  const bool selects = selection != Selection::logits;
 
   // Sizes a scratch buffer for a layout (growing it if needed), then lays the views out in it.
   auto scratch = [this](Buffer& buffer, auto make) {
@@ -209,6 +218,7 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
   put(plan.row_lens, host.row_lens);
   put(plan.block_table, host.block_table);
   put(plan.out_index, host.out_index);
+  if (!sampling.empty()) std::memcpy(host.sample_rows.data, sampling.data(), sampling.size_bytes());
   const int64_t meta_elems = static_cast<int64_t>(meta_host_.size());
   backend_.copy(Tensor(meta_host_.data(), DType::i32, {meta_elems}),
                 Tensor(meta_.data(), DType::i32, {meta_elems}, meta_.device()));
@@ -234,8 +244,8 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
   result.vocab = static_cast<int>(V);
   result.hidden = static_cast<int>(H);
   result.row_offsets = plan.row_offsets;
-  result.logits.assign(argmax_only ? 0 : static_cast<size_t>(N * V), 0.0f);
-  result.argmax.assign(argmax_only ? static_cast<size_t>(N) : 0, 0);
+  result.logits.assign(selects ? 0 : static_cast<size_t>(N * V), 0.0f);
+  result.tokens.assign(selects ? static_cast<size_t>(N) : 0, 0);
   result.taps.assign(taps, std::vector<float>(static_cast<size_t>(N * H), 0.0f));
   // Copies the hidden at the returned positions into every tap that asked for this layer.
   // `gathered`: source already holds only those rows.
@@ -291,12 +301,14 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
       backend_.rms_norm(g, final_norm_, eps, g);
       tap(c.num_layers, g, true);
       backend_.linear(g, lm_head_, nullptr, out.logits.rows(0, N));
-      if (argmax_only) backend_.argmax(out.logits.rows(0, N), out.argmax.rows(0, N));
+      if (selection == Selection::argmax) backend_.argmax(out.logits.rows(0, N), out.tokens.rows(0, N));
+      if (selection == Selection::sample)
+        backend_.sample(out.logits.rows(0, N), meta.sample_rows.rows(0, N), out.tokens.rows(0, N));
     }
   };
 
   if (replayable) {
-    ReplayKey key{plan.rows, plan.max_blocks, plan.max_row_len, argmax_only, cache.total_blocks(), {}};
+    ReplayKey key{plan.rows, plan.max_blocks, plan.max_row_len, selection, cache.total_blocks(), {}};
     for (int i = 0; i < c.num_layers; ++i) {
       key.pools.push_back(cache.k_pool(i).data);
       key.pools.push_back(cache.v_pool(i).data);
@@ -305,12 +317,17 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
   } else {
     decoder();
   }
-  if (N > 0 && argmax_only) {
-    backend_.copy(out.argmax.rows(0, N), Tensor(result.argmax.data(), DType::i32, {N}));
+  if (N > 0 && selects) {
+    backend_.copy(out.tokens.rows(0, N), Tensor(result.tokens.data(), DType::i32, {N}));
   } else if (N > 0) {
     backend_.copy(out.logits.rows(0, N), Tensor(result.logits.data(), DType::f32, {N, V}));
   }
   backend_.synchronize();
+  // A device backend marks the rows the host sampler would have refused with -1.
+  for (size_t i = 0; i < result.tokens.size(); ++i) {
+    SPECDEC_CHECK(result.tokens[i] >= 0, "sampling: returned row ", i, " has no token to draw (its logits hold a ",
+                  "NaN, or no finite value at temperature ", sampling[i].temperature, ")");
+  }
 }
 
 void LlamaModel::replay_or_run(const ReplayKey& key, const std::function<void()>& calls) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -29,10 +30,10 @@ class LlamaModel {
   size_t weight_bytes() const { return weight_bytes_; }
   size_t step_weight_bytes(int tokens) const;
 
-  // Runs a validated plan; fills result (logits or, with argmax_only, their argmax; taps) and
-  // writes the rows' K/V into the cache. Does not change the cache's lengths.
-  void forward(const ForwardPlan& plan, const std::vector<int>& tap_layers, bool argmax_only, KvCache& cache,
-               ForwardResult& result);
+  // Runs a validated plan; fills result (logits, or with `sampling` the tokens drawn from them;
+  // taps) and writes the rows' K/V into the cache. Does not change the cache's lengths.
+  void forward(const ForwardPlan& plan, const std::vector<int>& tap_layers, std::span<const SampleRow> sampling,
+               KvCache& cache, ForwardResult& result);
 
  private:
   struct Layer {
@@ -51,10 +52,14 @@ class LlamaModel {
   // Moving a buffer drops the recordings that point into it.
   void ensure(Buffer& buffer, size_t bytes);
 
+  // What a forward returns per output row: its logits, or its token, taken by Backend::argmax
+  // when every row is greedy and by Backend::sample otherwise.
+  enum class Selection : uint8_t { logits, argmax, sample };
+
   // Decode steps of one shape share a recording of their backend calls.
   struct ReplayKey {
     int rows = 0, max_blocks = 0, max_row_len = 0;
-    bool argmax_only = false;
+    Selection selection = Selection::logits;
     // The cache a recording writes into, by its memory: every pool's address and the pool size
     // (a later cache may reuse an earlier one's addresses, but then it is the same memory).
     int pool_blocks = 0;

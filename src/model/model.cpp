@@ -33,7 +33,7 @@ std::unique_ptr<KvCache> Model::make_cache(int num_blocks) const {
 ForwardResult Model::forward(const ForwardRequest& request, KvCache& cache) {
   const ForwardPlan plan = plan_forward(request, cache, config());
   ForwardResult result;
-  impl_->forward(plan, request.tap_layers, request.argmax_only, cache, result);
+  impl_->forward(plan, request.tap_layers, request.sampling, cache, result);
   for (size_t r = 0; r < request.rows.size(); ++r)
     cache.set_length(request.rows[r].seq, plan.row_lens[r]);
   return result;

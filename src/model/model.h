@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
+#include "sampling/sample_row.h"
 
 namespace specdec {
 
@@ -26,16 +27,18 @@ struct ForwardRequest {
   // Hidden states returned at the logits_at positions: i in [0, L) = residual stream after
   // layer i; L = the final normed hidden (the LM head's input).
   std::vector<int> tap_layers;
-  // Greedy selection on the backend: the logits stay where they were computed and only each
-  // returned row's argmax (lowest index among equal maxima) comes back, in ForwardResult::argmax.
-  bool argmax_only = false;
+  // Token selection on the backend. Empty: the logits come back. Otherwise one SampleRow per
+  // returned row (every row's logits_at, in request order): the logits stay where they were
+  // computed, the backend draws each row's token (Backend::sample; greedy rows take the argmax)
+  // and only the tokens come back, in ForwardResult::tokens.
+  std::vector<SampleRow> sampling = {};  // (the initializer lets brace-initialised requests omit it)
 };
 
 struct ForwardResult {
   int vocab = 0;
   int hidden = 0;
-  std::vector<float> logits;             // [total logits_at, vocab], rows in request order; empty with argmax_only
-  std::vector<int32_t> argmax;           // [total logits_at] with argmax_only, else empty
+  std::vector<float> logits;             // [total logits_at, vocab], rows in request order; empty when sampling
+  std::vector<int32_t> tokens;           // [total logits_at] drawn per ForwardRequest::sampling, else empty
   std::vector<int> row_offsets;          // size rows+1: row r's logits rows are [row_offsets[r], row_offsets[r+1])
   std::vector<std::vector<float>> taps;  // per tap layer: [total logits_at, hidden]
 

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "sampling/sampling.h"
 
 namespace specdec {
 
@@ -58,6 +59,17 @@ ForwardPlan plan_forward(const ForwardRequest& request, const KvCache& cache, co
     plan.max_blocks = std::max(plan.max_blocks, (static_cast<int>(end) + plan.block_size - 1) / plan.block_size);
     plan.tokens += n;
     plan.outputs += static_cast<int>(row.logits_at.size());
+  }
+
+  SPECDEC_CHECK(request.sampling.empty() || request.sampling.size() == static_cast<size_t>(plan.outputs),
+                "forward request: ", request.sampling.size(), " sampling rows for ", plan.outputs,
+                " returned rows (one each, or none for logits)");
+  for (size_t i = 0; i < request.sampling.size(); ++i) {
+    try {
+      validate(request.sampling[i]);
+    } catch (const Error& e) {
+      fail("forward request: sampling row ", i, ": ", e.what());
+    }
   }
 
   const size_t T = static_cast<size_t>(plan.tokens);

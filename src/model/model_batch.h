@@ -32,8 +32,8 @@ struct ForwardPlan {
 
 // Checks the request: at least one row; no row without tokens; no sequence twice; token ids in
 // [0, vocab); logits_at inside the row; the sequence fits max_position; KV reserved for
-// length + n; tap layers in [0, num_layers]; the cache shaped for this model. Throws Error
-// naming the row and the limit.
+// length + n; tap layers in [0, num_layers]; the cache shaped for this model; no sampling rows
+// or one valid SampleRow per returned row. Throws Error naming the row and the limit.
 ForwardPlan plan_forward(const ForwardRequest& request, const KvCache& cache, const ModelConfig& config);
 
 }  // namespace specdec

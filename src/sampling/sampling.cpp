@@ -29,6 +29,16 @@ std::vector<int32_t> sorted_copy(std::span<const int32_t> tokens) {
   return out;
 }
 
+SamplingParams params_of(const SampleRow& row) {
+  SamplingParams p;
+  p.temperature = row.temperature;
+  p.top_k = row.top_k;
+  p.top_p = row.top_p;
+  p.min_p = row.min_p;
+  p.seed = row.seed;
+  return p;
+}
+
 }  // namespace
 
 void SamplingParams::validate(int64_t vocab_size) const {
@@ -265,6 +275,18 @@ int32_t sample(std::span<const float> logits, const SamplingParams& params,
   if (params.greedy()) return argmax(p);
   return sample_from_weights(
       p, uniform01(params.seed, position, static_cast<uint32_t>(RandomStream::token)));
+}
+
+SampleRow sample_row(const SamplingParams& params, uint64_t position) {
+  SPECDEC_CHECK(params.logits_only(), "sampling: a row with penalties or a logit bias reads more than its logits ",
+                "and has no SampleRow");
+  return SampleRow{params.temperature, params.top_k, params.top_p, params.min_p, params.seed, position};
+}
+
+void validate(const SampleRow& row) { params_of(row).validate(); }
+
+int32_t sample(std::span<const float> logits, const SampleRow& row) {
+  return sample(logits, params_of(row), {}, {}, row.position);
 }
 
 }  // namespace specdec

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "sampling/sample_row.h"
+
 namespace specdec {
 
 // The draws a position may make; each is an independent Philox stream of (seed, position).
@@ -37,6 +39,10 @@ struct SamplingParams {
   bool uses_history() const {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
   }
+  // Whether the token depends on nothing but the logits and the (seed, position) key: no penalty
+  // reads the history and no bias changes the logits. Such a row fits a SampleRow, so a backend
+  // can draw it where the logits were computed (Backend::sample).
+  bool logits_only() const { return !uses_history() && logit_bias.empty(); }
   // Throws specdec::Error naming the field and its allowed range. With vocab_size > 0 the
   // logit_bias token ids are checked against it too.
   void validate(int64_t vocab_size = 0) const;
@@ -91,6 +97,14 @@ std::vector<float> probabilities(std::span<const float> logits, const SamplingPa
 int32_t sample(std::span<const float> logits, const SamplingParams& params,
                std::span<const int32_t> prompt, std::span<const int32_t> generated,
                uint64_t position);
+
+// The SampleRow of history-free params (logits_only()) drawing at `position`; throws otherwise.
+SampleRow sample_row(const SamplingParams& params, uint64_t position);
+// Throws specdec::Error naming the field, as SamplingParams::validate does.
+void validate(const SampleRow& row);
+// sample(logits, params, {}, {}, row.position) for the params the row carries: the definition
+// every Backend::sample implementation follows.
+int32_t sample(std::span<const float> logits, const SampleRow& row);
 
 // Helpers shared with the verifier.
 

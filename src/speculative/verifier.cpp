@@ -65,14 +65,14 @@ VerifyResult verify_exact(std::span<const float> window, int64_t vocab,
   return out;
 }
 
-VerifyResult verify_greedy(std::span<const int32_t> argmax, std::span<const int32_t> drafts) {
-  SPECDEC_CHECK(argmax.size() == drafts.size() + 1, "verifier: ", argmax.size(), " argmax rows for ", drafts.size(),
-                " drafts (expected one more)");
+VerifyResult verify_exact(std::span<const int32_t> targets, std::span<const int32_t> drafts) {
+  SPECDEC_CHECK(targets.size() == drafts.size() + 1, "verifier: ", targets.size(), " target tokens for ",
+                drafts.size(), " drafts (expected one more)");
   VerifyResult out;
-  out.emitted.reserve(argmax.size());
-  for (size_t i = 0; i < argmax.size(); ++i) {
-    out.emitted.push_back(argmax[i]);
-    if (i == drafts.size() || drafts[i] != argmax[i]) break;
+  out.emitted.reserve(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) {
+    out.emitted.push_back(targets[i]);
+    if (i == drafts.size() || drafts[i] != targets[i]) break;
     ++out.accepted;
   }
   return out;

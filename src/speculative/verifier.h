@@ -32,10 +32,11 @@ VerifyResult verify_exact(std::span<const float> window, int64_t vocab,
                           std::span<const int32_t> drafts, const SamplingParams& params,
                           const TokenHistory& history, uint64_t first_position);
 
-// exact mode when the target's token is the argmax of its raw logits
-// (SamplingParams::selects_argmax) and the backend already took it: argmax[i] is window row i's
-// argmax. Same result as verify_exact on the logits those argmaxes came from.
-VerifyResult verify_greedy(std::span<const int32_t> argmax, std::span<const int32_t> drafts);
+// exact mode when the target's own tokens were already drawn where the logits were computed
+// (Backend::sample, for rows whose params are logits_only()): targets[i] is window row i's token,
+// drawn with key (seed, first_position + i). Same result as verify_exact on the logits those
+// tokens came from.
+VerifyResult verify_exact(std::span<const int32_t> targets, std::span<const int32_t> drafts);
 
 // rejection mode: classic speculative sampling. Draft x at window row i is accepted with
 // probability min(1, p(x) / q(x)), drawn with stream `accept`; on rejection the token comes from

@@ -163,6 +163,61 @@ TEST(EngineIdentity, AdaptivePolicyKeepsOutput) {
   }
 }
 
+// Tokens drawn by the backend (the default wherever a row's params need nothing but its logits)
+// are the tokens the host draws from the copied logits: rows of different temperatures, filters,
+// seeds and methods in one batch, each against its solo run on the host path. A short penalised
+// row and a short rejection-mode row send the first iterations to the host path; the rest run on
+// the backend. Exact on the CPU; on the GPU, unless a draw lands within ~1e-6 of a CDF boundary
+// (about one draw in 10^5).
+TEST(EngineSampling, BackendDrawsAreTheHostDraws) {
+  struct Spec {
+    size_t prompt;
+    std::string method;
+    float temperature;
+    int top_k;
+    float top_p, min_p;
+  };
+  const std::vector<Spec> specs = {{0, "", 0.8f, 0, 1.0f, 0.0f},    {1, "ngram", 0.8f, 40, 0.9f, 0.05f},
+                                   {2, "draft", 1.2f, 0, 0.95f, 0.0f}, {1, "", 0.6f, 5, 1.0f, 0.1f},
+                                   {0, "draft", 0.0f, 0, 1.0f, 0.0f},  {2, "", 1.0f, 0, 0.5f, 0.0f}};
+  const auto request = [&](const Spec& s, uint64_t seed) {
+    Request r = make_request(encode(prompts()[s.prompt]), 36, s.temperature, seed);
+    r.sampling.top_k = s.top_k;
+    r.sampling.top_p = s.top_p;
+    r.sampling.min_p = s.min_p;
+    r.spec.method = s.method;
+    r.spec.adaptive = false;
+    return r;
+  };
+  EngineOptions host;
+  host.sample_on_backend = false;
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Request r = request(specs[i], 100 + i);
+    r.spec.method.clear();  // plain decoding, every token drawn on the host
+    want.push_back(run_one(*make_engine(0, host), std::move(r)).tokens);
+  }
+  auto engine = make_engine(4);
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < specs.size(); ++i) ids.push_back(engine->submit(request(specs[i], 100 + i)));
+  Request penalised = request({1, "", 0.8f, 0, 1.0f, 0.0f}, 7);
+  penalised.sampling.repetition_penalty = 1.3f;
+  penalised.stop.max_tokens = 6;
+  const int64_t host_only = engine->submit(std::move(penalised));
+  Request rejection = request({2, "draft", 0.8f, 0, 1.0f, 0.0f}, 8);
+  rejection.spec.mode = SpecMode::rejection;
+  rejection.stop.max_tokens = 6;
+  const int64_t weighed = engine->submit(std::move(rejection));
+  engine->run();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto res = engine->take_result(ids[i]);
+    ASSERT_TRUE(res.has_value());
+    EXPECT_EQ(res->tokens, want[i]) << "row " << i << " method '" << specs[i].method << "' T " << specs[i].temperature;
+  }
+  EXPECT_EQ(engine->take_result(host_only)->tokens.size(), 6u);
+  EXPECT_EQ(engine->take_result(weighed)->tokens.size(), 6u);
+}
+
 TEST(EngineRejection, GreedyEqualsPlainAndSampledRunsStayValid) {
   const auto prompt = encode(prompts()[1]);
   const auto want = plain(prompt, 32, 0, 0);

@@ -7,12 +7,15 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "sampling/sampling.h"
+#include "sampling_reference.h"
 #include "test_device.h"
 
 namespace specdec {
@@ -257,7 +260,7 @@ TEST_F(ForwardApi, RowsWithoutLogitsStillWriteTheirKv) {
   EXPECT_TRUE(bit_equal(last.logits, whole.logits));
 }
 
-TEST_F(ForwardApi, ArgmaxOnlyReturnsTheArgmaxOfTheLogits) {
+TEST_F(ForwardApi, GreedyRowsReturnTheArgmaxOfTheLogits) {
   const int V = model->config().vocab_size;
   const auto tokens = tokens_for(12, V, 21);
   auto cache = model->make_cache(4);
@@ -266,27 +269,83 @@ TEST_F(ForwardApi, ArgmaxOnlyReturnsTheArgmaxOfTheLogits) {
   ForwardRequest full{{{a, tokens, {3, 7, 11}}}, {}};
   ForwardRequest ids = full;
   ids.rows[0].seq = b;
-  ids.argmax_only = true;
+  ids.sampling.assign(3, SampleRow{});  // temperature 0: greedy
   const ForwardResult logits = model->forward(full, *cache);
   const ForwardResult selected = model->forward(ids, *cache);
   EXPECT_TRUE(selected.logits.empty());
-  ASSERT_EQ(selected.argmax.size(), 3u);
+  EXPECT_TRUE(logits.tokens.empty());
+  ASSERT_EQ(selected.tokens.size(), 3u);
   for (int i = 0; i < 3; ++i) {
     const float* row = logits.logits_row(i);
-    EXPECT_EQ(selected.argmax[static_cast<size_t>(i)], std::max_element(row, row + V) - row) << "row " << i;
+    EXPECT_EQ(selected.tokens[static_cast<size_t>(i)], std::max_element(row, row + V) - row) << "row " << i;
   }
   // One-token steps (replayed from a recording where the backend records) select the same way.
   const auto c = cache->create();
   ASSERT_TRUE(cache->reserve(c, 12));
   for (int t = 0; t < 12; ++t) {
     ForwardRequest step{{{c, {tokens[static_cast<size_t>(t)]}, {0}}}, {}};
-    step.argmax_only = true;
+    step.sampling = {SampleRow{}};
     const ForwardResult r = model->forward(step, *cache);
     const size_t out = t == 3 ? 0 : t == 7 ? 1 : t == 11 ? 2 : 3;
     if (out < 3) {
-      EXPECT_EQ(r.argmax[0], selected.argmax[out]) << "step " << t;
+      EXPECT_EQ(r.tokens[0], selected.tokens[out]) << "step " << t;
     }
   }
+}
+
+// Backend sampling through the model, on the test device: each returned row's token is what the
+// host sampler draws from that row's logits with that row's key (exactly on the CPU; on the GPU
+// wherever the draw is not within rounding of a boundary), for one forward of several rows and
+// for decode steps, whose recordings must read the new keys written before each replay.
+TEST(ForwardSampling, TokensAreDrawnFromTheLogitsWithEachRowsKey) {
+  auto backend = make_backend(testing::test_backend_options());
+  auto model = Model::load(model_dir("llama"), *backend);
+  const int V = model->config().vocab_size;
+  int mismatches = 0;
+  const auto expect_drawn = [&](const float* logits, const SampleRow& row, int32_t got, const std::string& what) {
+    const std::span<const float> l(logits, static_cast<size_t>(V));
+    const int32_t want = sample(l, row);
+    if (got == want) return;
+    ++mismatches;
+    EXPECT_TRUE(testing::test_on_gpu() && testing::near_a_boundary(l, row))
+        << what << ": drew " << got << ", the host sampler " << want;
+  };
+
+  const auto tokens = tokens_for(12, V, 33);
+  auto cache = model->make_cache(8);
+  const auto a = cache->create(), b = cache->create();
+  ASSERT_TRUE(cache->reserve(a, 12) && cache->reserve(b, 12));
+  ForwardRequest full{{{a, tokens, {3, 7, 11}}}, {}};
+  ForwardRequest drawn = full;
+  drawn.rows[0].seq = b;
+  drawn.sampling = {SampleRow{0.0f, 0, 1.0f, 0.0f, 0, 4}, SampleRow{0.8f, 20, 1.0f, 0.0f, 5, 8},
+                    SampleRow{1.2f, 0, 0.9f, 0.05f, 6, 12}};
+  const ForwardResult logits = model->forward(full, *cache);
+  const ForwardResult selected = model->forward(drawn, *cache);
+  ASSERT_EQ(selected.tokens.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    expect_drawn(logits.logits_row(static_cast<int>(i)), drawn.sampling[i], selected.tokens[i],
+                 "row " + std::to_string(i));
+  }
+
+  // Decode steps, one sequence returning logits and one its tokens, each step at a new position.
+  const auto c = cache->create(), d = cache->create();
+  ASSERT_TRUE(cache->reserve(c, 12) && cache->reserve(d, 12));
+  std::vector<int32_t> draws;
+  for (int t = 0; t < 12; ++t) {
+    const int32_t id = tokens[static_cast<size_t>(t)];
+    const ForwardResult l = model->forward(ForwardRequest{{{c, {id}, {0}}}, {}}, *cache);
+    ForwardRequest step{{{d, {id}, {0}}}, {}};
+    step.sampling = {SampleRow{0.9f, 0, 0.95f, 0.0f, 7, static_cast<uint64_t>(t + 1)}};
+    const ForwardResult r = model->forward(step, *cache);
+    ASSERT_EQ(r.tokens.size(), 1u);
+    expect_drawn(l.logits_row(0), step.sampling[0], r.tokens[0], "step " + std::to_string(t));
+    draws.push_back(r.tokens[0]);
+  }
+  // The keys differ from step to step: the draws do too (a recording stuck on one key would
+  // repeat the logits' most likely token far more often).
+  EXPECT_GT(std::set<int32_t>(draws.begin(), draws.end()).size(), 3u);
+  EXPECT_LE(mismatches, 1) << "draws within rounding of a boundary should be rare";
 }
 
 // Expects forward to throw an Error whose message contains `needle`, leaving lengths unchanged.
@@ -320,6 +379,12 @@ TEST_F(ForwardApi, RejectsMalformedRequestsWithoutTouchingTheCache) {
   expect_rejected(*model, *cache, ForwardRequest{{{s, {1, 2}, {2}}}, {}}, "logits_at");
   expect_rejected(*model, *cache, ForwardRequest{{{s, {1}, {0}}}, {c.num_layers + 1}}, "tap layer");
   expect_rejected(*model, *cache, ForwardRequest{{{999, {1}, {0}}}, {}}, "unknown");
+  ForwardRequest two_rows_for_one{{{s, {1, 2}, {1}}}, {}};
+  two_rows_for_one.sampling.assign(2, SampleRow{});
+  expect_rejected(*model, *cache, two_rows_for_one, "sampling rows");
+  ForwardRequest bad_row{{{s, {1, 2}, {1}}}, {}};
+  bad_row.sampling = {SampleRow{0.7f, 0, 2.0f, 0.0f, 0, 0}};
+  expect_rejected(*model, *cache, bad_row, "top_p");
   // KV not reserved: 17 positions need a second block.
   expect_rejected(*model, *cache, ForwardRequest{{{s, std::vector<int32_t>(17, 1), {0}}}, {}}, "reserve");
 

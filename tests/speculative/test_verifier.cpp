@@ -131,37 +131,45 @@ TEST(VerifierExact, AcceptedCountIsTheMatchingPrefix) {
   EXPECT_EQ(plain_step.emitted, std::vector<int32_t>{next[0]});
 }
 
-TEST(VerifierGreedy, ArgmaxesGiveWhatTheLogitsGive) {
-  // verify_greedy on the window rows' argmaxes (as a backend selects them) against verify_exact
-  // on the logits themselves, for every length of matching prefix and no drafts at all.
-  SamplingParams params;
-  params.temperature = 0.0f;
-  ASSERT_TRUE(params.selects_argmax());
-  const std::vector<int32_t> prompt{3, 1, 4};
-  const std::vector<int32_t> plain = plain_decode(prompt, params, 7);
-  const std::vector<int32_t> next(plain.begin() + 3, plain.end());
-  const std::span<const int32_t> p(prompt);
-  for (int good = 0; good <= 6; ++good) {
-    std::vector<int32_t> drafts(next.begin(), next.begin() + std::min(good + 1, 6));
-    if (good < 6) drafts[static_cast<size_t>(good)] = (drafts[static_cast<size_t>(good)] + 5) % kVocab;
-    if (good == 6) drafts.assign(next.begin(), next.begin() + 6);
-    std::vector<float> window;
-    std::vector<int32_t> argmaxes, seen = prompt;
-    for (size_t i = 0; i <= drafts.size(); ++i) {
-      const std::vector<float> row = target_logits(seen);
-      window.insert(window.end(), row.begin(), row.end());
-      argmaxes.push_back(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
-      if (i < drafts.size()) seen.push_back(drafts[i]);
+TEST(VerifierExactTokens, DrawnTokensGiveWhatTheLogitsGive) {
+  // verify_exact on the window rows' own tokens (as a backend draws them, each with its
+  // position's key) against verify_exact on the logits themselves, greedy and sampled, for every
+  // length of matching prefix and no drafts at all.
+  for (const float temperature : {0.0f, 0.9f}) {
+    SamplingParams params;
+    params.temperature = temperature;
+    params.top_k = 8;
+    params.top_p = 0.95f;
+    params.seed = 31;
+    ASSERT_TRUE(params.logits_only());
+    const std::vector<int32_t> prompt{3, 1, 4};
+    const std::vector<int32_t> plain = plain_decode(prompt, params, 7);
+    const std::vector<int32_t> next(plain.begin() + 3, plain.end());
+    const std::span<const int32_t> p(prompt);
+    for (int good = 0; good <= 6; ++good) {
+      std::vector<int32_t> drafts(next.begin(), next.begin() + std::min(good + 1, 6));
+      if (good < 6) drafts[static_cast<size_t>(good)] = (drafts[static_cast<size_t>(good)] + 5) % kVocab;
+      if (good == 6) drafts.assign(next.begin(), next.begin() + 6);
+      std::vector<float> window;
+      std::vector<int32_t> targets, seen = prompt;
+      for (size_t i = 0; i <= drafts.size(); ++i) {
+        const std::vector<float> row = target_logits(seen);
+        window.insert(window.end(), row.begin(), row.end());
+        targets.push_back(sample(row, sample_row(params, 3 + i)));
+        if (i < drafts.size()) seen.push_back(drafts[i]);
+      }
+      const VerifyResult want = verify_exact(window, kVocab, drafts, params, {p, {}}, 3);
+      const VerifyResult got = verify_exact(targets, drafts);
+      EXPECT_EQ(got.accepted, want.accepted) << "T " << temperature << " good " << good;
+      EXPECT_EQ(got.emitted, want.emitted) << "T " << temperature << " good " << good;
+      EXPECT_EQ(got.accepted, good) << "T " << temperature << " good " << good;
     }
-    const VerifyResult want = verify_exact(window, kVocab, drafts, params, {p, {}}, 3);
-    const VerifyResult got = verify_greedy(argmaxes, drafts);
-    EXPECT_EQ(got.accepted, want.accepted) << "good " << good;
-    EXPECT_EQ(got.emitted, want.emitted) << "good " << good;
-    EXPECT_EQ(got.accepted, good) << "good " << good;
   }
-  EXPECT_THROW(verify_greedy(std::vector<int32_t>{1, 2}, std::vector<int32_t>{1, 2}), Error);
-  params.repetition_penalty = 1.2f;  // changes the logits first: not a plain argmax
-  EXPECT_FALSE(params.selects_argmax());
+  EXPECT_THROW(verify_exact(std::vector<int32_t>{1, 2}, std::vector<int32_t>{1, 2}), Error);
+  SamplingParams penalised;
+  penalised.repetition_penalty = 1.2f;  // reads the history: no SampleRow
+  EXPECT_FALSE(penalised.logits_only());
+  EXPECT_THROW(sample_row(penalised, 0), Error);
 }
 
 TEST(VerifierRejection, GreedyIsExactMatching) {

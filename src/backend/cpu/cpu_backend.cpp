@@ -91,6 +91,9 @@ class CpuBackend final : public Backend {
     cpu::attention(pool_, kernels_, q, k_pool, v_pool, batch, scale, out);
   }
   void argmax(const Tensor& logits, const Tensor& out) override { cpu::argmax(pool_, logits, out); }
+  void sample(const Tensor& logits, const Tensor& rows, const Tensor& out) override {
+    cpu::sample(pool_, logits, rows, out);
+  }
 
   void linear_many(const Tensor& x, std::span<const Projection> projections) override {
     cpu::linear_many(pool_, kernels_, x, projections);

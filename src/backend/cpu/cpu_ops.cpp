@@ -1,5 +1,5 @@
 // Input validation, linear's threading, and the element-wise kernels of the CPU backend
-// (embedding, rms_norm, rope, silu_mul, add, gather_rows, argmax). These are memory-bound and
+// (embedding, rms_norm, rope, silu_mul, add, gather_rows, argmax, sample). These are memory-bound and
 // row-local, so one portable implementation serves every instruction set.
 #include "backend/cpu/cpu_ops.h"
 
@@ -8,6 +8,8 @@
 #include <cstring>
 #include <functional>
 #include <vector>
+
+#include "sampling/sampling.h"
 
 namespace specdec::cpu {
 namespace {
@@ -298,6 +300,27 @@ void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out) {
         if (row[i] > row[best] || (std::isnan(row[best]) && !std::isnan(row[i]))) best = i;
       }
       o[r] = static_cast<int32_t>(best);
+    }
+  });
+}
+
+void sample(ThreadPool& pool, const Tensor& logits, const Tensor& rows, const Tensor& out) {
+  check_dtype(logits, DType::f32, "sample", "logits");
+  check_dtype(rows, DType::i32, "sample", "rows");
+  check_dtype(out, DType::i32, "sample", "out");
+  const int64_t V = row_length(logits), n = row_count(logits);
+  SPECDEC_CHECK(V > 0, "sample: logits ", logits.shape_string(), " has no columns");
+  SPECDEC_CHECK(rows.numel() == n * kSampleRowWords, "sample: rows ", rows.shape_string(), " must be [", n, ", ",
+                kSampleRowWords, "] (one SampleRow per logits row)");
+  SPECDEC_CHECK(out.numel() == n, "sample: out ", out.shape_string(), " must have ", n, " elements");
+  const float* l = logits.ptr<float>();
+  int32_t* o = out.ptr<int32_t>();
+  // A filtered row costs several passes over the vocabulary (softmaxes, selections).
+  for_rows(pool, n, 8 * V, [&](size_t b, size_t e) {
+    for (size_t r = b; r < e; ++r) {
+      SampleRow row;  // copied out: an i32 tensor need not be 8-byte aligned
+      std::memcpy(static_cast<void*>(&row), rows.ptr<int32_t>() + r * kSampleRowWords, sizeof(row));
+      o[r] = specdec::sample(std::span<const float>(l + static_cast<int64_t>(r) * V, static_cast<size_t>(V)), row);
     }
   });
 }

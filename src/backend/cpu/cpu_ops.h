@@ -62,6 +62,8 @@ void silu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, const Tens
 void add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tensor& out);
 void gather_rows(ThreadPool& pool, const Tensor& x, const Tensor& indices, const Tensor& out);
 void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out);
+// Backend::sample: specdec::sample on every row, rows spread over the pool.
+void sample(ThreadPool& pool, const Tensor& logits, const Tensor& rows, const Tensor& out);
 
 // The fused calls (cpu_fused.cpp): the numerics of the compositions named in backend.h, in one
 // pass over the pool each. `scratch` is the caller's reusable host memory.

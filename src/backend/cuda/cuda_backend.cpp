@@ -381,6 +381,23 @@ class CudaBackend final : public Backend {
     check_launch(op, n, "x", V);
   }
 
+  void sample(const Tensor& logits, const Tensor& rows, const Tensor& out) override {
+    const char* op = "sample";
+    expect_dtype(logits, DType::f32, op, "logits");
+    expect_dtype(rows, DType::i32, op, "rows");
+    expect_dtype(out, DType::i32, op, "out");
+    const int64_t V = logits.dim(-1), n = V == 0 ? 0 : logits.numel() / V;
+    SPECDEC_CHECK(V > 0 || logits.numel() == 0, op, ": logits ", logits.shape_string(), " has no columns");
+    SPECDEC_CHECK(rows.numel() == n * kSampleRowWords, op, ": rows ", rows.shape_string(), " must be [", n, ", ",
+                  kSampleRowWords, "] (one SampleRow per logits row)");
+    SPECDEC_CHECK(reinterpret_cast<uintptr_t>(rows.data) % alignof(SampleRow) == 0, op,
+                  ": rows must start on an 8-byte boundary (the kernel reads whole SampleRows)");
+    SPECDEC_CHECK(out.numel() == n, op, ": out ", out.shape_string(), " must have ", n, " elements");
+    cuda::launch_sample(logits.ptr<float>(), static_cast<const SampleRow*>(rows.data), out.ptr<int>(),
+                        to_int(n, op, "rows"), to_int(V, op, "vocab"), stream_);
+    check_launch(op, n, "x", V);
+  }
+
  private:
   // A recorded sequence as a CUDA graph. It holds while the backend's internal buffers
   // (scratch, cuBLASLt workspace) stay where they were when it was recorded.

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "sampling/sample_row.h"
+
 namespace specdec::cuda {
 
 // Element type of weights, biases, tables and KV pools as the kernels see them.
@@ -115,5 +117,10 @@ constexpr int kAttentionGroup = 4;
 // over the row's cached positions in a fixed order. head_dim: 16, 48, 80, 112 or a multiple of
 // 32 up to 256.
 void launch_attention(const AttentionArgs& args, cudaStream_t stream);
+
+// out[i] = the token logits[i, :] draws under rows[i] (sampling.cu): the host pipeline of
+// sampling.cpp in one block per row, -1 where the host would throw (a NaN logit, or no finite
+// logit at temperature > 0). Deterministic and batch invariant.
+void launch_sample(const float* logits, const SampleRow* rows, int* out, int n, int vocab, cudaStream_t stream);
 
 }  // namespace specdec::cuda

@@ -102,6 +102,14 @@ class DraftModelRows : public DraftRows {
       feeds[i].assign(r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()), r.known.end());
       feeds[i].push_back(asks[i].pending);
     }
+    // The coupled draw: draft i samples with the key the target uses at its position. Rows that
+    // need nothing but their logits (and no q) are drawn by the backend, as the target's are.
+    const bool on_backend = std::all_of(asks.begin(), asks.end(), [](const DraftRequestRow& a) {
+      return a.sampling->logits_only() && !a.want_q;
+    });
+    const auto position_of = [&](size_t i, int step) {
+      return static_cast<uint64_t>(asks[i].position) + 1 + static_cast<uint64_t>(step);
+    };
     for (int step = 0; !live.empty(); ++step) {
       ForwardRequest req;
       for (size_t i : live) {
@@ -113,6 +121,7 @@ class DraftModelRows : public DraftRows {
         in.tokens = feeds[i];
         in.logits_at = {static_cast<int32_t>(feeds[i].size()) - 1};
         req.rows.push_back(std::move(in));
+        if (on_backend) req.sampling.push_back(sample_row(*asks[i].sampling, position_of(i, step)));
       }
       ForwardResult res = model_->forward(req, *cache_);
       std::vector<size_t> next;
@@ -120,12 +129,16 @@ class DraftModelRows : public DraftRows {
         const size_t i = live[j];
         auto& r = rows_[static_cast<size_t>(asks[i].row)];
         r.fed.insert(r.fed.end(), feeds[i].begin(), feeds[i].end());
-        std::span<const float> logits(res.logits_row(res.row_offsets[j]), static_cast<size_t>(res.vocab));
-        const SamplingParams& params = *asks[i].sampling;
-        std::span<const int32_t> generated(out[i].tokens);
-        const uint64_t position = static_cast<uint64_t>(asks[i].position) + 1 + static_cast<uint64_t>(step);
-        const int32_t token = sample(logits, params, r.known, generated, position);
-        if (asks[i].want_q) out[i].q.push_back(probabilities(logits, params, r.known, generated));
+        int32_t token = 0;
+        if (on_backend) {
+          token = res.tokens[static_cast<size_t>(res.row_offsets[j])];
+        } else {
+          std::span<const float> logits(res.logits_row(res.row_offsets[j]), static_cast<size_t>(res.vocab));
+          const SamplingParams& params = *asks[i].sampling;
+          std::span<const int32_t> generated(out[i].tokens);
+          token = sample(logits, params, r.known, generated, position_of(i, step));
+          if (asks[i].want_q) out[i].q.push_back(probabilities(logits, params, r.known, generated));
+        }
         out[i].tokens.push_back(token);
         feeds[i] = {token};
         if (static_cast<int>(out[i].tokens.size()) < asks[i].depth) next.push_back(i);

@@ -1,0 +1,415 @@
+// Token sampling on the device (Backend::sample): one block per logits row runs the host pipeline
+// of sampling.cpp — temperature, top-k, top-p, min-p, then the inverse CDF in token-id order at
+// the row's Philox uniform — without sorting. The thresholds of top-k and top-p come from a
+// search over the order-preserving bits of the values, a fixed number of passes over the row;
+// masses are summed in 2^-56 fixed point, so their sums are exact whatever the order. Every
+// float sum has a fixed order for the block size, and a block reads only its own row: the token
+// is deterministic and batch invariant.
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "sampling/philox.h"
+
+namespace specdec::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// A threshold search splits its key range into this many buckets per pass (4 bits a pass).
+constexpr int kBuckets = 16;
+constexpr int kChunkLanes = kThreads / 32;  // chunk sums each lane of warp 0 scans in the CDF
+constexpr uint32_t kFull = 0xffffffffu;
+// Masses in fixed point: p * 2^56, so a whole distribution (sum ~1) stays far below 2^64 and a
+// probability keeps ~2^-56 absolute precision (float gives p about 2^-24 relative).
+constexpr double kFixedScale = 72057594037927936.0;  // 2^56
+
+// An order-preserving map of floats to uint32 (larger value, larger key). -0 maps with +0: the
+// host compares values, to which the two are equal. NaN never reaches it.
+__device__ __forceinline__ uint32_t order_key(float x) {
+  const uint32_t b = __float_as_uint(x == 0.0f ? 0.0f : x);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float from_order_key(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+__device__ __forceinline__ unsigned long long to_fixed(float p) {
+  return __double2ull_rz(static_cast<double>(p) * kFixedScale);
+}
+
+// Scalars of one search or reduction, shared by the block.
+struct Shared {
+  double sum_scratch[kWarps];
+  unsigned long long bucket[kBuckets];
+  uint32_t u32_scratch[3][kWarps];
+  uint32_t lo, hi;
+  unsigned long long above, at;
+  bool found, done;
+  int token;
+  float best_value[kWarps];
+  int best_index[kWarps];
+  double chunk[kThreads];   // each thread's sum over its chunk of the final weights
+  double incl[kThreads];    // the inclusive CDF at the end of each chunk
+  double group[32], base[33];
+};
+
+// Sum over the block in a fixed order: a butterfly in each warp (all lanes end equal), then the
+// warp sums in warp order. All threads return it.
+__device__ double block_sum(double v, Shared& sh) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
+  __syncthreads();  // the scratch may still be read by a previous call
+  if (threadIdx.x % 32 == 0) sh.sum_scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  double total = 0.0;
+  for (int w = 0; w < kWarps; ++w) total += sh.sum_scratch[w];
+  return total;
+}
+
+// Block-wide max of a, min of b and or of c (integers: any order gives the same).
+__device__ void block_max_min_or(uint32_t& a, uint32_t& b, uint32_t& c, Shared& sh) {
+  a = __reduce_max_sync(kFull, a);
+  b = __reduce_min_sync(kFull, b);
+  c = __reduce_or_sync(kFull, c);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) {
+    sh.u32_scratch[0][threadIdx.x / 32] = a;
+    sh.u32_scratch[1][threadIdx.x / 32] = b;
+    sh.u32_scratch[2][threadIdx.x / 32] = c;
+  }
+  __syncthreads();
+  for (int w = 0; w < kWarps; ++w) {
+    a = max(a, sh.u32_scratch[0][w]);
+    b = min(b, sh.u32_scratch[1][w]);
+    c |= sh.u32_scratch[2][w];
+  }
+}
+
+// Keeps (value, index) with the larger value, the lower index on ties; NaN never wins.
+__device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi) {
+  if (ov > v || (ov == v && oi < i)) {
+    v = ov;
+    i = oi;
+  }
+}
+
+// sampling.cpp's argmax: the first maximum, NaN never wins, but a NaN at index 0 is never left.
+__device__ int block_argmax(const float* __restrict__ row, int vocab, Shared& sh) {
+  float best = -INFINITY;
+  int best_i = vocab;  // "none yet": loses every tie against a real index
+  for (int j = threadIdx.x; j < vocab; j += kThreads) argmax_merge(best, best_i, row[j], j);
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(kFull, best, off);
+    const int oi = __shfl_xor_sync(kFull, best_i, off);
+    argmax_merge(best, best_i, ov, oi);
+  }
+  if (threadIdx.x % 32 == 0) {
+    sh.best_value[threadIdx.x / 32] = best;
+    sh.best_index[threadIdx.x / 32] = best_i;
+  }
+  __syncthreads();
+  for (int w = 0; w < kWarps; ++w) argmax_merge(best, best_i, sh.best_value[w], sh.best_index[w]);
+  if (isnan(row[0]) || best_i >= vocab) return 0;  // a NaN first, or every logit NaN
+  return best_i;
+}
+
+// The outcome of threshold_search.
+struct Threshold {
+  bool found;               // false: even every element together weighs less than the target
+  uint32_t key;             // the largest key K with weight(key >= K) >= target
+  unsigned long long above;  // weight of the elements with key > K
+  unsigned long long at;     // weight of the elements with key == K
+};
+
+// Finds the largest key K in [lo, hi] such that the elements with key >= K weigh at least
+// `target`, where visit(i, key, weight) says whether element i takes part and with which key and
+// weight (elements with keys above hi must not exist). Each pass cuts [lo, hi] into kBuckets
+// buckets of a power-of-two width and keeps the one where the weight from above crosses the
+// target: at most 8 passes for the full 32-bit range. Buckets are summed in each thread's own
+// column of `hist` (no atomics), then over the columns: integer sums, exact in any order.
+template <typename Visit>
+__device__ Threshold threshold_search(const Visit& visit, int vocab, uint32_t lo, uint32_t hi,
+                                      unsigned long long target, unsigned long long (*hist)[kThreads],
+                                      Shared& sh) {
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  unsigned long long above = 0;  // weight of the elements with key > hi
+  for (;;) {
+    const uint64_t span = static_cast<uint64_t>(hi) - lo;  // width - 1
+    int shift = 0;
+    while ((span >> shift) >= static_cast<uint64_t>(kBuckets)) ++shift;
+    const int used = static_cast<int>(span >> shift) + 1;
+    for (int b = 0; b < kBuckets; ++b) hist[b][tid] = 0;
+    for (int i = tid; i < vocab; i += kThreads) {
+      uint32_t key;
+      unsigned long long w;
+      if (!visit(i, key, w) || key < lo || key > hi) continue;
+      hist[(key - lo) >> shift][tid] += w;
+    }
+    __syncthreads();
+    for (int b = warp; b < kBuckets; b += kWarps) {
+      unsigned long long s = 0;
+      for (int t = lane; t < kThreads; t += 32) s += hist[b][t];
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(kFull, s, off);
+      if (lane == 0) sh.bucket[b] = s;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      unsigned long long acc = above;
+      int b = used - 1;
+      for (; b >= 0 && acc + sh.bucket[b] < target; --b) acc += sh.bucket[b];
+      if (b < 0) {  // only on the first pass: the whole range weighs less than the target
+        sh.found = false;
+        sh.done = true;
+      } else {
+        const uint64_t first = static_cast<uint64_t>(lo) + (static_cast<uint64_t>(b) << shift);
+        const uint64_t last = first + ((uint64_t{1} << shift) - 1);
+        sh.found = true;
+        sh.lo = static_cast<uint32_t>(first);
+        sh.hi = static_cast<uint32_t>(last < hi ? last : hi);
+        sh.above = acc;
+        sh.at = sh.bucket[b];
+        sh.done = sh.lo == sh.hi;
+      }
+    }
+    __syncthreads();
+    // Every thread reads the verdict before thread 0 can write the next one: that write comes
+    // after the next pass's first __syncthreads.
+    lo = sh.lo;
+    hi = sh.hi;
+    above = sh.above;
+    if (sh.done) return Threshold{sh.found, lo, above, sh.at};
+  }
+}
+
+// One row's pipeline state: the raw row, its temperature, the maximum scaled logit and each
+// filter's outcome, so any pass can tell whether a token is still in and with which weight.
+struct Row {
+  const float* __restrict__ logits;
+  float temperature;
+  float max;                 // the largest scaled logit (finite)
+  uint32_t top_k_key = 0;     // top-k keeps scaled logits whose key is >= this (0 keeps all)
+  bool top_p = false;        // top-p ran: keeps p1 > p_level, and p1 == p_level up to id p_last
+  float inv1 = 0.0f;         // 1 / the softmax sum after top-k (p1 = e * inv1)
+  float p_level = 0.0f;
+  int p_last = 0;
+  bool min_p = false;        // min-p ran: keeps e * inv2 >= min_scaled
+  float inv2 = 0.0f;
+  float min_scaled = 0.0f;
+
+  // The logit after temperature: the host divides unless T is 1 (the same IEEE quotient).
+  __device__ float scaled(int i) const {
+    const float l = logits[i];
+    return temperature == 1.0f ? l : l / temperature;
+  }
+  // exp(scaled - max) of a token still in after top-k, else 0 (the host's exp(-inf)).
+  __device__ float e1(int i) const {
+    const float s = scaled(i);
+    return order_key(s) >= top_k_key ? expf(s - max) : 0.0f;
+  }
+  __device__ bool top_p_keeps(int i, float e) const {
+    if (!top_p) return true;
+    const float p1 = e * inv1;
+    return p1 > p_level || (p1 == p_level && i <= p_last);
+  }
+  // exp(scaled - max) of a token still in after every filter, else 0.
+  __device__ float e_final(int i) const {
+    const float e = e1(i);
+    if (e == 0.0f || !top_p_keeps(i, e)) return 0.0f;
+    if (min_p && e * inv2 < min_scaled) return 0.0f;
+    return e;
+  }
+};
+
+// Sum, in a fixed order, of exp(scaled - max) over the tokens `e` keeps.
+template <typename E>
+__device__ double sum_of(const E& e, int vocab, Shared& sh) {
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) acc += static_cast<double>(e(i));
+  return block_sum(acc, sh);
+}
+
+// sampling.cpp's top-p over p1 = e1 * inv1: the boundary level (the largest p whose tokens,
+// with every more probable one, reach top_p), then how many of the tokens tied at it stay,
+// lowest ids first, as the host's walk in (p desc, id asc) order keeps them.
+__device__ void find_top_p(Row& r, float top_p, int vocab, unsigned long long (*hist)[kThreads], Shared& sh) {
+  const float inv1 = r.inv1;
+  const auto mass = [&](int i, uint32_t& key, unsigned long long& w) {
+    const float p1 = r.e1(i) * inv1;
+    key = __float_as_uint(p1);
+    w = to_fixed(p1);
+    return p1 > 0.0f;  // the host's order holds only positive probabilities
+  };
+  const auto target = static_cast<unsigned long long>(ceil(static_cast<double>(top_p) * kFixedScale));
+  const Threshold level = threshold_search(mass, vocab, 1u, 0x7f800000u, target, hist, sh);
+  r.top_p = true;
+  r.p_last = vocab - 1;
+  if (!level.found) {  // rounding left the whole mass below top_p: every positive token stays
+    r.p_level = __uint_as_float(1u);
+    return;
+  }
+  r.p_level = __uint_as_float(level.key);
+  // Tied tokens each added the same fixed-point mass, so the tie count is a quotient.
+  unsigned long long tied;
+  const unsigned long long one = to_fixed(r.p_level);
+  if (one > 0) {
+    tied = level.at / one;
+  } else {  // a level below 2^-56: count it
+    const float pl = r.p_level;
+    const auto at_level = [&](int i) { return r.e1(i) * inv1 == pl ? 1.0 : 0.0; };
+    tied = static_cast<unsigned long long>(sum_of(at_level, vocab, sh));
+  }
+  // The host keeps a tied token while the mass before it is below top_p: c of them, where
+  // above + c * level first reaches top_p.
+  const double room = static_cast<double>(top_p) - static_cast<double>(level.above) / kFixedScale;
+  const double need = room / static_cast<double>(r.p_level);
+  unsigned long long keep = tied;
+  if (need < static_cast<double>(tied)) keep = need <= 1.0 ? 1 : static_cast<unsigned long long>(ceil(need));
+  if (keep >= tied) return;
+  // The keep-th lowest id among the tied tokens: the largest key vocab-1-id with keep at or above.
+  const float pl = r.p_level;
+  const auto tie = [&](int i, uint32_t& key, unsigned long long& w) {
+    key = static_cast<uint32_t>(vocab - 1 - i);
+    w = 1;
+    return r.e1(i) * inv1 == pl;
+  };
+  const Threshold cut = threshold_search(tie, vocab, 0u, static_cast<uint32_t>(vocab - 1), keep, hist, sh);
+  r.p_last = vocab - 1 - static_cast<int>(cut.key);
+}
+
+// The inverse CDF over the final weights w = e_final * inv3 in token-id order, at u * total.
+// Thread t sums the weights of its contiguous chunk of ids; warp 0 turns the chunk sums into an
+// inclusive CDF (lane l adds its kChunkLanes chunks in order, lane 0 adds the lanes' totals in
+// order); the thread whose chunk holds the crossing walks it. The CDF is non-decreasing and ends
+// exactly at the total, so some chunk with weight holds the crossing and the walk returns a
+// token of positive weight (its own last one, should rounding keep the walk below the target).
+__device__ int inverse_cdf(const Row& r, float inv3, float u, int vocab, Shared& sh) {
+  const int tid = threadIdx.x, lane = tid % 32;
+  const int chunk = (vocab + kThreads - 1) / kThreads;
+  const int begin = min(vocab, tid * chunk), end = min(vocab, begin + chunk);
+  double own = 0.0;
+  for (int i = begin; i < end; ++i) {
+    const float w = r.e_final(i) * inv3;
+    if (w > 0.0f) own += static_cast<double>(w);
+  }
+  sh.chunk[tid] = own;
+  if (tid == 0) sh.token = -1;
+  __syncthreads();
+  if (tid < 32) {
+    double local[kChunkLanes];
+    double acc = 0.0;
+    for (int j = 0; j < kChunkLanes; ++j) {
+      acc += sh.chunk[lane * kChunkLanes + j];
+      local[j] = acc;
+    }
+    sh.group[lane] = acc;
+    __syncwarp();
+    if (lane == 0) {
+      double b = 0.0;
+      for (int g = 0; g < 32; ++g) {
+        sh.base[g] = b;
+        b += sh.group[g];
+      }
+      sh.base[32] = b;
+    }
+    __syncwarp();
+    for (int j = 0; j < kChunkLanes; ++j) sh.incl[lane * kChunkLanes + j] = sh.base[lane] + local[j];
+  }
+  __syncthreads();
+  const double total = sh.base[32];
+  const double target = static_cast<double>(u) * total;
+  const double before = tid == 0 ? 0.0 : sh.incl[tid - 1];
+  if (total > 0.0 && sh.incl[tid] > target && before <= target) {
+    double cum = before;
+    int last = -1;
+    for (int i = begin; i < end; ++i) {
+      const float w = r.e_final(i) * inv3;
+      if (!(w > 0.0f)) continue;
+      cum += static_cast<double>(w);
+      last = i;
+      if (cum > target) break;
+    }
+    sh.token = last;
+  }
+  __syncthreads();
+  return sh.token;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const float* __restrict__ logits, const SampleRow* __restrict__ rows, int* __restrict__ out,
+                  int vocab) {
+  __shared__ unsigned long long hist[kBuckets][kThreads];
+  __shared__ Shared sh;
+  const SampleRow p = rows[blockIdx.x];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  // Every branch below depends only on this row's parameters and on block-wide values, so the
+  // whole block takes it together (each __syncthreads is reached by all threads or none).
+  if (!(p.temperature > 0.0f)) {
+    const int best = block_argmax(row, vocab, sh);
+    if (threadIdx.x == 0) out[blockIdx.x] = best;
+    return;
+  }
+
+  Row r{row, p.temperature, 0.0f};
+  // The maximum (and minimum, for top-k's range) scaled logit; a NaN or a non-finite maximum is
+  // what makes the host's softmax throw: -1.
+  uint32_t kmax = 0, kmin = kFull, nan = 0;
+  for (int i = threadIdx.x; i < vocab; i += kThreads) {
+    const float s = r.scaled(i);
+    if (isnan(s)) {
+      nan = 1;
+      continue;
+    }
+    const uint32_t k = order_key(s);
+    kmax = max(kmax, k);
+    kmin = min(kmin, k);
+  }
+  block_max_min_or(kmax, kmin, nan, sh);
+  r.max = from_order_key(kmax);
+  if (nan || !isfinite(r.max)) {
+    if (threadIdx.x == 0) out[blockIdx.x] = -1;
+    return;
+  }
+
+  // top-k: the k-th largest scaled logit counted with multiplicity; ties with it stay.
+  if (p.top_k > 0 && p.top_k < vocab) {
+    const auto count = [&](int i, uint32_t& key, unsigned long long& w) {
+      key = order_key(r.scaled(i));
+      w = 1;
+      return true;
+    };
+    r.top_k_key = threshold_search(count, vocab, kmin, kmax, static_cast<unsigned long long>(p.top_k), hist, sh).key;
+  }
+
+  // Each filter's softmax is over the tokens still in; the maximum never leaves, so it stays.
+  const auto in_top_k = [&](int i) { return r.e1(i); };
+  double sum = sum_of(in_top_k, vocab, sh);
+  if (p.top_p < 1.0f) {
+    r.inv1 = static_cast<float>(1.0 / sum);
+    find_top_p(r, p.top_p, vocab, hist, sh);
+    const auto in_top_p = [&](int i) {
+      const float e = r.e1(i);
+      return e != 0.0f && r.top_p_keeps(i, e) ? e : 0.0f;
+    };
+    sum = sum_of(in_top_p, vocab, sh);
+  }
+  if (p.min_p > 0.0f) {
+    // The largest probability is the maximum's, exp(0) * inv2 = inv2.
+    r.inv2 = static_cast<float>(1.0 / sum);
+    r.min_scaled = p.min_p * r.inv2;
+    r.min_p = true;
+    const auto in_min_p = [&](int i) { return r.e_final(i); };
+    sum = sum_of(in_min_p, vocab, sh);
+  }
+  const float inv3 = static_cast<float>(1.0 / sum);
+  const float u = uniform01(p.seed, p.position, 0);  // stream 0: RandomStream::token
+  const int token = inverse_cdf(r, inv3, u, vocab, sh);
+  if (threadIdx.x == 0) out[blockIdx.x] = token;
+}
+
+}  // namespace
+
+void launch_sample(const float* logits, const SampleRow* rows, int* out, int n, int vocab, cudaStream_t stream) {
+  if (n == 0) return;
+  sample_kernel<<<n, kThreads, 0, stream>>>(logits, rows, out, vocab);
+}
+
+}  // namespace specdec::cuda
