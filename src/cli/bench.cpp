@@ -31,6 +31,7 @@ struct BenchOptions {
   bool skip_plain = false;
   int repeats = 3;
   bool no_adaptive = false;
+  SamplingParams sampling;  // greedy unless --temperature is given
 };
 
 // Read bandwidth of host memory: every thread sums its slice of a large buffer; best of 5.
@@ -99,6 +100,10 @@ struct RunResult {
   int decode_tokens = 0;
 };
 
+// Greedy unless the command line asked for sampling (bench_sampling); seeded, so that plain and
+// speculative runs draw the same tokens.
+SamplingParams bench_sampling;
+
 RunResult run_batch(Session& s, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
                     const std::string& draft, int num_draft, bool adaptive = true) {
   EngineOptions options = s.engine;
@@ -116,7 +121,7 @@ RunResult run_batch(Session& s, const std::vector<std::vector<int32_t>>& prompts
   for (const auto& p : prompts) {
     Request r;
     r.prompt = p;
-    r.sampling.temperature = 0;
+    r.sampling = bench_sampling;
     r.stop.max_tokens = max_tokens;
     r.stop.ignore_eos = true;
     r.spec.method = method;
@@ -148,6 +153,13 @@ std::vector<int32_t> synthetic_prompt(const Session& s, const std::string& text,
   return p;
 }
 
+std::string describe(const SamplingParams& p) {
+  if (p.greedy()) return "greedy";
+  return str_cat("temperature ", p.temperature, p.top_k > 0 ? str_cat(", top-k ", p.top_k) : std::string(),
+                 p.top_p < 1.0f ? str_cat(", top-p ", p.top_p) : std::string(),
+                 p.min_p > 0.0f ? str_cat(", min-p ", p.min_p) : std::string());
+}
+
 void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, nlohmann::json& report) {
   std::string text;
   for (const auto& p : suite["prompts"]) text += p["prompt"].get<std::string>();
@@ -157,8 +169,8 @@ void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite,
   const ModelConfig& c = s.model->config();
   run_batch(s, {synthetic_prompt(s, text, 32, 0)}, 8, "", 0);  // warm-up
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("\nplain decoding, %s, prompt %d tokens, %d new tokens, greedy\n", s.backend->name().c_str(),
-              o.prompt_tokens, o.gen_tokens);
+  std::printf("\nplain decoding, %s, prompt %d tokens, %d new tokens, %s\n", s.backend->name().c_str(),
+              o.prompt_tokens, o.gen_tokens, describe(o.sampling).c_str());
   std::printf("%6s %14s %14s %10s %12s\n", "batch", "prefill tok/s", "decode tok/s", "TTFT ms", "BW fraction");
   for (int b : o.batches) {
     std::vector<std::vector<int32_t>> prompts;
@@ -182,7 +194,7 @@ void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite,
   std::printf("measured %s bandwidth %.1f GB/s; weights %.1f MB, read per batch-1 step %.1f MB\n",
               gpu ? "device copy" : "host read", bandwidth / 1e9, s.model->weight_bytes() / 1e6,
               s.model->step_weight_bytes(1) / 1e6);
-  report["plain"] = {{"device", s.backend->name()}, {"bandwidth_bytes_per_s", bandwidth},
+  report["plain"] = {{"device", s.backend->name()}, {"sampling", describe(o.sampling)}, {"bandwidth_bytes_per_s", bandwidth},
                      {"bandwidth_kind", gpu ? "device-to-device copy, read + write" : "host read"},
                      {"weight_bytes", s.model->weight_bytes()}, {"prompt_tokens", o.prompt_tokens},
                      {"new_tokens", o.gen_tokens}, {"rows", rows}};
@@ -218,7 +230,8 @@ void spec_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, 
   }
   nlohmann::json methods = nlohmann::json::array();
   for (const std::string& draft : o.drafts) {
-    std::printf("\nspeculative: %s, batch 1, greedy, %s\n", draft.c_str(), s.backend->name().c_str());
+    std::printf("\nspeculative: %s, batch 1, %s, %s\n", draft.c_str(), describe(o.sampling).c_str(),
+                s.backend->name().c_str());
     // speedup: generated tokens over the whole run (prefill included) against plain; decode: over
     // the decode phase only (after the first token), as the plain table's decode tok/s.
     std::printf("%-16s %-16s %10s %10s %8s %8s %8s %8s %5s\n", "prompt", "category", "plain t/s", "spec t/s", "speedup",
@@ -273,8 +286,16 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--no-adaptive", o->no_adaptive, "speculative suite: always draft the maximum depth");
   cmd->add_option("--repeats", o->repeats, "speculative suite: runs of each, best counts")->capture_default_str();
   cmd->add_flag("--json", o->json, "also print the results as one JSON object");
+  o->sampling.temperature = 0;
+  cmd->add_option("--temperature", o->sampling.temperature, "sample at this temperature (default: greedy)");
+  cmd->add_option("--top-k", o->sampling.top_k, "with --temperature: keep the k most likely tokens (0 = off)");
+  cmd->add_option("--top-p", o->sampling.top_p, "with --temperature: nucleus mass (1 = off)");
+  cmd->add_option("--min-p", o->sampling.min_p, "with --temperature: minimum probability relative to the top");
+  cmd->add_option("--seed", o->sampling.seed, "with --temperature: the sampler's seed");
   cmd->callback([o] {
     SPECDEC_CHECK(o->repeats >= 1, "--repeats must be at least 1");
+    o->sampling.validate();
+    bench_sampling = o->sampling;
     SPECDEC_CHECK(o->num_draft >= 0, "--num-draft-tokens must not be negative, got ", o->num_draft);
     for (int b : o->batches) SPECDEC_CHECK(b >= 1, "--batch-sizes must be positive, got ", b);
     SPECDEC_CHECK(o->prompt_tokens >= 1 && o->gen_tokens >= 2, "--prompt-tokens must be >= 1 and --new-tokens >= 2");

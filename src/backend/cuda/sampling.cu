@@ -7,6 +7,7 @@
 // is deterministic and batch invariant.
 #include <cstdint>
 
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "sampling/philox.h"
 
@@ -336,6 +337,7 @@ __device__ int inverse_cdf(const Row& r, float inv3, float u, int vocab, Shared&
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* __restrict__ logits, const SampleRow* __restrict__ rows, int* __restrict__ out,
                   int vocab) {
+  enter_kernel();
   __shared__ unsigned long long hist[kBuckets][kThreads];
   __shared__ Shared sh;
   const SampleRow p = rows[blockIdx.x];
@@ -409,7 +411,7 @@ __global__ void __launch_bounds__(kThreads)
 
 void launch_sample(const float* logits, const SampleRow* rows, int* out, int n, int vocab, cudaStream_t stream) {
   if (n == 0) return;
-  sample_kernel<<<n, kThreads, 0, stream>>>(logits, rows, out, vocab);
+  launch(sample_kernel, n, kThreads, 0, stream, logits, rows, out, vocab);
 }
 
 }  // namespace specdec::cuda
