@@ -2,7 +2,8 @@
 # Everything specdec measures on the GPU host, logs gathered into OUT_DIR/logs.tar.gz (refreshed
 # after every step, so a run cut short still returns what it did). Stages, each one call:
 #   all      build, GPU tests, parity and identity on the GPU, every benchmark (most important first)
-#   final    build, GPU tests, parity and identity, bundled and 8B headline benchmarks
+#   final    build, GPU tests, parity and identity, bundled and 8B headline benchmarks (greedy
+#            and sampled decode)
 #   batched  build, kernel tests, 8B decode at batch 1..128 (fast and batch-invariant)
 #   test     build, GPU tests, parity and identity, kernel benchmark, bundled benchmarks
 #   8b       the 8B-shaped checkpoint and its benchmarks (needs a build from an earlier stage)
@@ -69,6 +70,12 @@ bench_8b_decode() {  # bench_8b_decode NEW_TOKENS
     --batch-sizes 1,8,32,64,128 --prompt-tokens 512 --new-tokens "$1" --max-rows 128 --kv-memory 40 --json
 }
 
+bench_8b_decode_sampled() {  # tokens drawn on the device: temperature 0.8, top-p 0.9
+  run bench_8b_decode_sampled "$build/specdec" bench --model "$model8b" --device cuda --fast-gpu \
+    --batch-sizes 1,8,32,64,128 --prompt-tokens 512 --new-tokens 32 --max-rows 128 --kv-memory 40 \
+    --temperature 0.8 --top-p 0.9 --seed 7 --json
+}
+
 bench_8b_prefill() {
   run bench_8b_prefill "$build/specdec" bench --model "$model8b" --device cuda --fast-gpu \
     --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8 --max-batch-tokens 2048 --kv-memory 8 --json
@@ -104,6 +111,7 @@ case "$stage" in
     bench_bundled bench_bundled_invariant
     wait "$maker"
     bench_8b_decode 32
+    bench_8b_decode_sampled
     bench_8b_prefill
     ;;
   batched)
