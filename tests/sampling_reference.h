@@ -85,13 +85,7 @@ inline bool near(double a, double b, double scale, double margin) { return std::
 // make differently. Greedy rows and top-k compare exact values: never near.
 inline bool near_a_boundary(std::span<const float> logits, const SampleRow& row, double margin = kSamplingMargin) {
   if (row.temperature == 0.0f) return false;
-  SamplingParams params;
-  params.temperature = row.temperature;
-  params.top_k = row.top_k;
-  params.top_p = row.top_p;
-  params.min_p = row.min_p;
-  params.seed = row.seed;
-  const LogitsProcessor proc(params);
+  const LogitsProcessor proc(sampling_params(row));
   std::vector<float> l(logits.begin(), logits.end());
   proc.apply_temperature(l);
   proc.apply_top_k(l);

@@ -20,6 +20,7 @@ struct ModelOptions {
   bool batch_invariant = true;    // GPU: batch-invariant kernels (exact speculative output)
   std::string kv_dtype = "bf16";  // GPU KV cache: bf16, f16 or f32
   double kv_memory_gb = 0;        // 0 = 1 GiB on the CPU, 16 GiB on a GPU
+  double gpu_memory_gb = 0;       // GPU: cap on the device memory pool (weights, KV, scratch); 0 = free memory
   int max_rows = 64;
   int max_batch_tokens = 512;
 };

@@ -22,6 +22,8 @@ Session open_session(const ModelOptions& options) {
   bo.threads = static_cast<size_t>(std::max(0, options.threads));
   bo.cpu_isa = options.cpu_isa;
   bo.batch_invariant = options.batch_invariant;
+  SPECDEC_CHECK(options.gpu_memory_gb >= 0, "--gpu-memory must not be negative");
+  bo.memory_limit = static_cast<size_t>(options.gpu_memory_gb * (1ull << 30));
   SPECDEC_CHECK(options.kv_dtype == "bf16" || options.kv_dtype == "f16" || options.kv_dtype == "f32",
                 "unknown --kv-dtype '", options.kv_dtype, "' (expected bf16, f16 or f32)");
   bo.kv_dtype = options.kv_dtype == "f32" ? DType::f32 : options.kv_dtype == "f16" ? DType::f16 : DType::bf16;

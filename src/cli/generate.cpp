@@ -78,6 +78,8 @@ void add_common(CLI::App& cmd, ModelOptions& o) {
   cmd.add_flag_callback("--fast-gpu", [&o] { o.batch_invariant = false; },
                         "GPU: fast kernels instead of batch-invariant ones");
   cmd.add_option("--kv-memory", o.kv_memory_gb, "KV cache size in GiB (default: 1 on the CPU, 16 on a GPU)");
+  cmd.add_option("--gpu-memory", o.gpu_memory_gb,
+                 "GPU: cap on the device memory pool in GiB (default: the free memory at start)");
   cmd.add_option("--kv-dtype", o.kv_dtype, "GPU KV cache type: bf16, f16 or f32")->capture_default_str();
   cmd.add_option("--max-rows", o.max_rows, "rows decoding at once")->capture_default_str();
   cmd.add_option("--max-batch-tokens", o.max_batch_tokens, "tokens in one forward")->capture_default_str();

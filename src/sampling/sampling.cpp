@@ -29,7 +29,9 @@ std::vector<int32_t> sorted_copy(std::span<const int32_t> tokens) {
   return out;
 }
 
-SamplingParams params_of(const SampleRow& row) {
+}  // namespace
+
+SamplingParams sampling_params(const SampleRow& row) {
   SamplingParams p;
   p.temperature = row.temperature;
   p.top_k = row.top_k;
@@ -38,8 +40,6 @@ SamplingParams params_of(const SampleRow& row) {
   p.seed = row.seed;
   return p;
 }
-
-}  // namespace
 
 void SamplingParams::validate(int64_t vocab_size) const {
   SPECDEC_CHECK(std::isfinite(temperature) && temperature >= 0.0f,
@@ -283,10 +283,10 @@ SampleRow sample_row(const SamplingParams& params, uint64_t position) {
   return SampleRow{params.temperature, params.top_k, params.top_p, params.min_p, params.seed, position};
 }
 
-void validate(const SampleRow& row) { params_of(row).validate(); }
+void validate(const SampleRow& row) { sampling_params(row).validate(); }
 
 int32_t sample(std::span<const float> logits, const SampleRow& row) {
-  return sample(logits, params_of(row), {}, {}, row.position);
+  return sample(logits, sampling_params(row), {}, {}, row.position);
 }
 
 }  // namespace specdec

@@ -100,6 +100,8 @@ int32_t sample(std::span<const float> logits, const SamplingParams& params,
 
 // The SampleRow of history-free params (logits_only()) drawing at `position`; throws otherwise.
 SampleRow sample_row(const SamplingParams& params, uint64_t position);
+// The params a SampleRow stands for (the inverse of sample_row, position aside).
+SamplingParams sampling_params(const SampleRow& row);
 // Throws specdec::Error naming the field, as SamplingParams::validate does.
 void validate(const SampleRow& row);
 // sample(logits, params, {}, {}, row.position) for the params the row carries: the definition

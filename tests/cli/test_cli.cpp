@@ -362,6 +362,12 @@ TEST_F(Cli, CommandLineParseErrors) {
   EXPECT_NE(help.out.find("--prompt"), std::string::npos) << help.out;
 }
 
+TEST_F(Cli, NegativeMemorySizes) {
+  expect_error(run({"generate", "--device", "cpu", "--prompt", "x", "--gpu-memory", "-1"}), "--gpu-memory");
+  expect_error(run({"generate", "--device", "cpu", "--prompt", "x", "--kv-memory", "-2"}), "--kv-memory");
+  expect_error(run({"bench", "--device", "cpu", "--temperature", "-1"}), "temperature");
+}
+
 TEST_F(Cli, UnknownDevice) {
   expect_error(run({"generate", "--device", "tpu", "--prompt", "def f(x):"}), "tpu");
 }

@@ -55,7 +55,7 @@ Buffer DeviceMemory::allocate(size_t bytes, const char* what) {
   do {
     SPECDEC_CHECK(used + rounded <= cap_, "cuda memory limit: cannot allocate ", what, " of ", bytes,
                   " bytes: ", used, " bytes already in use and the cap is ", cap_,
-                  " bytes (BackendOptions::memory_limit, 0 = free device memory at start)");
+                  " bytes (--gpu-memory / BackendOptions::memory_limit; 0 = free device memory at start)");
   } while (!in_use_.compare_exchange_weak(used, used + rounded));
 
   void* p = nullptr;
