@@ -3,8 +3,10 @@
 // of several shapes, V from 7 to 128256, many rows in one call. A device token may differ from
 // the host's only where the host finds the draw within rounding of a boundary, and rarely; rows
 // of equal logits, whose sums are exact on both sides, must match always. Also: batch invariance
-// and determinism, the distribution of many draws against probabilities(), the rows the host
-// refuses, and a recorded call reading rows written before its replay.
+// and determinism (also across the several launches of a call with many rows), the distribution
+// of many draws against probabilities(), the rows the host refuses, and a recorded call reading
+// rows written before its replay.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -107,6 +109,25 @@ TEST(GpuSample, BatchInvariantAndDeterministic) {
     for (size_t r = 0; r < batch.size(); ++r) {
       ASSERT_EQ(back[r], all[batch.size() - 1 - r]) << "V " << V << " row " << r;
     }
+  }
+}
+
+// More rows of the 128K vocabulary than the sampler's work scratch holds at once (128 MiB: 261
+// rows) go in several launches; each row must draw what it draws in a small call.
+TEST(GpuSample, RowsBeyondOneLaunchDrawAsInSmallCalls) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends();
+  const size_t V = 128256;
+  const Batch batch = grid_batch(V, 2);
+  ASSERT_GT(batch.size(), size_t{261});
+  const std::vector<int32_t> all = device_sample(*b.gpu, batch);
+  constexpr size_t kSlice = 50;
+  for (size_t first = 0; first < batch.size(); first += kSlice) {
+    const size_t count = std::min(kSlice, batch.size() - first);
+    const std::vector<int32_t> part =
+        device_sample(*b.gpu, std::span<const float>(batch.logits).subspan(first * V, count * V),
+                      std::span<const SampleRow>(batch.rows).subspan(first, count), V);
+    for (size_t r = 0; r < count; ++r) ASSERT_EQ(part[r], all[first + r]) << "row " << first + r;
   }
 }
 

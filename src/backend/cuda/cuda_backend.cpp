@@ -9,6 +9,7 @@
 //   results then depend on M (the library picks the tiling), so not batch invariant.
 #include "backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <span>
@@ -393,9 +394,21 @@ class CudaBackend final : public Backend {
     SPECDEC_CHECK(reinterpret_cast<uintptr_t>(rows.data) % alignof(SampleRow) == 0, op,
                   ": rows must start on an 8-byte boundary (the kernel reads whole SampleRows)");
     SPECDEC_CHECK(out.numel() == n, op, ": out ", out.shape_string(), " must have ", n, " elements");
-    cuda::launch_sample(logits.ptr<float>(), static_cast<const SampleRow*>(rows.data), out.ptr<int>(),
-                        to_int(n, op, "rows"), to_int(V, op, "vocab"), stream_);
-    check_launch(op, n, "x", V);
+    if (n == 0) return;
+    // The kernel's work rows (scaled logits, then weights) take the shared scratch, one row of
+    // floats per logits row, up to a cap; more rows go in several launches that reuse it in stream
+    // order. A row's token does not depend on which launch draws it.
+    constexpr size_t kMaxWorkBytes = size_t{128} << 20;
+    const size_t row_bytes = static_cast<size_t>(V) * sizeof(float);
+    const int64_t per_launch = std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(kMaxWorkBytes / row_bytes)));
+    float* work = static_cast<float*>(scratch(static_cast<size_t>(per_launch) * row_bytes));
+    const auto* sample_rows = static_cast<const SampleRow*>(rows.data);
+    for (int64_t first = 0; first < n; first += per_launch) {
+      const int64_t count = std::min(per_launch, n - first);
+      cuda::launch_sample(logits.ptr<float>() + first * V, sample_rows + first, out.ptr<int>() + first, work,
+                          to_int(count, op, "rows"), to_int(V, op, "vocab"), stream_);
+      check_launch(op, count, "x", V);
+    }
   }
 
  private:
@@ -524,10 +537,12 @@ class CudaBackend final : public Backend {
     return pt;
   }
 
-  // Scratch for one kernel call at a time (linear's 16-bit x, attention's split partials): calls
-  // are ordered on the stream, so reuse is safe. Grows as needed; the old buffer is freed
-  // stream-ordered, after the work that used it.
-  void* scratch(size_t bytes) { return grow(scratch_, bytes, "scratch (linear x in 16-bit, attention partials)"); }
+  // Scratch for one kernel call at a time (linear's 16-bit x, attention's split partials, the
+  // sampler's work rows): calls are ordered on the stream, so reuse is safe. Grows as needed; the
+  // old buffer is freed stream-ordered, after the work that used it.
+  void* scratch(size_t bytes) {
+    return grow(scratch_, bytes, "scratch (linear x in 16-bit, attention partials, sampling work rows)");
+  }
 
   // A [M, N] f32 scratch shaped like out, for the fast mode's unfused epilogues.
   Tensor epilogue_scratch(const Tensor& out) {

@@ -120,7 +120,9 @@ void launch_attention(const AttentionArgs& args, cudaStream_t stream);
 
 // out[i] = the token logits[i, :] draws under rows[i] (sampling.cu): the host pipeline of
 // sampling.cpp in one block per row, -1 where the host would throw (a NaN logit, or no finite
-// logit at temperature > 0). Deterministic and batch invariant.
-void launch_sample(const float* logits, const SampleRow* rows, int* out, int n, int vocab, cudaStream_t stream);
+// logit at temperature > 0). Deterministic and batch invariant. work: n * vocab floats of scratch
+// the kernel overwrites (each row's scaled logits, then their weights).
+void launch_sample(const float* logits, const SampleRow* rows, int* out, float* work, int n, int vocab,
+                   cudaStream_t stream);
 
 }  // namespace specdec::cuda

@@ -5,6 +5,11 @@
 // masses are summed in 2^-56 fixed point, so their sums are exact whatever the order. Every
 // float sum has a fixed order for the block size, and a block reads only its own row: the token
 // is deterministic and batch invariant.
+//
+// Speed: a row is read from the logits once (the division by the temperature), and once from a
+// scratch row holding the scaled logits, which that pass overwrites with exp(scaled - max); every
+// later pass reads those weights and does no division or exp. Loads go out in batches so that
+// many are in flight per thread. The sums and their orders are exactly those of one pass per use.
 #include <cstdint>
 
 #include "backend/cuda/device_util.cuh"
@@ -19,6 +24,9 @@ constexpr int kWarps = kThreads / 32;
 // A threshold search splits its key range into this many buckets per pass (4 bits a pass).
 constexpr int kBuckets = 16;
 constexpr int kChunkLanes = kThreads / 32;  // chunk sums each lane of warp 0 scans in the CDF
+// Loads a thread issues before it uses the first of them: with one block of few warps on an SM,
+// a pass is bound by the bytes in flight (the row comes from L2), not by arithmetic.
+constexpr int kBatch = 16;
 constexpr uint32_t kFull = 0xffffffffu;
 // Masses in fixed point: p * 2^56, so a whole distribution (sum ~1) stays far below 2^64 and a
 // probability keeps ~2^-56 absolute precision (float gives p about 2^-24 relative).
@@ -36,6 +44,36 @@ __device__ __forceinline__ float from_order_key(uint32_t k) {
 
 __device__ __forceinline__ unsigned long long to_fixed(float p) {
   return __double2ull_rz(static_cast<double>(p) * kFixedScale);
+}
+// to_fixed(p) from p's bits, in integer arithmetic, for a finite 0 <= p < 256: p * 2^56 is exact
+// in double, so rounding toward zero is a shift of the significand.
+__device__ __forceinline__ unsigned long long fixed_from_bits(uint32_t b) {
+  const int e = static_cast<int>(b >> 23);
+  if (e == 0) return 0;  // zero or subnormal: below 2^-126
+  const unsigned long long m = (b & 0x7fffffu) | 0x800000u;
+  const int shift = e - 94;  // p = m * 2^(e - 150), so p * 2^56 = m * 2^(e - 94)
+  if (shift >= 0) return m << shift;
+  return shift > -24 ? m >> -shift : 0;
+}
+
+// f(i, a[i]) for this thread's ids i = tid, tid + kThreads, ... in increasing order, as a plain
+// strided loop would call it (so sums keep their order), with kBatch loads issued ahead (the last
+// batch holds fewer ids). f may overwrite a[i] (the batch is already loaded) but no other element.
+template <typename F>
+__device__ __forceinline__ void for_each_strided(const float* a, int vocab, const F& f) {
+  for (int i = threadIdx.x; i < vocab; i += kBatch * kThreads) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int j = i + u * kThreads;
+      v[u] = j < vocab ? a[j] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int j = i + u * kThreads;
+      if (j < vocab) f(j, v[u]);
+    }
+  }
 }
 
 // Scalars of one search or reduction, shared by the block.
@@ -122,15 +160,16 @@ struct Threshold {
 };
 
 // Finds the largest key K in [lo, hi] such that the elements with key >= K weigh at least
-// `target`, where visit(i, key, weight) says whether element i takes part and with which key and
-// weight (elements with keys above hi must not exist). Each pass cuts [lo, hi] into kBuckets
-// buckets of a power-of-two width and keeps the one where the weight from above crosses the
-// target: at most 8 passes for the full 32-bit range. Buckets are summed in each thread's own
+// `target`, where visit(i, src[i], key) says whether element i takes part and with which key, and
+// weight(key) gives its weight (elements with keys above hi must not exist). K and the weights
+// above and at it depend only on the elements, not on [lo, hi] or how it is cut. Each pass cuts
+// [lo, hi] into kBuckets buckets of a power-of-two width and keeps the one where the weight from
+// above crosses the target: at most 8 passes for the full 32-bit range. Buckets are summed in each thread's own
 // column of `hist` (no atomics), then over the columns: integer sums, exact in any order.
-template <typename Visit>
-__device__ Threshold threshold_search(const Visit& visit, int vocab, uint32_t lo, uint32_t hi,
-                                      unsigned long long target, unsigned long long (*hist)[kThreads],
-                                      Shared& sh) {
+template <typename Visit, typename Weight>
+__device__ Threshold threshold_search(const float* src, const Visit& visit, const Weight& weight, int vocab,
+                                      uint32_t lo, uint32_t hi, unsigned long long target,
+                                      unsigned long long (*hist)[kThreads], Shared& sh) {
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   unsigned long long above = 0;  // weight of the elements with key > hi
   for (;;) {
@@ -139,12 +178,22 @@ __device__ Threshold threshold_search(const Visit& visit, int vocab, uint32_t lo
     while ((span >> shift) >= static_cast<uint64_t>(kBuckets)) ++shift;
     const int used = static_cast<int>(span >> shift) + 1;
     for (int b = 0; b < kBuckets; ++b) hist[b][tid] = 0;
-    for (int i = tid; i < vocab; i += kThreads) {
+    // A run of elements in one bucket (the common case: most keys share a few buckets) adds up
+    // in a register and goes to the column once, rather than a shared-memory update each.
+    int run_bucket = -1;
+    unsigned long long run = 0;
+    for_each_strided(src, vocab, [&](int i, float v) {
       uint32_t key;
-      unsigned long long w;
-      if (!visit(i, key, w) || key < lo || key > hi) continue;
-      hist[(key - lo) >> shift][tid] += w;
-    }
+      if (!visit(i, v, key) || key < lo || key > hi) return;
+      const int b = static_cast<int>((key - lo) >> shift);
+      if (b != run_bucket) {
+        if (run_bucket >= 0) hist[run_bucket][tid] += run;
+        run_bucket = b;
+        run = 0;
+      }
+      run += weight(key);
+    });
+    if (run_bucket >= 0) hist[run_bucket][tid] += run;
     __syncthreads();
     for (int b = warp; b < kBuckets; b += kWarps) {
       unsigned long long s = 0;
@@ -181,66 +230,57 @@ __device__ Threshold threshold_search(const Visit& visit, int vocab, uint32_t lo
   }
 }
 
-// One row's pipeline state: the raw row, its temperature, the maximum scaled logit and each
-// filter's outcome, so any pass can tell whether a token is still in and with which weight.
+// One row's pipeline state after top-k: its work row, which by then holds each token's e1 =
+// exp(scaled - max) (0 for the tokens top-k drops), and each later filter's outcome, so any pass
+// can tell whether a token is still in.
 struct Row {
-  const float* __restrict__ logits;
-  float temperature;
-  float max;                 // the largest scaled logit (finite)
-  uint32_t top_k_key = 0;     // top-k keeps scaled logits whose key is >= this (0 keeps all)
-  bool top_p = false;        // top-p ran: keeps p1 > p_level, and p1 == p_level up to id p_last
-  float inv1 = 0.0f;         // 1 / the softmax sum after top-k (p1 = e * inv1)
+  const float* e1;     // the work row
+  bool top_p = false;  // top-p ran: keeps p1 > p_level, and p1 == p_level up to id p_last
+  float inv1 = 0.0f;   // 1 / the softmax sum after top-k (p1 = e1 * inv1)
   float p_level = 0.0f;
   int p_last = 0;
-  bool min_p = false;        // min-p ran: keeps e * inv2 >= min_scaled
+  bool min_p = false;  // min-p ran: keeps e1 * inv2 >= min_scaled
   float inv2 = 0.0f;
   float min_scaled = 0.0f;
 
-  // The logit after temperature: the host divides unless T is 1 (the same IEEE quotient).
-  __device__ float scaled(int i) const {
-    const float l = logits[i];
-    return temperature == 1.0f ? l : l / temperature;
-  }
-  // exp(scaled - max) of a token still in after top-k, else 0 (the host's exp(-inf)).
-  __device__ float e1(int i) const {
-    const float s = scaled(i);
-    return order_key(s) >= top_k_key ? expf(s - max) : 0.0f;
-  }
   __device__ bool top_p_keeps(int i, float e) const {
     if (!top_p) return true;
     const float p1 = e * inv1;
     return p1 > p_level || (p1 == p_level && i <= p_last);
   }
-  // exp(scaled - max) of a token still in after every filter, else 0.
-  __device__ float e_final(int i) const {
-    const float e = e1(i);
+  // e = e1[i] if token i is still in after every filter, else 0.
+  __device__ float final_of(int i, float e) const {
     if (e == 0.0f || !top_p_keeps(i, e)) return 0.0f;
     if (min_p && e * inv2 < min_scaled) return 0.0f;
     return e;
   }
 };
 
-// Sum, in a fixed order, of exp(scaled - max) over the tokens `e` keeps.
-template <typename E>
-__device__ double sum_of(const E& e, int vocab, Shared& sh) {
+// Sum, in a fixed order, of f(i, src[i]) (a float) over the row.
+template <typename F>
+__device__ double sum_of(const float* src, const F& f, int vocab, Shared& sh) {
   double acc = 0.0;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) acc += static_cast<double>(e(i));
+  for_each_strided(src, vocab, [&](int i, float v) { acc += static_cast<double>(f(i, v)); });
   return block_sum(acc, sh);
 }
+
+__device__ __forceinline__ unsigned long long one_each(uint32_t) { return 1; }
 
 // sampling.cpp's top-p over p1 = e1 * inv1: the boundary level (the largest p whose tokens,
 // with every more probable one, reach top_p), then how many of the tokens tied at it stay,
 // lowest ids first, as the host's walk in (p desc, id asc) order keeps them.
 __device__ void find_top_p(Row& r, float top_p, int vocab, unsigned long long (*hist)[kThreads], Shared& sh) {
   const float inv1 = r.inv1;
-  const auto mass = [&](int i, uint32_t& key, unsigned long long& w) {
-    const float p1 = r.e1(i) * inv1;
+  const auto mass = [&](int, float e, uint32_t& key) {
+    const float p1 = e * inv1;
     key = __float_as_uint(p1);
-    w = to_fixed(p1);
     return p1 > 0.0f;  // the host's order holds only positive probabilities
   };
+  // The key is p1's bits, and p1 is far below 256 (e1 = exp(scaled - max) is at most about 1, and
+  // inv1 at most 1 since the sum holds the maximum's exp(0)): its weight is to_fixed(p1).
+  const auto fixed = [](uint32_t key) { return fixed_from_bits(key); };
   const auto target = static_cast<unsigned long long>(ceil(static_cast<double>(top_p) * kFixedScale));
-  const Threshold level = threshold_search(mass, vocab, 1u, 0x7f800000u, target, hist, sh);
+  const Threshold level = threshold_search(r.e1, mass, fixed, vocab, 1u, 0x7f800000u, target, hist, sh);
   r.top_p = true;
   r.p_last = vocab - 1;
   if (!level.found) {  // rounding left the whole mass below top_p: every positive token stays
@@ -251,12 +291,12 @@ __device__ void find_top_p(Row& r, float top_p, int vocab, unsigned long long (*
   // Tied tokens each added the same fixed-point mass, so the tie count is a quotient.
   unsigned long long tied;
   const unsigned long long one = to_fixed(r.p_level);
+  const float pl = r.p_level;
   if (one > 0) {
     tied = level.at / one;
   } else {  // a level below 2^-56: count it
-    const float pl = r.p_level;
-    const auto at_level = [&](int i) { return r.e1(i) * inv1 == pl ? 1.0 : 0.0; };
-    tied = static_cast<unsigned long long>(sum_of(at_level, vocab, sh));
+    const auto at_level = [&](int, float e) { return e * inv1 == pl ? 1.0f : 0.0f; };
+    tied = static_cast<unsigned long long>(sum_of(r.e1, at_level, vocab, sh));
   }
   // The host keeps a tied token while the mass before it is below top_p: c of them, where
   // above + c * level first reaches top_p.
@@ -266,17 +306,16 @@ __device__ void find_top_p(Row& r, float top_p, int vocab, unsigned long long (*
   if (need < static_cast<double>(tied)) keep = need <= 1.0 ? 1 : static_cast<unsigned long long>(ceil(need));
   if (keep >= tied) return;
   // The keep-th lowest id among the tied tokens: the largest key vocab-1-id with keep at or above.
-  const float pl = r.p_level;
-  const auto tie = [&](int i, uint32_t& key, unsigned long long& w) {
+  const auto tie = [&](int i, float e, uint32_t& key) {
     key = static_cast<uint32_t>(vocab - 1 - i);
-    w = 1;
-    return r.e1(i) * inv1 == pl;
+    return e * inv1 == pl;
   };
-  const Threshold cut = threshold_search(tie, vocab, 0u, static_cast<uint32_t>(vocab - 1), keep, hist, sh);
+  const Threshold cut =
+      threshold_search(r.e1, tie, one_each, vocab, 0u, static_cast<uint32_t>(vocab - 1), keep, hist, sh);
   r.p_last = vocab - 1 - static_cast<int>(cut.key);
 }
 
-// The inverse CDF over the final weights w = e_final * inv3 in token-id order, at u * total.
+// The inverse CDF over the final weights w = final e1 * inv3 in token-id order, at u * total.
 // Thread t sums the weights of its contiguous chunk of ids; warp 0 turns the chunk sums into an
 // inclusive CDF (lane l adds its kChunkLanes chunks in order, lane 0 adds the lanes' totals in
 // order); the thread whose chunk holds the crossing walks it. The CDF is non-decreasing and ends
@@ -288,7 +327,7 @@ __device__ int inverse_cdf(const Row& r, float inv3, float u, int vocab, Shared&
   const int begin = min(vocab, tid * chunk), end = min(vocab, begin + chunk);
   double own = 0.0;
   for (int i = begin; i < end; ++i) {
-    const float w = r.e_final(i) * inv3;
+    const float w = r.final_of(i, r.e1[i]) * inv3;
     if (w > 0.0f) own += static_cast<double>(w);
   }
   sh.chunk[tid] = own;
@@ -322,7 +361,7 @@ __device__ int inverse_cdf(const Row& r, float inv3, float u, int vocab, Shared&
     double cum = before;
     int last = -1;
     for (int i = begin; i < end; ++i) {
-      const float w = r.e_final(i) * inv3;
+      const float w = r.final_of(i, r.e1[i]) * inv3;
       if (!(w > 0.0f)) continue;
       cum += static_cast<double>(w);
       last = i;
@@ -336,7 +375,7 @@ __device__ int inverse_cdf(const Row& r, float inv3, float u, int vocab, Shared&
 
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const float* __restrict__ logits, const SampleRow* __restrict__ rows, int* __restrict__ out,
-                  int vocab) {
+                  float* __restrict__ work_rows, int vocab) {
   enter_kernel();
   __shared__ unsigned long long hist[kBuckets][kThreads];
   __shared__ Shared sh;
@@ -350,56 +389,69 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
 
-  Row r{row, p.temperature, 0.0f};
-  // The maximum (and minimum, for top-k's range) scaled logit; a NaN or a non-finite maximum is
-  // what makes the host's softmax throw: -1.
+  // The row's work row: the scaled logits, then their weights e1. Until the inverse CDF each
+  // thread reads only the elements it wrote itself (for_each_strided's ids); the block sums
+  // between order the writes before the inverse CDF reads other threads' chunks.
+  float* work = work_rows + static_cast<int64_t>(blockIdx.x) * vocab;
+  const float temperature = p.temperature;
+  // The scaled logits (the host divides unless T is 1: the same IEEE quotient), their maximum
+  // (and minimum, for top-k's range); a NaN or a non-finite maximum is what makes the host's
+  // softmax throw: -1.
   uint32_t kmax = 0, kmin = kFull, nan = 0;
-  for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    const float s = r.scaled(i);
+  for_each_strided(row, vocab, [&](int i, float l) {
+    const float s = temperature == 1.0f ? l : l / temperature;
+    work[i] = s;
     if (isnan(s)) {
       nan = 1;
-      continue;
+      return;
     }
     const uint32_t k = order_key(s);
     kmax = max(kmax, k);
     kmin = min(kmin, k);
-  }
+  });
   block_max_min_or(kmax, kmin, nan, sh);
-  r.max = from_order_key(kmax);
-  if (nan || !isfinite(r.max)) {
+  const float max_scaled = from_order_key(kmax);
+  if (nan || !isfinite(max_scaled)) {
     if (threadIdx.x == 0) out[blockIdx.x] = -1;
     return;
   }
 
   // top-k: the k-th largest scaled logit counted with multiplicity; ties with it stay.
+  uint32_t top_k_key = 0;  // top-k keeps scaled logits whose key is >= this (0 keeps all)
   if (p.top_k > 0 && p.top_k < vocab) {
-    const auto count = [&](int i, uint32_t& key, unsigned long long& w) {
-      key = order_key(r.scaled(i));
-      w = 1;
+    const auto count = [](int, float s, uint32_t& key) {
+      key = order_key(s);
       return true;
     };
-    r.top_k_key = threshold_search(count, vocab, kmin, kmax, static_cast<unsigned long long>(p.top_k), hist, sh).key;
+    top_k_key =
+        threshold_search(work, count, one_each, vocab, kmin, kmax, static_cast<unsigned long long>(p.top_k), hist, sh)
+            .key;
   }
 
-  // Each filter's softmax is over the tokens still in; the maximum never leaves, so it stays.
-  const auto in_top_k = [&](int i) { return r.e1(i); };
-  double sum = sum_of(in_top_k, vocab, sh);
+  // e1 = exp(scaled - max) of the tokens top-k keeps, else 0 (the host's exp(-inf)), replaces
+  // the scaled logit; its sum is the softmax's. Each filter's softmax is over the tokens still
+  // in; the maximum never leaves, so it stays.
+  double acc = 0.0;
+  for_each_strided(work, vocab, [&](int i, float s) {
+    const float e = order_key(s) >= top_k_key ? expf(s - max_scaled) : 0.0f;
+    work[i] = e;
+    acc += static_cast<double>(e);
+  });
+  double sum = block_sum(acc, sh);
+  Row r{work};
   if (p.top_p < 1.0f) {
     r.inv1 = static_cast<float>(1.0 / sum);
     find_top_p(r, p.top_p, vocab, hist, sh);
-    const auto in_top_p = [&](int i) {
-      const float e = r.e1(i);
-      return e != 0.0f && r.top_p_keeps(i, e) ? e : 0.0f;
-    };
-    sum = sum_of(in_top_p, vocab, sh);
+    const auto in_top_p = [&](int i, float e) { return e != 0.0f && r.top_p_keeps(i, e) ? e : 0.0f; };
+    sum = sum_of(work, in_top_p, vocab, sh);
   }
   if (p.min_p > 0.0f) {
     // The largest probability is the maximum's, exp(0) * inv2 = inv2.
     r.inv2 = static_cast<float>(1.0 / sum);
     r.min_scaled = p.min_p * r.inv2;
     r.min_p = true;
-    const auto in_min_p = [&](int i) { return r.e_final(i); };
-    sum = sum_of(in_min_p, vocab, sh);
+    const auto in_min_p = [&](int i, float e) { return r.final_of(i, e); };
+    sum = sum_of(work, in_min_p, vocab, sh);
   }
   const float inv3 = static_cast<float>(1.0 / sum);
   const float u = uniform01(p.seed, p.position, 0);  // stream 0: RandomStream::token
@@ -409,9 +461,10 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void launch_sample(const float* logits, const SampleRow* rows, int* out, int n, int vocab, cudaStream_t stream) {
+void launch_sample(const float* logits, const SampleRow* rows, int* out, float* work, int n, int vocab,
+                   cudaStream_t stream) {
   if (n == 0) return;
-  launch(sample_kernel, n, kThreads, 0, stream, logits, rows, out, vocab);
+  launch(sample_kernel, n, kThreads, 0, stream, logits, rows, out, work, vocab);
 }
 
 }  // namespace specdec::cuda
