@@ -18,6 +18,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+SamplingParams greedy_params() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+
 struct BenchOptions {
   ModelOptions common;
   std::vector<std::string> drafts;
@@ -31,7 +37,8 @@ struct BenchOptions {
   bool skip_plain = false;
   int repeats = 3;
   bool no_adaptive = false;
-  SamplingParams sampling;  // greedy unless --temperature is given
+  // Greedy unless --temperature is given; seeded, so plain and speculative runs draw alike.
+  SamplingParams sampling = greedy_params();
 };
 
 // Read bandwidth of host memory: every thread sums its slice of a large buffer; best of 5.
@@ -100,12 +107,8 @@ struct RunResult {
   int decode_tokens = 0;
 };
 
-// Greedy unless the command line asked for sampling (bench_sampling); seeded, so that plain and
-// speculative runs draw the same tokens.
-SamplingParams bench_sampling;
-
 RunResult run_batch(Session& s, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
-                    const std::string& draft, int num_draft, bool adaptive = true) {
+                    const SamplingParams& sampling, const std::string& draft, int num_draft, bool adaptive = true) {
   EngineOptions options = s.engine;
   options.max_rows = std::max<int>(options.max_rows, static_cast<int>(prompts.size()));
   // Every prompt is prefilled in the first iteration, so that decode figures time decode-only
@@ -121,7 +124,7 @@ RunResult run_batch(Session& s, const std::vector<std::vector<int32_t>>& prompts
   for (const auto& p : prompts) {
     Request r;
     r.prompt = p;
-    r.sampling = bench_sampling;
+    r.sampling = sampling;
     r.stop.max_tokens = max_tokens;
     r.stop.ignore_eos = true;
     r.spec.method = method;
@@ -167,7 +170,7 @@ void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite,
   const double bandwidth = gpu ? measure_device_bandwidth(*s.backend)
                                : measure_host_bandwidth(static_cast<size_t>(std::max(0, o.common.threads)));
   const ModelConfig& c = s.model->config();
-  run_batch(s, {synthetic_prompt(s, text, 32, 0)}, 8, "", 0);  // warm-up
+  run_batch(s, {synthetic_prompt(s, text, 32, 0)}, 8, o.sampling, "", 0);  // warm-up
   nlohmann::json rows = nlohmann::json::array();
   std::printf("\nplain decoding, %s, prompt %d tokens, %d new tokens, %s\n", s.backend->name().c_str(),
               o.prompt_tokens, o.gen_tokens, describe(o.sampling).c_str());
@@ -175,7 +178,7 @@ void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite,
   for (int b : o.batches) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < b; ++i) prompts.push_back(synthetic_prompt(s, text, o.prompt_tokens, i * 37));
-    RunResult r = run_batch(s, prompts, o.gen_tokens, "", 0);
+    RunResult r = run_batch(s, prompts, o.gen_tokens, o.sampling, "", 0);
     const double prefill_tps = r.prompt_tokens / std::max(1e-9, r.max_ttft);
     const double decode_tps = r.decode_tokens / std::max(1e-9, r.max_decode);
     // bytes one decode step reads: the weights once (of an untied embedding table only the
@@ -194,7 +197,9 @@ void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite,
   std::printf("measured %s bandwidth %.1f GB/s; weights %.1f MB, read per batch-1 step %.1f MB\n",
               gpu ? "device copy" : "host read", bandwidth / 1e9, s.model->weight_bytes() / 1e6,
               s.model->step_weight_bytes(1) / 1e6);
-  report["plain"] = {{"device", s.backend->name()}, {"sampling", describe(o.sampling)}, {"bandwidth_bytes_per_s", bandwidth},
+  report["plain"] = {{"device", s.backend->name()},
+                     {"sampling", describe(o.sampling)},
+                     {"bandwidth_bytes_per_s", bandwidth},
                      {"bandwidth_kind", gpu ? "device-to-device copy, read + write" : "host read"},
                      {"weight_bytes", s.model->weight_bytes()}, {"prompt_tokens", o.prompt_tokens},
                      {"new_tokens", o.gen_tokens}, {"rows", rows}};
@@ -212,8 +217,8 @@ std::pair<RunResult, RunResult> best_pair(Session& s, const std::vector<std::vec
     if (into.wall == 0 || r.generated / r.wall > into.generated / into.wall) into = std::move(r);
   };
   for (int rep = 0; rep < o.repeats; ++rep) {
-    keep(run_batch(s, prompts, max_tokens, "", 0), best.first);
-    keep(run_batch(s, prompts, max_tokens, draft, o.num_draft, !o.no_adaptive), best.second);
+    keep(run_batch(s, prompts, max_tokens, o.sampling, "", 0), best.first);
+    keep(run_batch(s, prompts, max_tokens, o.sampling, draft, o.num_draft, !o.no_adaptive), best.second);
   }
   return best;
 }
@@ -260,8 +265,9 @@ void spec_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, 
     const double pt = plain.generated / plain.wall, st = spec.generated / spec.wall;
     bool same = true;
     for (size_t i = 0; i < batch.size(); ++i) same = same && plain.results[i].tokens == spec.results[i].tokens;
-    std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %7.2fx %8s %8s %5s\n", ("batch " + std::to_string(o.spec_batch)).c_str(),
-                "all", pt, st, st / pt, decode_rate(spec) / decode_rate(plain), "", "", same ? "yes" : "NO");
+    const std::string label = "batch " + std::to_string(o.spec_batch);
+    std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %7.2fx %8s %8s %5s\n", label.c_str(), "all", pt, st, st / pt,
+                decode_rate(spec) / decode_rate(plain), "", "", same ? "yes" : "NO");
     methods.push_back({{"method", draft}, {"batch1", per_prompt},
                        {"batch", {{"rows", o.spec_batch}, {"plain_tokens_per_s", pt}, {"spec_tokens_per_s", st},
                                   {"speedup", st / pt}, {"identical", same}}}});
@@ -286,7 +292,6 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--no-adaptive", o->no_adaptive, "speculative suite: always draft the maximum depth");
   cmd->add_option("--repeats", o->repeats, "speculative suite: runs of each, best counts")->capture_default_str();
   cmd->add_flag("--json", o->json, "also print the results as one JSON object");
-  o->sampling.temperature = 0;
   cmd->add_option("--temperature", o->sampling.temperature, "sample at this temperature (default: greedy)");
   cmd->add_option("--top-k", o->sampling.top_k, "with --temperature: keep the k most likely tokens (0 = off)");
   cmd->add_option("--top-p", o->sampling.top_p, "with --temperature: nucleus mass (1 = off)");
@@ -295,7 +300,6 @@ void add_bench(CLI::App& app) {
   cmd->callback([o] {
     SPECDEC_CHECK(o->repeats >= 1, "--repeats must be at least 1");
     o->sampling.validate();
-    bench_sampling = o->sampling;
     SPECDEC_CHECK(o->num_draft >= 0, "--num-draft-tokens must not be negative, got ", o->num_draft);
     for (int b : o->batches) SPECDEC_CHECK(b >= 1, "--batch-sizes must be positive, got ", b);
     SPECDEC_CHECK(o->prompt_tokens >= 1 && o->gen_tokens >= 2, "--prompt-tokens must be >= 1 and --new-tokens >= 2");

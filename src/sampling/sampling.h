@@ -34,7 +34,7 @@ struct SamplingParams {
   bool greedy() const { return temperature == 0.0f; }
   // Whether the token is the argmax of the raw logits: greedy, and no penalty or logit bias
   // changes the logits first (top-k/p and min-p keep the argmax).
-  bool selects_argmax() const { return greedy() && !uses_history() && logit_bias.empty(); }
+  bool selects_argmax() const { return greedy() && logits_only(); }
   // Whether any stage reads the token history (penalties); without, history is never touched.
   bool uses_history() const {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;

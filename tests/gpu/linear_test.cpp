@@ -118,7 +118,8 @@ TEST(GpuLinear, SingleRowEqualsItsRowInAPairBits) {
                           Case{72, 4096, DType::bf16}, Case{4100, 14336, DType::bf16}}) {
       const std::string what = str_cat("N=", c.N, " K=", c.K, " ", dtype_name(c.wt), " invariant=", invariant);
       const auto x = random_floats(2 * static_cast<size_t>(c.K), 400 + static_cast<uint32_t>(c.N));
-      Owned wa = upload(g, random_floats(static_cast<size_t>(c.N) * c.K, 401), c.wt, {c.N, c.K});
+      const auto wa_values = random_floats(static_cast<size_t>(c.N) * c.K, 401);
+      Owned wa = upload(g, wa_values, c.wt, {c.N, c.K});
       Owned wb = upload(g, random_floats(static_cast<size_t>(c.N) * c.K, 402), c.wt, {c.N, c.K});
       Owned x1 = upload(g, std::vector<float>(x.begin(), x.begin() + c.K), DType::f32, {1, c.K});
       Owned x2 = upload(g, x, DType::f32, {2, c.K});
@@ -129,8 +130,8 @@ TEST(GpuLinear, SingleRowEqualsItsRowInAPairBits) {
       g.linear(x2.tensor, wa.tensor, nullptr, o2.tensor);
       const auto plain1 = download(g, o1.tensor), plain2 = download(g, o2.tensor);
       EXPECT_TRUE(bit_equal(plain1.data(), plain2.data(), c.N)) << what << " linear";
-      const auto cpu = run_linear(*b.cpu, std::vector<float>(x.begin(), x.begin() + c.K),
-                                  random_floats(static_cast<size_t>(c.N) * c.K, 401), nullptr, {1, c.N, c.K, c.wt, false});
+      const auto cpu = run_linear(*b.cpu, std::vector<float>(x.begin(), x.begin() + c.K), wa_values, nullptr,
+                                  {1, c.N, c.K, c.wt, false});
       EXPECT_LE(rel_error(plain1, cpu), 1e-5) << what << " against the CPU";
 
       g.gated_linear(x1.tensor, wa.tensor, wb.tensor, o1.tensor);

@@ -86,6 +86,22 @@ Result linear_case(Backend& be, const char* mode, int M, int N, int K) {
   return r;
 }
 
+// A batch-B decode step at `context`, recorded once and timed as replays of the recording.
+Result recorded_decode(Backend& be, const char* mode, const Shape& s, Weights& w, int B, int context, int warm,
+                       int reps) {
+  Step step(be, s, w, B, 1, context);
+  step.run();
+  const std::unique_ptr<RecordedCalls> graph = be.record([&] { step.run(); });
+  SPECDEC_CHECK(graph, "the CUDA backend did not record the decode step");
+  Result r{"decode ctx " + std::to_string(context) + " graph", mode, B, B, 0, 0, 0};
+  r.ms = time_ms(stream_of(be), [&] { SPECDEC_CHECK(graph->replay(), "recorded decode step went stale"); }, warm,
+                 reps);
+  const StepCost c = decode_cost(s, B, context);
+  r.bytes = c.bytes();
+  r.flops = c.flops;
+  return r;
+}
+
 void print_row(const Result& r, double copy_bw) {
   const double s = r.ms * 1e-3;
   const double gbps = r.bytes / s / 1e9, tflops = r.flops / s / 1e12;
@@ -138,25 +154,17 @@ int run(int argc, char** argv) {
   auto fast = cuda_backend(false);
   if (quick) {
     const int qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
-    for (auto [N, K] : {std::pair{qd + 2 * kvd, s.hidden}, std::pair{s.hidden, qd}, std::pair{2 * s.intermediate, s.hidden},
-                        std::pair{s.hidden, s.intermediate}, std::pair{s.vocab, s.hidden}}) {
+    for (auto [N, K] : {std::pair{qd + 2 * kvd, s.hidden}, std::pair{s.hidden, qd},
+                        std::pair{2 * s.intermediate, s.hidden}, std::pair{s.hidden, s.intermediate},
+                        std::pair{s.vocab, s.hidden}}) {
       results.push_back(linear_case(*fast, "fast", 1, N, K));
       print_row(results.back(), copy_bw);
     }
     const int pool_blocks = 8 * ((context + s.block_size - 1) / s.block_size);
     Weights w = make_weights(*fast, s, pool_blocks);
     for (int B : {1, 8}) {
-      Step step(*fast, s, w, B, 1, context);
-      step.run();
-      const std::unique_ptr<RecordedCalls> graph = fast->record([&] { step.run(); });
-      SPECDEC_CHECK(graph, "the CUDA backend did not record the decode step");
-      Result r{"decode ctx " + std::to_string(context) + " graph", "fast", B, B, 0, 0, 0};
-      r.ms = time_ms(stream_of(*fast), [&] { SPECDEC_CHECK(graph->replay(), "recorded decode step went stale"); }, 3, 11);
-      const StepCost c = decode_cost(s, B, context);
-      r.bytes = c.bytes();
-      r.flops = c.flops;
-      results.push_back(r);
-      print_row(r, copy_bw);
+      results.push_back(recorded_decode(*fast, "fast", s, w, B, context, 3, 11));
+      print_row(results.back(), copy_bw);
     }
     write_json(json, prop.name, copy_bw, results, {});
     return 0;
@@ -185,17 +193,8 @@ int run(int argc, char** argv) {
       print_row(r, copy_bw);
     }
     for (int B : {1, 8}) {  // the same steps replayed as one CUDA graph: launch gaps removed
-      Step step(*be, s, w, B, 1, context);
-      step.run();
-      const std::unique_ptr<RecordedCalls> graph = be->record([&] { step.run(); });
-      SPECDEC_CHECK(graph, "the CUDA backend did not record the decode step");
-      Result r{"decode ctx " + std::to_string(context) + " graph", mode, B, B, 0, 0, 0};
-      r.ms = time_ms(stream_of(*be), [&] { SPECDEC_CHECK(graph->replay(), "recorded decode step went stale"); }, 2, 7);
-      const StepCost c = decode_cost(s, B, context);
-      r.bytes = c.bytes();
-      r.flops = c.flops;
-      results.push_back(r);
-      print_row(r, copy_bw);
+      results.push_back(recorded_decode(*be, mode, s, w, B, context, 2, 7));
+      print_row(results.back(), copy_bw);
     }
     Step step(*be, s, w, 1, prefill, prefill);
     Result r{"prefill " + std::to_string(prefill), mode, 1, prefill, 0, 0, 0};

@@ -400,7 +400,8 @@ class CudaBackend final : public Backend {
     // order. A row's token does not depend on which launch draws it.
     constexpr size_t kMaxWorkBytes = size_t{128} << 20;
     const size_t row_bytes = static_cast<size_t>(V) * sizeof(float);
-    const int64_t per_launch = std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(kMaxWorkBytes / row_bytes)));
+    const int64_t per_launch =
+        std::min<int64_t>(n, std::max<int64_t>(1, static_cast<int64_t>(kMaxWorkBytes / row_bytes)));
     float* work = static_cast<float*>(scratch(static_cast<size_t>(per_launch) * row_bytes));
     const auto* sample_rows = static_cast<const SampleRow*>(rows.data);
     for (int64_t first = 0; first < n; first += per_launch) {

@@ -186,7 +186,8 @@ void launch_rms_norm(const float* x, const void* weight, ElemType type, float ep
                      cudaStream_t stream) {
   if (rows == 0) return;
   SPECDEC_DISPATCH_ELEM(type, T,
-                        launch(rms_norm_kernel<T>, rows, 256, 0, stream, x, static_cast<const T*>(weight), eps, out, dim));
+                        launch(rms_norm_kernel<T>, rows, 256, 0, stream, x, static_cast<const T*>(weight), eps, out,
+                               dim));
 }
 
 void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,
