@@ -16,7 +16,7 @@
 namespace specdec::cpu {
 namespace {
 
-constexpr int kMaxMr = 4;
+constexpr int kMaxMr = 6;
 constexpr int kMaxNr = 8;
 
 // Fixed reduction tree: 16 → 8 → 4 → 2 → 1.
@@ -54,6 +54,22 @@ inline __m512 load_w_tail(const void* base, int64_t i, __mmask16 m) {
       return _mm512_cvtph_ps(h);
     }
   }
+}
+
+// hsum of four accumulators at once: lanes 0, 4, 8 and 12 of the result hold hsum(a), hsum(b),
+// hsum(c) and hsum(d), each from the very additions hsum makes (16 → 8 → 4 → 2 → 1, the same
+// lane pairs), so the bits are hsum's; a quarter of the shuffles.
+inline __m128 hsum_x4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 v = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(pick, v));
 }
 
 // `ahead`: bytes past each weight element to prefetch (the next tile's rows), 0 for none.
@@ -94,10 +110,16 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t ahead) {
   }
   for (int i = 0; i < MR; ++i) {
     float* out = a.out + (m0 + i) * a.N + n0;
-    for (int j = 0; j < NR; ++j) {
-      float v = hsum(acc[i][j]);
-      if (a.bias) v = _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(v), _mm_set_ss(a.bias[n0 + j])));
-      out[j] = v;
+    if constexpr (NR == 4) {
+      __m128 v = hsum_x4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+      if (a.bias) v = _mm_add_ps(v, _mm_loadu_ps(a.bias + n0));
+      _mm_storeu_ps(out, v);
+    } else {
+      for (int j = 0; j < NR; ++j) {
+        float v = hsum(acc[i][j]);
+        if (a.bias) v = _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(v), _mm_set_ss(a.bias[n0 + j])));
+        out[j] = v;
+      }
     }
   }
 }
@@ -120,15 +142,19 @@ template <DType W>
 void linear_typed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   const TileTable& tiles = kTiles<W>;
   // One x row: 8 weight rows in flight keep 8 FMA chains busy and 8 load streams open.
-  // Several x rows: 4 × 4 tiles, each weight vector reused by 4 rows.
+  // Several x rows: tiles of up to 6 x rows × 4 weight rows (24 accumulators, 6 + 4 loads per
+  // 24 FMAs), the rows split evenly (11 = 6 + 5, 8 = 4 + 4) so no tile is left nearly empty.
   const int64_t nr_main = a.M == 1 ? 8 : 4;
+  const int64_t m_tiles = (a.M + kMaxMr - 1) / kMaxMr;
   for (int64_t n0 = n_begin; n0 < n_end; n0 += nr_main) {
     const int64_t nr = n_end - n0 < nr_main ? n_end - n0 : nr_main;
-    for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMr) {
-      const int64_t mr = a.M - m0 < kMaxMr ? a.M - m0 : kMaxMr;
+    for (int64_t t = 0, m0 = 0; t < m_tiles; ++t) {
+      const int64_t mr = (a.M - m0) / (m_tiles - t);
+      if (mr == 0) break;
       // The first x tile of each weight block pulls the next block toward the cache.
       const int64_t ahead = m0 == 0 ? nr_main * a.K * static_cast<int64_t>(dtype_size(W)) : 0;
       tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0, ahead);
+      m0 += mr;
     }
   }
 }
