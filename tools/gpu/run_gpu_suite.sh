@@ -11,6 +11,9 @@
 #            identity, bundled benchmarks (the decode-speed work's loop, most telling first)
 #   launch   build, GPU kernel tests, the quick kernel benchmark with overlapped launches on
 #            and off (twice each, alternating), 8B decode, parity and identity
+#   ab       build, GPU kernel tests, then for the environment switch named by SPECDEC_AB_VAR
+#            (default SPECDEC_CUDA_EARLY_WEIGHTS) on and off, twice each, alternating: the quick
+#            kernel benchmark and 8B engine decode at batch 1 and 8; then parity and identity
 # Usage: tools/gpu/run_gpu_suite.sh STAGE OUT_DIR [DEPS_PREFIX]
 # DEPS_PREFIX holds the headers and static libraries of the Debian packages specdec builds with
 # (nlohmann-json, CLI11, PCRE2, GoogleTest) when the host has no package manager.
@@ -151,6 +154,20 @@ case "$stage" in
     bench_8b_decode 32
     gpu_tests
     ;;
+  ab)
+    var=${SPECDEC_AB_VAR:-SPECDEC_CUDA_EARLY_WEIGHTS}
+    build specdec_cli test_gpu test_model test_engine
+    make_8b_in_background
+    run test_gpu "$build/test_gpu"
+    wait "$maker"
+    for v in 1 0 1 0; do
+      run "quick_${var}_$v" env "$var=$v" SPECDEC_BUILD_DIR="$build" \
+        tools/gpu/build_and_bench.sh "$out/quick_${var}_$v.json" --quick
+      run "decode_${var}_$v" env "$var=$v" "$build/specdec" bench --model "$model8b" --device cuda --fast-gpu \
+        --batch-sizes 1,8 --prompt-tokens 512 --new-tokens 64 --max-rows 8 --kv-memory 8
+    done
+    gpu_tests
+    ;;
   8b)
     run make_8b python3 tools/gpu/make_llama8b_shape.py "$model8b"
     bench_8b_decode 64
@@ -158,7 +175,7 @@ case "$stage" in
     bench_8b_invariant
     ;;
   *)
-    echo "unknown stage '$stage' (all, final, batched, test, perf, launch or 8b)" >&2
+    echo "unknown stage '$stage' (all, final, batched, test, perf, launch, ab or 8b)" >&2
     exit 2
     ;;
 esac

@@ -75,9 +75,14 @@ __device__ __forceinline__ LinearSegment segment_of(const LinearRowsArgs& a, int
 // warp computes, never the order of any one output's operations. (Reading x straight from global
 // memory for one row instead of staging it was measured slower: 65 % against 86 % of the copy
 // bandwidth for a 14336 x 4096 bf16 weight at M = 1.)
+//
+// early: the warp's first weight vectors (one per row) are loaded before the wait for the
+// previous kernel. Weights are never written by a kernel, so the loads may run while that kernel
+// finishes; they fill the memory pipe during its tail and this kernel's x staging instead of
+// starting after both.
 template <typename W, int MT, int C, int RR, bool kVec, LinearEpilogue E>
-__global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a, int n_total, int kc) {
-  enter_kernel();
+__global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a, int n_total, int kc, bool early) {
+  allow_dependents();
   extern __shared__ float4 smem_raw[];
   float* xs = reinterpret_cast<float*>(smem_raw);  // [MT][kc]
   constexpr int V = kVec ? Vec16<W>::n : 1;
@@ -105,6 +110,17 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
       wrow[r] = static_cast<const W*>(sg.w) + static_cast<int64_t>(local) * K;
     }
   }
+  // The first loop iteration's u = 0 vectors (see `early`), when that iteration runs.
+  uint4 first[RR];
+  bool have_first = false;
+  if constexpr (kVec) {
+    if (early && n0 < n_total && lane * V + (U - 1) * 32 * V < min(min(kc, K), kvec_end)) {
+#pragma unroll
+      for (int r = 0; r < RR; ++r) first[r] = __ldg(reinterpret_cast<const uint4*>(wrow[r] + lane * V));
+      have_first = true;
+    }
+  }
+  grid_dependency_wait();
   float acc[RR][MT];
 #pragma unroll
   for (int r = 0; r < RR; ++r)
@@ -140,7 +156,10 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
-          for (int r = 0; r < RR; ++r) raw[u][r] = __ldg(reinterpret_cast<const uint4*>(wrow[r] + k + u * 32 * V));
+          for (int r = 0; r < RR; ++r) {
+            raw[u][r] = u == 0 && have_first ? first[r] : __ldg(reinterpret_cast<const uint4*>(wrow[r] + k + u * 32 * V));
+          }
+        have_first = false;
 #pragma unroll
         for (int u = 0; u < U; ++u)
           accumulate_vec<W, MT, RR>(raw[u], xs, kc, k + u * 32 * V - k0, acc);
@@ -205,6 +224,16 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
   }
 }
 
+// Whether linear kernels load their first weight vectors before waiting for the previous
+// kernel (default; SPECDEC_CUDA_EARLY_WEIGHTS=0 turns it off, to measure what it buys).
+bool early_weight_loads() {
+  static const bool on = [] {
+    const char* v = std::getenv("SPECDEC_CUDA_EARLY_WEIGHTS");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 template <typename W, int MT, int C, int RR, bool kVec, LinearEpilogue E>
 void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   const int cols_per_block = kWarps * C;
@@ -214,7 +243,7 @@ void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   const int k_round = (a.K + 255) / 256 * 256;
   if (kc > k_round) kc = k_round;
   const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
-  launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, grid, kThreads, smem, stream, a, n_total, kc);
+  launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, grid, kThreads, smem, stream, a, n_total, kc, early_weight_loads());
 }
 
 template <typename W, int MT, LinearEpilogue E>
