@@ -35,6 +35,18 @@ void Backend::gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& 
   synchronize();  // the scratch is released at the end of this scope
 }
 
+void Backend::norm_linear_many(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
+                               std::span<const Projection> projections) {
+  rms_norm(x, norm_weight, eps, normed);
+  linear_many(normed, projections);
+}
+
+void Backend::norm_gated_linear(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
+                                const Tensor& w_gate, const Tensor& w_up, const Tensor& out) {
+  rms_norm(x, norm_weight, eps, normed);
+  gated_linear(normed, w_gate, w_up, out);
+}
+
 void Backend::linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) {
   Buffer owner;
   const Tensor h = scratch_like(*this, out, owner, "linear_add");

@@ -118,6 +118,15 @@ class Backend {
   virtual void gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out);
   // out += x · weightᵀ (+ bias): a projection added into the residual stream. out must not alias x.
   virtual void linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out);
+  // normed = rms_norm(x, norm_weight, eps), then linear_many(normed, projections). A backend may
+  // instead fold the norm into the projections' reading of x (the same arithmetic in the same
+  // order, so the same bits) and leave `normed` unwritten: to the caller it is scratch.
+  virtual void norm_linear_many(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
+                                std::span<const Projection> projections);
+  // normed = rms_norm(x, norm_weight, eps), then gated_linear(normed, w_gate, w_up, out); `normed`
+  // is scratch as above.
+  virtual void norm_gated_linear(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
+                                 const Tensor& w_gate, const Tensor& w_up, const Tensor& out);
   // rope(q), rope(k), then kv_write(k, v): the new tokens' positions applied and cached.
   virtual void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                              const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,

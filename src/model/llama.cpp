@@ -272,11 +272,10 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
     const Tensor attn3 = act.attn.reshape({T, nh, hd});
     for (int i = 0; i < c.num_layers; ++i) {
       const Layer& l = layers_[static_cast<size_t>(i)];
-      backend_.rms_norm(act.x, l.input_norm, eps, act.h);
       const std::array<Projection, 3> qkv = {Projection{l.q_proj, l.q_bias, act.q},
                                              Projection{l.k_proj, l.k_bias, act.k},
                                              Projection{l.v_proj, l.v_bias, act.v}};
-      backend_.linear_many(act.h, qkv);
+      backend_.norm_linear_many(act.x, l.input_norm, eps, act.h, qkv);
       if (!l.q_norm.empty()) {
         // Qwen3: RMSNorm over head_dim of every head, before RoPE.
         const Tensor qh = act.q.reshape({T * nh, hd});
@@ -288,8 +287,7 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
                              batch);
       backend_.attention(q3, cache.k_pool(i), cache.v_pool(i), batch, attn_scale_, attn3);
       backend_.linear_add(act.attn, l.o_proj, l.o_bias.empty() ? nullptr : &l.o_bias, act.x);
-      backend_.rms_norm(act.x, l.post_norm, eps, act.h);
-      backend_.gated_linear(act.h, l.gate_proj, l.up_proj, act.gate);
+      backend_.norm_gated_linear(act.x, l.post_norm, eps, act.h, l.gate_proj, l.up_proj, act.gate);
       backend_.linear_add(act.gate, l.down_proj, nullptr, act.x);
       tap(i, act.x, false);
     }

@@ -87,6 +87,57 @@ TEST(GpuFused, EqualsComposedCalls) {
   }
 }
 
+// RMSNorm folded into the q/k/v and gate/up calls (one to sixteen rows, whole rows of K staged at
+// once) against rms_norm followed by the call: bit-equal. Shapes the kernel cannot fold (K past
+// one staged tile, cuBLASLt's larger M in fast mode) take the composition and must agree too.
+TEST(GpuFused, NormFoldedIntoLinearEqualsNormThenLinear) {
+  SPECDEC_REQUIRE_GPU();
+  struct Case {
+    bool invariant;
+    int M, K, Nq, Nkv, I;
+    DType wt;
+  };
+  const std::vector<Case> cases = {
+      {true, 1, 512, 256, 64, 704, DType::bf16},    {true, 2, 4096, 512, 128, 1024, DType::bf16},
+      {true, 5, 1000, 96, 32, 300, DType::bf16},    {true, 19, 256, 128, 64, 512, DType::f16},
+      {true, 3, 130, 64, 32, 96, DType::f32},       {true, 1, 9000, 64, 32, 96, DType::bf16},
+      {false, 1, 4096, 512, 128, 14336 / 8, DType::bf16}, {false, 2, 512, 256, 64, 704, DType::bf16},
+      {false, 24, 512, 256, 64, 704, DType::bf16},
+  };
+  const float eps = 1e-5f;
+  for (const Case& c : cases) {
+    Backends b = make_backends(c.invariant);
+    Backend& g = *b.gpu;
+    const Weights w = make_weights(g, c.K, c.Nq, c.Nkv, c.I, c.wt);
+    Owned norm1 = upload(g, random_floats(size_t(c.K), 31), c.wt, {c.K});
+    Owned norm2 = upload(g, random_floats(size_t(c.K), 32), c.wt, {c.K});
+    Owned x = upload(g, random_floats(size_t(c.M) * c.K, 33, 0.05f, 2.0f), DType::f32, {c.M, c.K});
+    std::vector<std::vector<float>> got[2];
+    for (int folded = 0; folded < 2; ++folded) {
+      Owned h = empty(g, DType::f32, {c.M, c.K});
+      Owned q = empty(g, DType::f32, {c.M, c.Nq}), k = empty(g, DType::f32, {c.M, c.Nkv});
+      Owned v = empty(g, DType::f32, {c.M, c.Nkv}), gate = empty(g, DType::f32, {c.M, c.I});
+      const std::array<Projection, 3> p = {Projection{w.wq.tensor, w.bq.tensor, q.tensor},
+                                           Projection{w.wk.tensor, {}, k.tensor}, Projection{w.wv.tensor, {}, v.tensor}};
+      if (folded) {
+        g.norm_linear_many(x.tensor, norm1.tensor, eps, h.tensor, p);
+        g.norm_gated_linear(x.tensor, norm2.tensor, eps, h.tensor, w.wg.tensor, w.wu.tensor, gate.tensor);
+      } else {
+        g.rms_norm(x.tensor, norm1.tensor, eps, h.tensor);
+        g.linear_many(h.tensor, p);
+        g.rms_norm(x.tensor, norm2.tensor, eps, h.tensor);
+        g.gated_linear(h.tensor, w.wg.tensor, w.wu.tensor, gate.tensor);
+      }
+      got[folded] = {download(g, q.tensor), download(g, k.tensor), download(g, v.tensor), download(g, gate.tensor)};
+    }
+    const std::string what = str_cat("invariant=", c.invariant, " M=", c.M, " K=", c.K, " ", dtype_name(c.wt));
+    for (size_t i = 0; i < got[0].size(); ++i) {
+      ASSERT_EQ(got[1][i].size(), got[0][i].size());
+      EXPECT_TRUE(bit_equal(got[1][i].data(), got[0][i].data(), got[0][i].size())) << what << " output " << i;
+    }
+  }
+}
+
 TEST(GpuFused, RopeKvWriteEqualsRopeThenKvWrite) {
   SPECDEC_REQUIRE_GPU();
   Backends b = make_backends(true);

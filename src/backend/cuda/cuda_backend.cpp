@@ -150,20 +150,30 @@ class CudaBackend final : public Backend {
   }
 
   void linear_many(const Tensor& x, std::span<const Projection> projections) override {
-    constexpr size_t kMax = cuda::kMaxLinearSegments;
-    if (projections.empty() || projections.size() > kMax) return Backend::linear_many(x, projections);
-    std::array<LinearShape, kMax> shapes;
-    std::array<cuda::LinearSegment, kMax> segs;
-    bool fused = true;
-    for (size_t j = 0; j < projections.size(); ++j) {
-      const Projection& p = projections[j];
-      shapes[j] = check_linear("linear_many", x, p.weight, p.bias.empty() ? nullptr : &p.bias, p.out);
-      segs[j] = {p.weight.data, shapes[j].bias, p.out.ptr<float>(), shapes[j].n};
-      fused = fused && rows_kernel(shapes[j]) && shapes[j].type == shapes[0].type;
+    if (!linear_many_rows(x, projections, nullptr, 0.0f)) Backend::linear_many(x, projections);  // one linear() each
+  }
+
+  void norm_linear_many(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
+                        std::span<const Projection> projections) override {
+    check_normed("norm_linear_many", x, normed);
+    if (!linear_many_rows(x, projections, &norm_weight, eps))
+      Backend::norm_linear_many(x, norm_weight, eps, normed, projections);
+  }
+
+  void norm_gated_linear(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
+                         const Tensor& w_gate, const Tensor& w_up, const Tensor& out) override {
+    const char* op = "norm_gated_linear";
+    check_normed(op, x, normed);
+    const LinearShape sh = check_linear(op, x, w_gate, nullptr, out);
+    const LinearShape up = check_linear(op, x, w_up, nullptr, out);
+    if (up.type == sh.type && folds_norm(sh, norm_weight)) {
+      const std::array<cuda::LinearSegment, 2> segs = {
+          cuda::LinearSegment{w_gate.data, nullptr, out.ptr<float>(), sh.n},
+          cuda::LinearSegment{w_up.data, nullptr, nullptr, sh.n}};
+      launch_rows(x, segs, sh, cuda::LinearEpilogue::silu_gate, op, norm_weight.data, eps);
+      return;
     }
-    if (!fused) return Backend::linear_many(x, projections);  // one linear() each
-    launch_rows(x, std::span(segs).first(projections.size()), shapes[0], cuda::LinearEpilogue::store,
-                "linear_many");
+    Backend::norm_gated_linear(x, norm_weight, eps, normed, w_gate, w_up, out);
   }
 
   void gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out) override {
@@ -498,8 +508,44 @@ class CudaBackend final : public Backend {
   // it streams the weights fastest) in fast mode.
   bool rows_kernel(const LinearShape& sh) const { return invariant_ || sh.m <= kSmallM || sh.k == 0; }
 
+  // Whether the row-streaming kernel can apply rms_norm(x, norm_weight) itself for this shape: a
+  // whole row of x staged at once, and the norm weight of the linear weight's type.
+  bool folds_norm(const LinearShape& sh, const Tensor& norm_weight) const {
+    const bool same_type = (sh.type == ElemType::f32 && norm_weight.dtype == DType::f32) ||
+                           (sh.type == ElemType::f16 && norm_weight.dtype == DType::f16) ||
+                           (sh.type == ElemType::bf16 && norm_weight.dtype == DType::bf16);
+    return rows_kernel(sh) && sh.m > 0 && sh.k > 0 && same_type && norm_weight.numel() == sh.k &&
+           norm_weight.device == Device::cuda && cuda::linear_rows_folds_norm(sh.m, sh.k);
+  }
+
+  void check_normed(const char* op, const Tensor& x, const Tensor& normed) {
+    expect_dtype(normed, DType::f32, op, "normed");
+    SPECDEC_CHECK(normed.numel() == x.numel(), op, ": normed ", normed.shape_string(), " must be the size of x ",
+                  x.shape_string());
+  }
+
+  // All projections of x in one launch of the row-streaming kernel (x RMS-normalised on the way
+  // in when norm_weight is given); false, having done nothing, where that kernel does not apply.
+  bool linear_many_rows(const Tensor& x, std::span<const Projection> projections, const Tensor* norm_weight,
+                        float eps) {
+    constexpr size_t kMax = cuda::kMaxLinearSegments;
+    if (projections.empty() || projections.size() > kMax) return false;
+    std::array<LinearShape, kMax> shapes;
+    std::array<cuda::LinearSegment, kMax> segs;
+    for (size_t j = 0; j < projections.size(); ++j) {
+      const Projection& p = projections[j];
+      shapes[j] = check_linear("linear_many", x, p.weight, p.bias.empty() ? nullptr : &p.bias, p.out);
+      segs[j] = {p.weight.data, shapes[j].bias, p.out.ptr<float>(), shapes[j].n};
+      if (!rows_kernel(shapes[j]) || shapes[j].type != shapes[0].type) return false;
+    }
+    if (norm_weight && !folds_norm(shapes[0], *norm_weight)) return false;
+    launch_rows(x, std::span(segs).first(projections.size()), shapes[0], cuda::LinearEpilogue::store, "linear_many",
+                norm_weight ? norm_weight->data : nullptr, eps);
+    return true;
+  }
+
   void launch_rows(const Tensor& x, std::span<const cuda::LinearSegment> segs, const LinearShape& sh,
-                   cuda::LinearEpilogue epilogue, const char* op) {
+                   cuda::LinearEpilogue epilogue, const char* op, const void* norm_w = nullptr, float eps = 0.0f) {
     cuda::LinearRowsArgs a;
     a.x = x.ptr<float>();
     a.w_type = sh.type;
@@ -507,6 +553,8 @@ class CudaBackend final : public Backend {
     a.K = sh.k;
     a.segments = static_cast<int>(segs.size());
     a.epilogue = epilogue;
+    a.norm_w = norm_w;
+    a.norm_eps = eps;
     for (size_t j = 0; j < segs.size(); ++j) a.seg[j] = segs[j];
     cuda::launch_linear_rows(a, stream_);
     check_launch(op, " (row-streaming kernel) ", sh.m, "x", sh.k, " by ", sh.n, "x", sh.k, ", ", segs.size(),

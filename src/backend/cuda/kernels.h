@@ -64,8 +64,17 @@ struct LinearRowsArgs {
   LinearSegment seg[kMaxLinearSegments];
   int segments = 1;
   LinearEpilogue epilogue = LinearEpilogue::store;
+  // When set, x is RMS-normalised on its way in: each staged row becomes (x * inv) * norm_w with
+  // inv = 1 / sqrt(sum of squares / K + norm_eps), the arithmetic of launch_rms_norm, so the
+  // outputs are bit-equal to rms_norm followed by the linear. norm_w has the weights' type and
+  // needs linear_rows_folds_norm(M, K).
+  const void* norm_w = nullptr;
+  float norm_eps = 0.0f;
 };
 void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream);
+// Whether the row-streaming kernel stages a whole row of x at once for M rows of K, which
+// folding the norm into it needs.
+bool linear_rows_folds_norm(int M, int K);
 
 // out[M, N] = x[M, K] · w[N, K]ᵀ (+ bias) with f32 accumulation. Each output is reduced in an
 // order fixed by K alone (lane-strided 16-byte vectors, then a butterfly over the warp), so the

@@ -121,6 +121,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
     }
   }
   grid_dependency_wait();
+  __shared__ float norm_scratch[32];
   float acc[RR][MT];
 #pragma unroll
   for (int r = 0; r < RR; ++r)
@@ -147,6 +148,18 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
       }
     }
     __syncthreads();
+    if (a.norm_w != nullptr) {  // the whole row is staged (klen == K): rms_norm_kernel's arithmetic
+      const W* g = static_cast<const W*>(a.norm_w);
+      for (int m = 0; m < mt; ++m) {
+        float* xm = xs + m * kc;
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < K; i += kThreads) ss = fmaf(xm[i], xm[i], ss);
+        const float total = block_sum(ss, norm_scratch);
+        const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
+        for (int i = threadIdx.x; i < K; i += kThreads) xm[i] = (xm[i] * inv) * to_float(g[i]);
+      }
+      __syncthreads();
+    }
     if (n0 >= n_total) continue;
     const int vend = min(k0 + klen, kvec_end);
     int k = k0 + lane * V;
@@ -234,12 +247,16 @@ bool early_weight_loads() {
   return on;
 }
 
+// Rows of x one block stages (launch_for_m's choice) and the K tile that fits them.
+int tile_rows(int M) { return M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : 16; }
+int k_tile(int MT) { return kSmemBudget / (MT * static_cast<int>(sizeof(float))) / 256 * 256; }
+
 template <typename W, int MT, int C, int RR, bool kVec, LinearEpilogue E>
 void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   const int cols_per_block = kWarps * C;
   const dim3 grid((n_total + cols_per_block - 1) / cols_per_block, (a.M + MT - 1) / MT);
   // K tile: as much of K as fits the budget, a multiple of 256 (whole vectors for every lane).
-  int kc = kSmemBudget / (MT * static_cast<int>(sizeof(float))) / 256 * 256;
+  int kc = k_tile(MT);
   const int k_round = (a.K + 255) / 256 * 256;
   if (kc > k_round) kc = k_round;
   const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
@@ -270,16 +287,12 @@ void launch_tile(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
 
 template <typename W, LinearEpilogue E>
 void launch_for_m(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
-  if (a.M <= 1) {
-    launch_tile<W, 1, E>(a, n_total, stream);
-  } else if (a.M <= 2) {
-    launch_tile<W, 2, E>(a, n_total, stream);
-  } else if (a.M <= 4) {
-    launch_tile<W, 4, E>(a, n_total, stream);
-  } else if (a.M <= 8) {
-    launch_tile<W, 8, E>(a, n_total, stream);
-  } else {
-    launch_tile<W, 16, E>(a, n_total, stream);
+  switch (tile_rows(a.M)) {
+    case 1: return launch_tile<W, 1, E>(a, n_total, stream);
+    case 2: return launch_tile<W, 2, E>(a, n_total, stream);
+    case 4: return launch_tile<W, 4, E>(a, n_total, stream);
+    case 8: return launch_tile<W, 8, E>(a, n_total, stream);
+    default: return launch_tile<W, 16, E>(a, n_total, stream);
   }
 }
 
@@ -293,6 +306,8 @@ void launch_epilogue(const LinearRowsArgs& a, int n_total, cudaStream_t stream) 
 }
 
 }  // namespace
+
+bool linear_rows_folds_norm(int M, int K) { return K <= k_tile(tile_rows(M)); }
 
 void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream) {
   int n_total = 0;
