@@ -186,16 +186,14 @@ std::vector<Step::Op> Step::layer_ops(int l) {
   const Tensor wd = view(L.down, DType::bf16, {h, s.intermediate});
   Backend& b = be_;
   return {
-      {"rms_norm", [=, this, &b] { b.rms_norm(x_, ln1, kEps, h_); }},
-      {"linear qkv", [=, this, &b] {
+      {"rms_norm + linear qkv", [=, this, &b] {
          const std::array<Projection, 3> qkv = {Projection{wq, {}, q_}, Projection{wk, {}, k_}, Projection{wv, {}, v_}};
-         b.linear_many(h_, qkv);
+         b.norm_linear_many(x_, ln1, kEps, h_, qkv);
        }},
       {"rope+kv_write", [=, this, &b] { b.rope_kv_write(q3, k3, v3, batch_.positions, inv_freq_, 1.0f, kp, vp, batch_); }},
       {"attention", [=, this, &b] { b.attention(q3, kp, vp, batch_, scale, a3); }},
       {"linear o +x", [=, this, &b] { b.linear_add(attn_, wo, nullptr, x_); }},
-      {"rms_norm", [=, this, &b] { b.rms_norm(x_, ln2, kEps, h_); }},
-      {"linear gate*up", [=, this, &b] { b.gated_linear(h_, wg, wu, gate_); }},
+      {"rms_norm + linear gate*up", [=, this, &b] { b.norm_gated_linear(x_, ln2, kEps, h_, wg, wu, gate_); }},
       {"linear down +x", [=, this, &b] { b.linear_add(gate_, wd, nullptr, x_); }},
   };
 }
