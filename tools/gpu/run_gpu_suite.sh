@@ -12,8 +12,9 @@
 #   launch   build, GPU kernel tests, the quick kernel benchmark with overlapped launches on
 #            and off (twice each, alternating), 8B decode, parity and identity
 #   ab       build, GPU kernel tests, then for the environment switch named by SPECDEC_AB_VAR
-#            (default SPECDEC_CUDA_EARLY_WEIGHTS) on and off, twice each, alternating: the quick
-#            kernel benchmark and 8B engine decode at batch 1 and 8; then parity and identity
+#            (default SPECDEC_CUDA_EARLY_WEIGHTS) at each of SPECDEC_AB_VALUES (default
+#            "1 0 1 0"), in turn: the quick kernel benchmark and 8B engine decode at batch 1 and 8;
+#            then parity and identity
 # Usage: tools/gpu/run_gpu_suite.sh STAGE OUT_DIR [DEPS_PREFIX]
 # DEPS_PREFIX holds the headers and static libraries of the Debian packages specdec builds with
 # (nlohmann-json, CLI11, PCRE2, GoogleTest) when the host has no package manager.
@@ -160,7 +161,7 @@ case "$stage" in
     make_8b_in_background
     run test_gpu "$build/test_gpu"
     wait "$maker"
-    for v in 1 0 1 0; do
+    for v in ${SPECDEC_AB_VALUES:-1 0 1 0}; do
       run "quick_${var}_$v" env "$var=$v" SPECDEC_BUILD_DIR="$build" \
         tools/gpu/build_and_bench.sh "$out/quick_${var}_$v.json" --quick
       run "decode_${var}_$v" env "$var=$v" "$build/specdec" bench --model "$model8b" --device cuda --fast-gpu \

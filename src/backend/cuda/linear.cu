@@ -6,6 +6,9 @@
 // 16-byte vectors l, l+32, ... in increasing order (fma per element, in element order), then the
 // tail elements, then the warp butterfly. Neither M, MT, the K tile nor the fusion changes it,
 // so the kernel is batch invariant.
+#include <algorithm>
+#include <cstdlib>
+
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -76,12 +79,12 @@ __device__ __forceinline__ LinearSegment segment_of(const LinearRowsArgs& a, int
 // memory for one row instead of staging it was measured slower: 65 % against 86 % of the copy
 // bandwidth for a 14336 x 4096 bf16 weight at M = 1.)
 //
-// early: the warp's first weight vectors (one per row) are loaded before the wait for the
-// previous kernel. Weights are never written by a kernel, so the loads may run while that kernel
-// finishes; they fill the memory pipe during its tail and this kernel's x staging instead of
-// starting after both.
+// early: how many of the first loop iteration's U weight vectors per row a warp loads before it
+// waits for the previous kernel (0, 1, or 2 = all U). Weights are never written by a kernel, so
+// these loads may run while that kernel finishes: they fill the memory pipe during its tail and
+// this kernel's x staging instead of starting after both.
 template <typename W, int MT, int C, int RR, bool kVec, LinearEpilogue E>
-__global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a, int n_total, int kc, bool early) {
+__global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a, int n_total, int kc, int early) {
   allow_dependents();
   extern __shared__ float4 smem_raw[];
   float* xs = reinterpret_cast<float*>(smem_raw);  // [MT][kc]
@@ -110,14 +113,17 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
       wrow[r] = static_cast<const W*>(sg.w) + static_cast<int64_t>(local) * K;
     }
   }
-  // The first loop iteration's u = 0 vectors (see `early`), when that iteration runs.
-  uint4 first[RR];
-  bool have_first = false;
+  // The first loop iteration's vectors u < have_first (see `early`), when that iteration runs.
+  uint4 first[U][RR];
+  int have_first = 0;
   if constexpr (kVec) {
-    if (early && n0 < n_total && lane * V + (U - 1) * 32 * V < min(min(kc, K), kvec_end)) {
+    if (early > 0 && n0 < n_total && lane * V + (U - 1) * 32 * V < min(min(kc, K), kvec_end)) {
+      have_first = early >= 2 ? U : 1;
 #pragma unroll
-      for (int r = 0; r < RR; ++r) first[r] = __ldg(reinterpret_cast<const uint4*>(wrow[r] + lane * V));
-      have_first = true;
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int r = 0; r < RR; ++r)
+          if (u < have_first) first[u][r] = __ldg(reinterpret_cast<const uint4*>(wrow[r] + lane * V + u * 32 * V));
     }
   }
   grid_dependency_wait();
@@ -170,9 +176,9 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
         for (int u = 0; u < U; ++u)
 #pragma unroll
           for (int r = 0; r < RR; ++r) {
-            raw[u][r] = u == 0 && have_first ? first[r] : __ldg(reinterpret_cast<const uint4*>(wrow[r] + k + u * 32 * V));
+            raw[u][r] = u < have_first ? first[u][r] : __ldg(reinterpret_cast<const uint4*>(wrow[r] + k + u * 32 * V));
           }
-        have_first = false;
+        have_first = 0;
 #pragma unroll
         for (int u = 0; u < U; ++u)
           accumulate_vec<W, MT, RR>(raw[u], xs, kc, k + u * 32 * V - k0, acc);
@@ -237,14 +243,14 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
   }
 }
 
-// Whether linear kernels load their first weight vectors before waiting for the previous
-// kernel (default; SPECDEC_CUDA_EARLY_WEIGHTS=0 turns it off, to measure what it buys).
-bool early_weight_loads() {
-  static const bool on = [] {
+// How many weight vectors linear kernels load before waiting for the previous kernel (see
+// linear_rows_kernel's `early`): SPECDEC_CUDA_EARLY_WEIGHTS=0, 1 or 2, to measure what each buys.
+int early_weight_loads() {
+  static const int level = [] {
     const char* v = std::getenv("SPECDEC_CUDA_EARLY_WEIGHTS");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    return v == nullptr ? 2 : std::clamp(std::atoi(v), 0, 2);
   }();
-  return on;
+  return level;
 }
 
 // Rows of x one block stages (launch_for_m's choice) and the K tile that fits them.
