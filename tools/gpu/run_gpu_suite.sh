@@ -6,6 +6,7 @@
 #            and sampled decode)
 #   batched  build, kernel tests, 8B decode at batch 1..128 (fast and batch-invariant)
 #   test     build, GPU tests, parity and identity, kernel benchmark, bundled benchmarks
+#   spec     build, GPU tests, parity and identity, the bundled models' speculative benchmark
 #   8b       the 8B-shaped checkpoint and its benchmarks (needs a build from an earlier stage)
 #   perf     build, GPU kernel tests, 8B decode at batch 1..128, kernel benchmark, parity and
 #            identity, bundled benchmarks (the decode-speed work's loop, most telling first)
@@ -169,6 +170,11 @@ case "$stage" in
     done
     gpu_tests
     ;;
+  spec)
+    build specdec_cli test_gpu test_model test_engine
+    gpu_tests
+    bench_bundled bench_bundled_invariant
+    ;;
   8b)
     run make_8b python3 tools/gpu/make_llama8b_shape.py "$model8b"
     bench_8b_decode 64
@@ -176,7 +182,7 @@ case "$stage" in
     bench_8b_invariant
     ;;
   *)
-    echo "unknown stage '$stage' (all, final, batched, test, perf, launch, ab or 8b)" >&2
+    echo "unknown stage '$stage' (all, final, batched, test, perf, launch, ab, spec or 8b)" >&2
     exit 2
     ;;
 esac

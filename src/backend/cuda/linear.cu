@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
     }
   }
   grid_dependency_wait();
-  __shared__ float norm_scratch[32];
+  __shared__ float norm_scratch[MT * kWarps];
   float acc[RR][MT];
 #pragma unroll
   for (int r = 0; r < RR; ++r)
@@ -154,15 +154,39 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
       }
     }
     __syncthreads();
-    if (a.norm_w != nullptr) {  // the whole row is staged (klen == K): rms_norm_kernel's arithmetic
+    if (a.norm_w != nullptr) {
+      // The whole row is staged (klen == K). rms_norm_kernel's arithmetic for every row at once:
+      // thread t sums the squares of elements t, t + 256, ... in order, each warp folds its
+      // threads' sums (warp_sum), and the warps' sums are added in warp order, as block_sum does;
+      // one exchange through shared memory serves all rows.
       const W* g = static_cast<const W*>(a.norm_w);
-      for (int m = 0; m < mt; ++m) {
-        float* xm = xs + m * kc;
-        float ss = 0.0f;
-        for (int i = threadIdx.x; i < K; i += kThreads) ss = fmaf(xm[i], xm[i], ss);
-        const float total = block_sum(ss, norm_scratch);
-        const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
-        for (int i = threadIdx.x; i < K; i += kThreads) xm[i] = (xm[i] * inv) * to_float(g[i]);
+      float ss[MT];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) ss[m] = 0.0f;
+      for (int i = threadIdx.x; i < K; i += kThreads) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+          if (m < mt) ss[m] = fmaf(xs[m * kc + i], xs[m * kc + i], ss[m]);
+      }
+#pragma unroll
+      for (int m = 0; m < MT; ++m) ss[m] = warp_sum(ss[m]);
+      if (lane == 0) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m) norm_scratch[m * kWarps + warp] = ss[m];
+      }
+      __syncthreads();
+      float inv[MT];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        float total = 0.0f;
+        for (int w = 0; w < kWarps; ++w) total += norm_scratch[m * kWarps + w];
+        inv[m] = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
+      }
+      for (int i = threadIdx.x; i < K; i += kThreads) {
+        const float gi = to_float(g[i]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+          if (m < mt) xs[m * kc + i] = (xs[m * kc + i] * inv[m]) * gi;
       }
       __syncthreads();
     }
