@@ -10,7 +10,7 @@ namespace specdec {
 namespace {
 constexpr double kDecay = 0.97;     // forgetting factor of the cost fit
 constexpr double kAlphaRate = 0.2;  // EMA rate of the acceptance estimate
-constexpr double kMinGain = 1.10;   // speculate only when it is expected to pay by 10 %
+constexpr double kMinGain = 1.03;   // speculate only when it is expected to pay by 3 %
 constexpr double kMaxSpike = 2.0;   // an observed forward counts at most this many predictions
 }  // namespace
 
