@@ -17,18 +17,7 @@ namespace {
 
 constexpr int kWarps = 8;  // output columns per block
 constexpr int kThreads = kWarps * 32;
-// Bytes of staged x per block: 32 KiB, or 64 KiB for one or two rows of x, so a one-row
-// decode step stages K up to 16,384 (the 8B shape's down projection, K = 14,336) in one tile:
-// no barrier and restaging in the middle of its weight stream. SPECDEC_CUDA_X_KIB sets the small-M
-// budget (32 or 64) to measure what it buys.
-constexpr int kSmemBudget = 32 * 1024;
-int small_m_budget() {
-  static const int kib = [] {
-    const char* v = std::getenv("SPECDEC_CUDA_X_KIB");
-    return v == nullptr ? 64 : std::clamp(std::atoi(v), 32, 64);
-  }();
-  return kib * 1024;
-}
+constexpr int kSmemBudget = 32 * 1024;  // bytes of staged x per block
 
 // A 16-byte vector of W widened to f32.
 template <typename W>
@@ -290,10 +279,7 @@ int early_weight_loads() {
 
 // Rows of x one block stages (launch_for_m's choice) and the K tile that fits them.
 int tile_rows(int M) { return M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : 16; }
-int k_tile(int MT) {
-  const int budget = MT <= 2 ? small_m_budget() : kSmemBudget;
-  return budget / (MT * static_cast<int>(sizeof(float))) / 256 * 256;
-}
+int k_tile(int MT) { return kSmemBudget / (MT * static_cast<int>(sizeof(float))) / 256 * 256; }
 
 template <typename W, int MT, int C, int RR, bool kVec, LinearEpilogue E>
 void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
@@ -304,13 +290,6 @@ void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   const int k_round = (a.K + 255) / 256 * 256;
   if (kc > k_round) kc = k_round;
   const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
-  if (smem > 48 * 1024) {  // past the default limit of dynamic shared memory: raised once per kernel
-    static const bool raised = [] {
-      return cudaFuncSetAttribute(linear_rows_kernel<W, MT, C, RR, kVec, E>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024) == cudaSuccess;
-    }();
-    (void)raised;  // a failure surfaces as the launch's error, which the caller checks
-  }
   launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, grid, kThreads, smem, stream, a, n_total, kc, early_weight_loads());
 }
 
