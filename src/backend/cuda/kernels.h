@@ -72,8 +72,8 @@ struct LinearRowsArgs {
   float norm_eps = 0.0f;
 };
 void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream);
-// Whether the row-streaming kernel stages a whole row of x at once for M rows of K, which
-// folding the norm into it needs.
+// Whether the row-streaming kernel folds the norm (norm_w) for M rows of K: one or two rows of x
+// (a decode step's tile), staged whole at once.
 bool linear_rows_folds_norm(int M, int K);
 
 // out[M, N] = x[M, K] · w[N, K]ᵀ (+ bias) with f32 accumulation. Each output is reduced in an

@@ -18,6 +18,10 @@ namespace {
 constexpr int kWarps = 8;  // output columns per block
 constexpr int kThreads = kWarps * 32;
 constexpr int kSmemBudget = 32 * 1024;  // bytes of staged x per block
+// Tiles of at most this many rows of x (decode steps) load weights early and fold the RMSNorm.
+// Both keep values live across the staging, which costs registers: in the 8- and 16-row tiles
+// of verify windows they pushed 128 registers per thread to 198-253 (half the blocks per SM).
+constexpr int kLeanRows = 2;
 
 // A 16-byte vector of W widened to f32.
 template <typename W>
@@ -116,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
   // The first loop iteration's vectors u < have_first (see `early`), when that iteration runs.
   uint4 first[U][RR];
   int have_first = 0;
-  if constexpr (kVec) {
+  if constexpr (kVec && MT <= kLeanRows) {
     if (early > 0 && n0 < n_total && lane * V + (U - 1) * 32 * V < min(min(kc, K), kvec_end)) {
       have_first = early >= 2 ? U : 1;
 #pragma unroll
@@ -154,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
       }
     }
     __syncthreads();
-    if (a.norm_w != nullptr) {
+    if (MT <= kLeanRows && a.norm_w != nullptr) {
       // The whole row is staged (klen == K). rms_norm_kernel's arithmetic for every row at once:
       // thread t sums the squares of elements t, t + 256, ... in order, each warp folds its
       // threads' sums (warp_sum), and the warps' sums are added in warp order, as block_sum does;
@@ -337,7 +341,7 @@ void launch_epilogue(const LinearRowsArgs& a, int n_total, cudaStream_t stream) 
 
 }  // namespace
 
-bool linear_rows_folds_norm(int M, int K) { return K <= k_tile(tile_rows(M)); }
+bool linear_rows_folds_norm(int M, int K) { return tile_rows(M) <= kLeanRows && K <= k_tile(tile_rows(M)); }
 
 void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream) {
   int n_total = 0;
