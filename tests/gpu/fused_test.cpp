@@ -118,7 +118,8 @@ TEST(GpuFused, NormFoldedIntoLinearEqualsNormThenLinear) {
       Owned q = empty(g, DType::f32, {c.M, c.Nq}), k = empty(g, DType::f32, {c.M, c.Nkv});
       Owned v = empty(g, DType::f32, {c.M, c.Nkv}), gate = empty(g, DType::f32, {c.M, c.I});
       const std::array<Projection, 3> p = {Projection{w.wq.tensor, w.bq.tensor, q.tensor},
-                                           Projection{w.wk.tensor, {}, k.tensor}, Projection{w.wv.tensor, {}, v.tensor}};
+                                           Projection{w.wk.tensor, {}, k.tensor},
+                                           Projection{w.wv.tensor, {}, v.tensor}};
       if (folded) {
         g.norm_linear_many(x.tensor, norm1.tensor, eps, h.tensor, p);
         g.norm_gated_linear(x.tensor, norm2.tensor, eps, h.tensor, w.wg.tensor, w.wu.tensor, gate.tensor);

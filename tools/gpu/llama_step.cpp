@@ -193,7 +193,8 @@ std::vector<Step::Op> Step::layer_ops(int l) {
       {"rope+kv_write", [=, this, &b] { b.rope_kv_write(q3, k3, v3, batch_.positions, inv_freq_, 1.0f, kp, vp, batch_); }},
       {"attention", [=, this, &b] { b.attention(q3, kp, vp, batch_, scale, a3); }},
       {"linear o +x", [=, this, &b] { b.linear_add(attn_, wo, nullptr, x_); }},
-      {"rms_norm + linear gate*up", [=, this, &b] { b.norm_gated_linear(x_, ln2, kEps, h_, wg, wu, gate_); }},
+      {"rms_norm + linear gate*up",
+       [=, this, &b] { b.norm_gated_linear(x_, ln2, kEps, h_, wg, wu, gate_); }},
       {"linear down +x", [=, this, &b] { b.linear_add(gate_, wd, nullptr, x_); }},
   };
 }

@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
     }
   }
   grid_dependency_wait();
-  __shared__ float norm_scratch[MT * kWarps];
+  __shared__ float norm_scratch[MT <= kLeanRows ? MT * kWarps : 1];
   float acc[RR][MT];
 #pragma unroll
   for (int r = 0; r < RR; ++r)
