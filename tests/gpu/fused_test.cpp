@@ -87,9 +87,10 @@ TEST(GpuFused, EqualsComposedCalls) {
   }
 }
 
-// RMSNorm folded into the q/k/v and gate/up calls (one to sixteen rows, whole rows of K staged at
-// once) against rms_norm followed by the call: bit-equal. Shapes the kernel cannot fold (K past
-// one staged tile, cuBLASLt's larger M in fast mode) take the composition and must agree too.
+// RMSNorm folded into the q/k/v and gate/up calls (one or two rows, a whole row of K staged at
+// once) against rms_norm followed by the call: bit-equal. Shapes the kernel does not fold (more
+// rows, K past one staged tile, cuBLASLt's larger M in fast mode) take the composition and must
+// agree too.
 TEST(GpuFused, NormFoldedIntoLinearEqualsNormThenLinear) {
   SPECDEC_REQUIRE_GPU();
   struct Case {
