@@ -208,18 +208,40 @@ void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite,
 // Tokens per second of the decode phase (after each row's first token), over the slowest row.
 double decode_rate(const RunResult& r) { return r.decode_tokens / std::max(1e-9, r.max_decode); }
 
-// Plain and speculative runs of the same prompts alternate o.repeats times; the fastest run of
-// each counts, so a burst of load from elsewhere on the machine does not decide the comparison.
-std::pair<RunResult, RunResult> best_pair(Session& s, const std::vector<std::vector<int32_t>>& prompts,
-                                          int max_tokens, const std::string& draft, const BenchOptions& o) {
-  std::pair<RunResult, RunResult> best;
-  auto keep = [](RunResult r, RunResult& into) {
-    if (into.wall == 0 || r.generated / r.wall > into.generated / into.wall) into = std::move(r);
+// Plain and speculative runs of the same prompts, and what the speculative one gained.
+struct Pair {
+  RunResult plain, spec;           // the fastest run of each (their tokens/s columns)
+  double speedup = 0;              // whole run: median over the repeats of spec / plain tokens/s
+  double decode_speedup = 0;       // decode phase, likewise
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Plain and speculative runs alternate o.repeats times. The speedup is the median of each
+// repeat's ratio: the two runs of a repeat follow each other within a second, so a machine whose
+// speed drifts (other tenants) slows both alike, where comparing the fastest plain run with the
+// fastest speculative one mixes different minutes.
+Pair measure_pair(Session& s, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                  const std::string& draft, const BenchOptions& o) {
+  Pair best;
+  std::vector<double> whole, decode;
+  auto keep = [](const RunResult& r, RunResult& into) {
+    if (into.wall == 0 || r.generated / r.wall > into.generated / into.wall) into = r;
   };
   for (int rep = 0; rep < o.repeats; ++rep) {
-    keep(run_batch(s, prompts, max_tokens, o.sampling, "", 0), best.first);
-    keep(run_batch(s, prompts, max_tokens, o.sampling, draft, o.num_draft, !o.no_adaptive), best.second);
+    const RunResult plain = run_batch(s, prompts, max_tokens, o.sampling, "", 0);
+    const RunResult spec = run_batch(s, prompts, max_tokens, o.sampling, draft, o.num_draft, !o.no_adaptive);
+    whole.push_back((spec.generated / spec.wall) / (plain.generated / plain.wall));
+    decode.push_back(decode_rate(spec) / decode_rate(plain));
+    keep(plain, best.plain);
+    keep(spec, best.spec);
   }
+  best.speedup = median(whole);
+  best.decode_speedup = median(decode);
   return best;
 }
 
@@ -243,17 +265,20 @@ void spec_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, 
                 "decode", "accept", "mean len", "same");
     nlohmann::json per_prompt = nlohmann::json::array();
     for (size_t i = 0; i < prompts.size(); ++i) {
-      auto [plain, spec] = best_pair(s, {prompts[i]}, lengths[i], draft, o);
+      const Pair m = measure_pair(s, {prompts[i]}, lengths[i], draft, o);
+      const RunResult& plain = m.plain;
+      const RunResult& spec = m.spec;
       const double pt = plain.generated / plain.wall, st = spec.generated / spec.wall;
       const double pd = decode_rate(plain), sd = decode_rate(spec);
       const auto& tel = spec.results[0].stats.speculative;
       const bool same = plain.results[0].tokens == spec.results[0].tokens;
       std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %7.2fx %8.2f %8.2f %5s\n", names[i].c_str(), categories[i].c_str(),
-                  pt, st, st / pt, sd / pd, tel.acceptance_rate(), tel.mean_accepted_length(), same ? "yes" : "NO");
+                  pt, st, m.speedup, m.decode_speedup, tel.acceptance_rate(), tel.mean_accepted_length(),
+                  same ? "yes" : "NO");
       per_prompt.push_back({{"prompt", names[i]}, {"category", categories[i]}, {"plain_tokens_per_s", pt},
-                            {"spec_tokens_per_s", st}, {"speedup", st / pt}, {"plain_decode_tokens_per_s", pd},
-                            {"spec_decode_tokens_per_s", sd}, {"decode_speedup", sd / pd}, {"identical", same},
-                            {"telemetry", tel.to_json()}});
+                            {"spec_tokens_per_s", st}, {"speedup", m.speedup}, {"plain_decode_tokens_per_s", pd},
+                            {"spec_decode_tokens_per_s", sd}, {"decode_speedup", m.decode_speedup},
+                            {"identical", same}, {"telemetry", tel.to_json()}});
     }
     std::vector<std::vector<int32_t>> batch;
     int max_len = 0;
@@ -261,16 +286,17 @@ void spec_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, 
       batch.push_back(prompts[static_cast<size_t>(i) % prompts.size()]);
       max_len = std::max(max_len, lengths[static_cast<size_t>(i) % prompts.size()]);
     }
-    auto [plain, spec] = best_pair(s, batch, max_len, draft, o);
-    const double pt = plain.generated / plain.wall, st = spec.generated / spec.wall;
+    const Pair m = measure_pair(s, batch, max_len, draft, o);
+    const double pt = m.plain.generated / m.plain.wall, st = m.spec.generated / m.spec.wall;
     bool same = true;
-    for (size_t i = 0; i < batch.size(); ++i) same = same && plain.results[i].tokens == spec.results[i].tokens;
+    for (size_t i = 0; i < batch.size(); ++i) same = same && m.plain.results[i].tokens == m.spec.results[i].tokens;
     const std::string label = "batch " + std::to_string(o.spec_batch);
-    std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %7.2fx %8s %8s %5s\n", label.c_str(), "all", pt, st, st / pt,
-                decode_rate(spec) / decode_rate(plain), "", "", same ? "yes" : "NO");
+    std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %7.2fx %8s %8s %5s\n", label.c_str(), "all", pt, st, m.speedup,
+                m.decode_speedup, "", "", same ? "yes" : "NO");
     methods.push_back({{"method", draft}, {"batch1", per_prompt},
                        {"batch", {{"rows", o.spec_batch}, {"plain_tokens_per_s", pt}, {"spec_tokens_per_s", st},
-                                  {"speedup", st / pt}, {"identical", same}}}});
+                                  {"speedup", m.speedup}, {"decode_speedup", m.decode_speedup},
+                                  {"identical", same}}}});
   }
   report["speculative"] = methods;
 }
@@ -290,7 +316,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--suite", o->suite, "prompt suite (JSON)")->capture_default_str();
   cmd->add_flag("--skip-plain", o->skip_plain, "only the speculative suite");
   cmd->add_flag("--no-adaptive", o->no_adaptive, "speculative suite: always draft the maximum depth");
-  cmd->add_option("--repeats", o->repeats, "speculative suite: runs of each, best counts")->capture_default_str();
+  cmd->add_option("--repeats", o->repeats, "speculative suite: plain/speculative pairs; speedup = median pair ratio, tokens/s = fastest run")->capture_default_str();
   cmd->add_flag("--json", o->json, "also print the results as one JSON object");
   cmd->add_option("--temperature", o->sampling.temperature, "sample at this temperature (default: greedy)");
   cmd->add_option("--top-k", o->sampling.top_k, "with --temperature: keep the k most likely tokens (0 = off)");
