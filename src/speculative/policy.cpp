@@ -12,6 +12,7 @@ constexpr double kDecay = 0.97;     // forgetting factor of the cost fit
 constexpr double kAlphaRate = 0.2;  // EMA rate of the acceptance estimate
 constexpr double kMinGain = 1.03;   // speculate only when it is expected to pay by 3 %
 constexpr double kMaxSpike = 2.0;   // an observed forward counts at most this many predictions
+constexpr double kMinSpread = 0.5;  // tokens: spread of recent widths needed to refit the slope
 }  // namespace
 
 void CostModel::observe_forward(int tokens, double seconds) {
@@ -26,13 +27,22 @@ void CostModel::observe_forward(int tokens, double seconds) {
   sxx_ = sxx_ * kDecay + double(tokens) * tokens;
   sxy_ = sxy_ * kDecay + double(tokens) * seconds;
   ++samples_;
+  // var / sw² is the weighted variance of the recent widths. The slope is refitted only while
+  // they spread by at least kMinSpread tokens: after a long run of equal plain steps (speculation
+  // paused) one probe among them would otherwise set the slope from a single noisy sample, or the
+  // spread would vanish and the slope with it, so that drafting looked free and the policy
+  // resumed, paid, and paused again. Between such phases the slope learned last is kept and only
+  // the intercept follows the timings.
   const double var = sw_ * sxx_ - sx_ * sx_;
-  if (var > 1e-9 * sw_ * sw_) {
+  if (var > kMinSpread * kMinSpread * sw_ * sw_) {
     per_token_ = std::max(0.0, (sw_ * sxy_ - sx_ * sy_) / var);
     fixed_ = std::max(0.0, (sy_ - per_token_ * sx_) / sw_);
+    slope_known_ = true;
+  } else if (slope_known_) {
+    fixed_ = std::max(0.0, (sy_ - per_token_ * sx_) / sw_);
   } else {
-    // All iterations had the same width: attribute the cost to the fixed part (weights read
-    // once per iteration dominate a memory-bound forward).
+    // No spread seen yet: attribute the cost to the fixed part (weights read once per iteration
+    // dominate a memory-bound forward) until windows of other widths show the slope.
     fixed_ = sy_ / sw_;
     per_token_ = 0.02 * fixed_ / std::max(1.0, sx_ / sw_);
   }

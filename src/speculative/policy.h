@@ -24,6 +24,7 @@ class CostModel {
   double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
   double fixed_ = 0, per_token_ = 0, per_draft_ = 0;
   int samples_ = 0;
+  bool slope_known_ = false;  // some recent widths spread enough to fit the slope
   bool draft_seen_ = false;
 };
 

@@ -46,6 +46,16 @@ TEST(CostModel, ALastingChangeIsLearned) {
   EXPECT_NEAR(costs.row_cost(11, 1), truth(11, 3.0), 0.1 * truth(11, 3.0));
 }
 
+TEST(CostModel, KeepsTheSlopeThroughALongRunOfPlainSteps) {
+  // Speculation paused: hundreds of one-token steps, then one probe whose timing is 20 % off.
+  // The slope learned from the windows must survive both.
+  CostModel costs = calibrated_model();
+  for (int i = 0; i < 300; ++i) costs.observe_forward(1, truth(1));
+  costs.observe_forward(2, 1.2 * truth(2));
+  EXPECT_NEAR(costs.row_cost(1, 1), truth(1), 0.05 * truth(1));
+  EXPECT_NEAR(costs.row_cost(11, 1), truth(11), 0.1 * truth(11));
+}
+
 TEST(DepthPolicy, SpeculatesDeepWhenDraftsAreAcceptedEvenAfterASpike) {
   CostModel costs = calibrated_model();
   costs.observe_draft(10, 10 * 1e-6);
