@@ -210,9 +210,9 @@ double decode_rate(const RunResult& r) { return r.decode_tokens / std::max(1e-9,
 
 // Plain and speculative runs of the same prompts, and what the speculative one gained.
 struct Pair {
-  RunResult plain, spec;           // the fastest run of each (their tokens/s columns)
-  double speedup = 0;              // whole run: median over the repeats of spec / plain tokens/s
-  double decode_speedup = 0;       // decode phase, likewise
+  RunResult plain, spec;      // the fastest run of each (their tokens/s columns)
+  double speedup = 0;         // whole run: median over the repeats of spec / plain tokens/s
+  double decode_speedup = 0;  // decode phase, likewise
 };
 
 double median(std::vector<double> v) {
@@ -223,7 +223,7 @@ double median(std::vector<double> v) {
 
 // Plain and speculative runs alternate o.repeats times. The speedup is the median of each
 // repeat's ratio: the two runs of a repeat follow each other within a second, so a machine whose
-// speed drifts (other tenants) slows both alike, where comparing the fastest plain run with the
+// speed drifts (other load) slows both alike, where comparing the fastest plain run with the
 // fastest speculative one mixes different minutes.
 Pair measure_pair(Session& s, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
                   const std::string& draft, const BenchOptions& o) {
@@ -316,7 +316,9 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--suite", o->suite, "prompt suite (JSON)")->capture_default_str();
   cmd->add_flag("--skip-plain", o->skip_plain, "only the speculative suite");
   cmd->add_flag("--no-adaptive", o->no_adaptive, "speculative suite: always draft the maximum depth");
-  cmd->add_option("--repeats", o->repeats, "speculative suite: plain/speculative pairs; speedup = median pair ratio, tokens/s = fastest run")->capture_default_str();
+  cmd->add_option("--repeats", o->repeats,
+                  "speculative suite: plain/speculative pairs; speedup = median pair ratio, tokens/s = fastest run")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "also print the results as one JSON object");
   cmd->add_option("--temperature", o->sampling.temperature, "sample at this temperature (default: greedy)");
   cmd->add_option("--top-k", o->sampling.top_k, "with --temperature: keep the k most likely tokens (0 = off)");

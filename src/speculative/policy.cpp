@@ -36,9 +36,9 @@ void CostModel::observe_forward(int tokens, double seconds) {
   const double var = sw_ * sxx_ - sx_ * sx_;
   if (var > kMinSpread * kMinSpread * sw_ * sw_) {
     per_token_ = std::max(0.0, (sw_ * sxy_ - sx_ * sy_) / var);
-    fixed_ = std::max(0.0, (sy_ - per_token_ * sx_) / sw_);
     slope_known_ = true;
-  } else if (slope_known_) {
+  }
+  if (slope_known_) {
     fixed_ = std::max(0.0, (sy_ - per_token_ * sx_) / sw_);
   } else {
     // No spread seen yet: attribute the cost to the fixed part (weights read once per iteration

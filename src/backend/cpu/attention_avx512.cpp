@@ -11,18 +11,11 @@
 #include <array>
 #include <utility>
 
+#include "backend/cpu/avx512_reduce.h"
 #include "backend/cpu/cpu_kernels.h"
 
 namespace specdec::cpu {
 namespace {
-
-inline float hsum(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  const __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
-  return _mm_cvtss_f32(d);
-}
 
 inline __mmask16 tail_mask(int64_t count) {
   return count >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << count) - 1u);
@@ -56,21 +49,6 @@ inline const float* block_base(const AttendArgs& a, const float* pool, int64_t j
 // (blocks are scattered, so the hardware prefetcher cannot guess them).
 inline void prefetch_row(const float* p, int64_t count) {
   for (int64_t i = 0; i < count; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
-}
-
-// The fixed tree 16 -> 8 -> 4 -> 2 -> 1 (lanes l and l + 8, then l + 4, l + 2, l + 1) applied to
-// four vectors at once; pairs the same lanes as hsum, so each result has the same bits as hsum.
-inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));
-  const __m512 v = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(2, 3, 0, 1)));
-  const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(pick, v));
 }
 
 // Up to four pending scores (query head × key), computed together once four are queued. Each

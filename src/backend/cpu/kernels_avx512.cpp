@@ -11,6 +11,7 @@
 
 #include <array>
 
+#include "backend/cpu/avx512_reduce.h"
 #include "backend/cpu/cpu_kernels.h"
 
 namespace specdec::cpu {
@@ -18,15 +19,6 @@ namespace {
 
 constexpr int kMaxMr = 6;
 constexpr int kMaxNr = 8;
-
-// Fixed reduction tree: 16 → 8 → 4 → 2 → 1.
-inline float hsum(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  const __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
-  return _mm_cvtss_f32(d);
-}
 
 template <DType W>
 inline __m512 load_w(const void* base, int64_t i) {
@@ -54,22 +46,6 @@ inline __m512 load_w_tail(const void* base, int64_t i, __mmask16 m) {
       return _mm512_cvtph_ps(h);
     }
   }
-}
-
-// hsum of four accumulators at once: lanes 0, 4, 8 and 12 of the result hold hsum(a), hsum(b),
-// hsum(c) and hsum(d), each from the very additions hsum makes (16 → 8 → 4 → 2 → 1, the same
-// lane pairs), so the bits are hsum's; a quarter of the shuffles.
-inline __m128 hsum_x4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
-                                  _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 u = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));
-  const __m512 v = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(2, 3, 0, 1)));
-  const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_castps512_ps128(_mm512_permutexvar_ps(pick, v));
 }
 
 // `ahead`: bytes past each weight element to prefetch (the next tile's rows), 0 for none.
@@ -111,7 +87,7 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t ahead) {
   for (int i = 0; i < MR; ++i) {
     float* out = a.out + (m0 + i) * a.N + n0;
     if constexpr (NR == 4) {
-      __m128 v = hsum_x4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+      __m128 v = hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
       if (a.bias) v = _mm_add_ps(v, _mm_loadu_ps(a.bias + n0));
       _mm_storeu_ps(out, v);
     } else {

@@ -10,6 +10,7 @@
 
 #include <array>
 
+#include "backend/cpu/avx512_reduce.h"
 #include "backend/cpu/cpu_kernels.h"
 
 namespace specdec::cpu {
@@ -17,14 +18,6 @@ namespace {
 
 constexpr int kMaxMr = 4;
 constexpr int kMaxNr = 8;
-
-inline float hsum(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  const __m128 d = _mm_add_ss(c, _mm_movehdup_ps(c));
-  return _mm_cvtss_f32(d);
-}
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
 

@@ -167,11 +167,7 @@ class CudaBackend final : public Backend {
     const LinearShape sh = check_linear(op, x, w_gate, nullptr, out);
     const LinearShape up = check_linear(op, x, w_up, nullptr, out);
     if (up.type == sh.type && folds_norm(sh, norm_weight)) {
-      const std::array<cuda::LinearSegment, 2> segs = {
-          cuda::LinearSegment{w_gate.data, nullptr, out.ptr<float>(), sh.n},
-          cuda::LinearSegment{w_up.data, nullptr, nullptr, sh.n}};
-      launch_rows(x, segs, sh, cuda::LinearEpilogue::silu_gate, op, norm_weight.data, eps);
-      return;
+      return launch_gated_rows(x, w_gate, w_up, out, sh, op, norm_weight.data, eps);
     }
     Backend::norm_gated_linear(x, norm_weight, eps, normed, w_gate, w_up, out);
   }
@@ -182,13 +178,7 @@ class CudaBackend final : public Backend {
     const LinearShape up = check_linear(op, x, w_up, nullptr, out);
     SPECDEC_CHECK(up.type == sh.type, op, ": gate ", w_gate.shape_string(), " and up ", w_up.shape_string(),
                   " must share a dtype");
-    if (rows_kernel(sh)) {
-      const std::array<cuda::LinearSegment, 2> segs = {
-          cuda::LinearSegment{w_gate.data, nullptr, out.ptr<float>(), sh.n},
-          cuda::LinearSegment{w_up.data, nullptr, nullptr, sh.n}};
-      launch_rows(x, segs, sh, cuda::LinearEpilogue::silu_gate, op);
-      return;
-    }
+    if (rows_kernel(sh)) return launch_gated_rows(x, w_gate, w_up, out, sh, op);
     const Tensor tmp = epilogue_scratch(out);
     linear_lt(x, w_gate, sh.type, sh.m, sh.n, sh.k, out);
     linear_lt(x, w_up, sh.type, sh.m, sh.n, sh.k, tmp);
@@ -511,11 +501,9 @@ class CudaBackend final : public Backend {
   // Whether the row-streaming kernel can apply rms_norm(x, norm_weight) itself for this shape: a
   // whole row of x staged at once, and the norm weight of the linear weight's type.
   bool folds_norm(const LinearShape& sh, const Tensor& norm_weight) const {
-    const bool same_type = (sh.type == ElemType::f32 && norm_weight.dtype == DType::f32) ||
-                           (sh.type == ElemType::f16 && norm_weight.dtype == DType::f16) ||
-                           (sh.type == ElemType::bf16 && norm_weight.dtype == DType::bf16);
-    return rows_kernel(sh) && sh.m > 0 && sh.k > 0 && same_type && norm_weight.numel() == sh.k &&
-           norm_weight.device == Device::cuda && cuda::linear_rows_folds_norm(sh.m, sh.k);
+    if (norm_weight.device != Device::cuda || norm_weight.dtype == DType::i32) return false;
+    return rows_kernel(sh) && sh.m > 0 && sh.k > 0 && elem_type(norm_weight, "rms_norm", "weight") == sh.type &&
+           norm_weight.numel() == sh.k && cuda::linear_rows_folds_norm(sh.m, sh.k);
   }
 
   void check_normed(const char* op, const Tensor& x, const Tensor& normed) {
@@ -542,6 +530,15 @@ class CudaBackend final : public Backend {
     launch_rows(x, std::span(segs).first(projections.size()), shapes[0], cuda::LinearEpilogue::store, "linear_many",
                 norm_weight ? norm_weight->data : nullptr, eps);
     return true;
+  }
+
+  // out = silu(x · w_gateᵀ) * (x · w_upᵀ) in one launch of the row-streaming kernel (x
+  // RMS-normalised on the way in when norm_w is given).
+  void launch_gated_rows(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out,
+                         const LinearShape& sh, const char* op, const void* norm_w = nullptr, float eps = 0.0f) {
+    const std::array<cuda::LinearSegment, 2> segs = {cuda::LinearSegment{w_gate.data, nullptr, out.ptr<float>(), sh.n},
+                                                     cuda::LinearSegment{w_up.data, nullptr, nullptr, sh.n}};
+    launch_rows(x, segs, sh, cuda::LinearEpilogue::silu_gate, op, norm_w, eps);
   }
 
   void launch_rows(const Tensor& x, std::span<const cuda::LinearSegment> segs, const LinearShape& sh,
