@@ -63,6 +63,14 @@ void Backend::rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, c
   kv_write(k, v, k_pool, v_pool, batch);
 }
 
+void Backend::rope_kv_write_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                                      const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
+                                      const Tensor& v_pool, const AttentionBatch& batch, float scale,
+                                      const Tensor& out) {
+  rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
+  attention(q, k_pool, v_pool, batch, scale, out);
+}
+
 std::unique_ptr<RecordedCalls> Backend::record(const std::function<void()>&) { return nullptr; }
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {

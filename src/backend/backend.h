@@ -131,6 +131,13 @@ class Backend {
   virtual void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                              const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
                              const Tensor& v_pool, const AttentionBatch& batch);
+  // rope_kv_write(q, k, v, ...), then attention(q, k_pool, v_pool, batch, scale, out): a layer's
+  // new tokens rotated, cached and attended in one call. q and k are scratch afterwards (a backend
+  // may rotate copies of them and leave them as they were).
+  virtual void rope_kv_write_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                                       const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
+                                       const Tensor& v_pool, const AttentionBatch& batch, float scale,
+                                       const Tensor& out);
 
   // ---- Replay of recorded calls (a decode step of a fixed shape, recorded once). ----
 

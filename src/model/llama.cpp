@@ -283,9 +283,8 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
         backend_.rms_norm(qh, l.q_norm, eps, qh);
         backend_.rms_norm(kh, l.k_norm, eps, kh);
       }
-      backend_.rope_kv_write(q3, k3, v3, meta.positions, inv_freq_, rope_scaling_, cache.k_pool(i), cache.v_pool(i),
-                             batch);
-      backend_.attention(q3, cache.k_pool(i), cache.v_pool(i), batch, attn_scale_, attn3);
+      backend_.rope_kv_write_attention(q3, k3, v3, meta.positions, inv_freq_, rope_scaling_, cache.k_pool(i),
+                                       cache.v_pool(i), batch, attn_scale_, attn3);
       backend_.linear_add(act.attn, l.o_proj, l.o_bias.empty() ? nullptr : &l.o_bias, act.x);
       backend_.norm_gated_linear(act.x, l.post_norm, eps, act.h, l.gate_proj, l.up_proj, act.gate);
       backend_.linear_add(act.gate, l.down_proj, nullptr, act.x);

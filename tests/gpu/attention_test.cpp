@@ -337,5 +337,83 @@ TEST(GpuAttention, EveryTokenAloneEqualsItsBatchBits) {
   }
 }
 
+// ---- the fused decode call: rotate, cache and attend in one launch ----
+
+// The raw bytes of a tensor in device memory, as 32-bit words (for bitwise comparison of pools).
+std::vector<int32_t> raw_words(Backend& be, const Tensor& t) {
+  return download_i32(be, Tensor(t.data, DType::i32, {static_cast<int64_t>(t.bytes() / 4)}, t.device));
+}
+
+// Decode rows (one new token each, at the end of its row) of the ragged lengths: the fused
+// rope_kv_write_attention gives the bits of rope_kv_write then attention, in the output and in
+// both pools, with the split launch (the last block folding the chunks) and the in-block launch,
+// again on a second launch (the arrival counters are left ready), and for a token whose slot is
+// invalid (it writes nothing; both read the pool as it is).
+TEST(GpuAttention, FusedDecodeEqualsRopeKvWriteThenAttention) {
+  SPECDEC_REQUIRE_GPU();
+  std::vector<RowSpec> rows = ragged_rows(kRaggedPoolBlocks);
+  for (auto& r : rows) r.positions = {r.len - 1};
+  const int mb = max_blocks_of(rows), T = static_cast<int>(rows.size());
+  for (const Shape& s : shapes()) {
+    Backends b = backends_with_kv(s.kv);
+    Backend& g = *b.gpu;
+    const size_t nq = static_cast<size_t>(T) * s.heads * s.D, nk = static_cast<size_t>(T) * s.kv_heads * s.D;
+    const auto q = random_floats(nq, 41, 0.05f, 2.0f), k = random_floats(nk, 42, 0.05f, 2.0f);
+    const auto v = random_floats(nk, 43);
+    std::vector<float> inv(static_cast<size_t>(s.D / 2));
+    for (int i = 0; i < s.D / 2; ++i)
+      inv[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(s.D));
+    Owned invf = upload(g, inv, DType::f32, {s.D / 2});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+    for (int stated : {-1, 0}) {  // exact max_row_len (split launch), none (in-block)
+      for (bool bad_slot : {false, true}) {
+        std::vector<float> out[2];
+        std::vector<int32_t> kw[2], vw[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          Pools p = filled_pools_shaped(g, rows, s, mb);
+          DeviceBatch db = make_batch(g, rows, mb);
+          if (stated >= 0) db.batch.max_row_len = stated;
+          if (bad_slot) {
+            auto slots = download_i32(g, db.batch.slots);
+            slots[1] = -1;
+            db.owned.push_back(upload_i32(g, slots, {T}));
+            db.batch.slots = db.owned.back().tensor;
+          }
+          Owned qt = upload(g, q, DType::f32, {T, s.heads, s.D}), kt = upload(g, k, DType::f32, {T, s.kv_heads, s.D});
+          Owned vt = upload(g, v, DType::f32, {T, s.kv_heads, s.D});
+          Owned o = empty(g, DType::f32, {T, s.heads, s.D});
+          const int launches = fused ? 2 : 1;
+          for (int l = 0; l < launches; ++l) {
+            if (l == 1) {  // the same inputs again: same bits (counters reset, same write)
+              qt = upload(g, q, DType::f32, {T, s.heads, s.D});
+              kt = upload(g, k, DType::f32, {T, s.kv_heads, s.D});
+            }
+            if (fused) {
+              g.rope_kv_write_attention(qt.tensor, kt.tensor, vt.tensor, db.batch.positions, invf.tensor, 1.25f,
+                                        p.k.tensor, p.v.tensor, db.batch, scale, o.tensor);
+            } else {
+              g.rope_kv_write(qt.tensor, kt.tensor, vt.tensor, db.batch.positions, invf.tensor, 1.25f, p.k.tensor,
+                              p.v.tensor, db.batch);
+              g.attention(qt.tensor, p.k.tensor, p.v.tensor, db.batch, scale, o.tensor);
+            }
+            if (l == 0) out[fused] = download(g, o.tensor);
+            if (l == 1) {
+              const auto again = download(g, o.tensor);
+              EXPECT_TRUE(bit_equal(again.data(), out[1].data(), again.size())) << shape_name(s) << ": second launch";
+            }
+          }
+          kw[fused] = raw_words(g, p.k.tensor);
+          vw[fused] = raw_words(g, p.v.tensor);
+        }
+        const std::string what = shape_name(s) + ", max_row_len " + std::to_string(stated) +
+                                 (bad_slot ? ", one slot invalid" : "");
+        EXPECT_TRUE(bit_equal(out[0].data(), out[1].data(), out[0].size())) << what << ": output";
+        EXPECT_EQ(kw[0], kw[1]) << what << ": k pool";
+        EXPECT_EQ(vw[0], vw[1]) << what << ": v pool";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace specdec::gpu_test

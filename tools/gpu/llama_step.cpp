@@ -190,8 +190,10 @@ std::vector<Step::Op> Step::layer_ops(int l) {
          const std::array<Projection, 3> qkv = {Projection{wq, {}, q_}, Projection{wk, {}, k_}, Projection{wv, {}, v_}};
          b.norm_linear_many(x_, ln1, kEps, h_, qkv);
        }},
-      {"rope+kv_write", [=, this, &b] { b.rope_kv_write(q3, k3, v3, batch_.positions, inv_freq_, 1.0f, kp, vp, batch_); }},
-      {"attention", [=, this, &b] { b.attention(q3, kp, vp, batch_, scale, a3); }},
+      {"rope+kv_write+attention",
+       [=, this, &b] {
+         b.rope_kv_write_attention(q3, k3, v3, batch_.positions, inv_freq_, 1.0f, kp, vp, batch_, scale, a3);
+       }},
       {"linear o +x", [=, this, &b] { b.linear_add(attn_, wo, nullptr, x_); }},
       {"rms_norm + linear gate*up",
        [=, this, &b] { b.norm_gated_linear(x_, ln2, kEps, h_, wg, wu, gate_); }},

@@ -16,6 +16,8 @@
 #            (default SPECDEC_CUDA_EARLY_WEIGHTS) at each of SPECDEC_AB_VALUES (default
 #            "1 0 1 0"), in turn: the quick kernel benchmark and 8B engine decode at batch 1 and 8;
 #            then parity and identity
+#   matrix   as ab, for each set of environment assignments in SPECDEC_MATRIX (sets separated by
+#            ';', e.g. "A=0 B=0;A=1 B=0"); then GPU tests and the bundled speculative benchmark
 # Usage: tools/gpu/run_gpu_suite.sh STAGE OUT_DIR [DEPS_PREFIX]
 # DEPS_PREFIX holds the headers and static libraries of the Debian packages specdec builds with
 # (nlohmann-json, CLI11, PCRE2, GoogleTest) when the host has no package manager.
@@ -170,6 +172,25 @@ case "$stage" in
     done
     gpu_tests
     ;;
+  matrix)
+    build specdec_cli test_gpu test_model test_engine
+    make_8b_in_background
+    run test_gpu "$build/test_gpu"
+    wait "$maker"
+    IFS=';' read -ra sets <<< "${SPECDEC_MATRIX:-}"
+    i=0
+    for set in "${sets[@]}"; do
+      i=$((i + 1))
+      echo "$i: $set" >> "$out/matrix.txt"
+      # shellcheck disable=SC2086 # each set is a list of assignments for env
+      run "quick_$i" env $set SPECDEC_BUILD_DIR="$build" tools/gpu/build_and_bench.sh "$out/quick_$i.json" --quick
+      # shellcheck disable=SC2086
+      run "decode_$i" env $set "$build/specdec" bench --model "$model8b" --device cuda --fast-gpu \
+        --batch-sizes 1,8 --prompt-tokens 512 --new-tokens 64 --max-rows 8 --kv-memory 8
+    done
+    gpu_tests
+    bench_bundled bench_bundled_invariant
+    ;;
   spec)
     build specdec_cli test_gpu test_model test_engine
     gpu_tests
@@ -182,7 +203,7 @@ case "$stage" in
     bench_8b_invariant
     ;;
   *)
-    echo "unknown stage '$stage' (all, final, batched, test, perf, launch, ab, spec or 8b)" >&2
+    echo "unknown stage '$stage' (all, final, batched, test, perf, launch, ab, matrix, spec or 8b)" >&2
     exit 2
     ;;
 esac

@@ -81,13 +81,18 @@ __device__ __forceinline__ int2 block_row_and_len(const AttentionArgs& a, int t,
 //  (C) p·V: thread (sub, vec) accumulates 16-byte vector vec of the V rows of positions
 //      sub, sub + S, ... for every head; the S subsets are added in subset order;
 //  then the chunk's (m, l, acc) is folded into the running state (in-block) or written as the
-//  chunk's partial (split launch, one chunk per block, merged by attention_merge_kernel).
+//  chunk's partial (split launch, one chunk per block, folded by the last block to finish or by
+//  attention_merge_kernel).
 // Every order above depends only on D, T and the chunk, never on the launch, so both launches
 // give the same bits. The K and V rows of a chunk are loaded as soon as its slots are known, all
-// at once, so a chunk costs about one memory round trip after the block table's.
+// at once, so a chunk costs about one memory round trip after the block table's. In the fused
+// decode form (a.k_new set, see AttentionArgs) the first chunk's loads go out before the wait for
+// the previous kernel.
 template <int D, typename T>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
-  enter_kernel();
+  allow_dependents();
+  const bool fused = a.k_new != nullptr;
+  if (!fused) grid_dependency_wait();
   constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
   static_assert(D % V == 0, "head_dim must be whole 16-byte vectors");
   constexpr int NV = D / V;                              // vectors per head row
@@ -101,6 +106,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   constexpr int NJ = (kChunk + S - 1) / S;               // (C) positions per subset
   static_assert(NJ <= 16, "(C) keeps every V vector of its positions in registers");
   constexpr int OUT = (kGroup * D + kThreads - 1) / kThreads;  // output elements per thread
+  constexpr int HALF = D / 2;
 
   __shared__ __align__(16) float s_q[kGroup * D];
   __shared__ float s_score[kGroup * kChunk];  // scores, then exponentials, [head][position]
@@ -108,6 +114,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   __shared__ int s_row[2];
   __shared__ float s_m[kGroup], s_l[kGroup];
   __shared__ float s_part[S * kGroup * D];  // (C)'s per-subset sums [sub][head][d]
+  __shared__ __align__(16) T s_new[2 * D];  // fused: the new token's k (rotated) and v, as cached
+  __shared__ int s_last;
 
   const int group = a.heads / a.kv_heads;
   const int group_blocks = (group + a.block_heads - 1) / a.block_heads;
@@ -118,15 +126,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   const int t = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const bool split = a.partial_m != nullptr;
 
-  for (int i = tid; i < G * D; i += kThreads) s_q[i] = a.q[(static_cast<int64_t>(t) * a.heads + h0) * D + i];
-  const int2 row = block_row_and_len(a, t, s_row);  // its barriers also publish s_q
+  const int2 row = block_row_and_len(a, t, s_row);
   const int r = row.x, len = row.y;
   // Split launch: this block takes chunk blockIdx.z; the last one also any chunks past it (only
   // when max_row_len understated the rows: still correct, no longer bit-exact). In-block: all.
   const int c_first = split ? static_cast<int>(blockIdx.z) : 0;
   const int chunks = (len + kChunk - 1) / kChunk;
-  if (split && blockIdx.x == 0 && blockIdx.z == 0 && tid == 0) a.partial_len[t] = len;  // for the merge
-  if (split && c_first >= chunks) return;  // past this token's positions: the merge ignores it
+  // A split block past this token's positions computes nothing (the merge ignores it).
+  const bool active = !split || c_first < chunks;
   const int c_last = split && static_cast<int>(blockIdx.z) < a.max_splits - 1 ? c_first + 1 : chunks;
 
   const int* table = a.block_table + static_cast<int64_t>(r) * a.max_blocks;
@@ -135,13 +142,19 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   const int64_t pool_slots = a.pool_blocks * a.block_size;
   const int sub_lane = lane % LP;
   const int vec = tid % NV, sub = tid / NV;
+  int new_slot = -1;  // fused: where the new token's k and v go (-1: nowhere)
+  if (fused) {
+    const int sl = a.slots[t];
+    if (sl >= 0 && sl < pool_slots) new_slot = sl;
+  }
 
-  Running run[OUT];
-  for (int c = c_first; c < c_last; ++c) {
+  // Every K vector of (A) and V vector of (C) this thread needs for chunk c, loaded together.
+  uint4 kraw[STEPS][VPL];
+  uint4 vraw[NJ];
+  auto load_chunk = [&](int c) {
     const int c0 = c * kChunk;
     const int n = min(kChunk, len - c0);
-    // The chunk's slots, one position per thread of warp 0.
-    if (tid < kChunk) {
+    if (tid < kChunk) {  // the chunk's slots, one position per thread
       int slot = -1;
       const int p = c0 + tid;
       if (tid < n && p / a.block_size < a.max_blocks) {
@@ -151,9 +164,6 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
       s_slot[tid] = slot;  // the previous chunk's readers of s_slot passed the barrier after (C)
     }
     __syncthreads();
-
-    // Every K vector of (A) and V vector of (C) this thread needs, loaded together.
-    uint4 kraw[STEPS][VPL];
 #pragma unroll
     for (int st = 0; st < STEPS; ++st) {
       const int j = (st * kWarps + warp) * PPW + lane / LP;  // position within the chunk
@@ -162,16 +172,84 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
 #pragma unroll
       for (int u = 0; u < VPL; ++u) {
         const int vi = sub_lane + u * LP;
-        kraw[st][u] = slot >= 0 && vi < NV ? __ldg(k4 + vi) : make_uint4(0, 0, 0, 0);
+        kraw[st][u] = slot >= 0 && slot != new_slot && vi < NV ? __ldg(k4 + vi) : make_uint4(0, 0, 0, 0);
       }
     }
-    uint4 vraw[NJ];
 #pragma unroll
     for (int i = 0; i < NJ; ++i) {
       const int j = sub + i * S;
       const int slot = sub < S && j < kChunk ? s_slot[j] : -1;
-      vraw[i] = slot >= 0 ? __ldg(reinterpret_cast<const uint4*>(vp + (static_cast<int64_t>(slot) * a.kv_heads + kvh) * D) + vec)
-                          : make_uint4(0, 0, 0, 0);
+      vraw[i] = slot >= 0 && slot != new_slot
+                    ? __ldg(reinterpret_cast<const uint4*>(vp + (static_cast<int64_t>(slot) * a.kv_heads + kvh) * D) + vec)
+                    : make_uint4(0, 0, 0, 0);
+    }
+  };
+  // Fused: the new slot's vectors come from s_new, not from the pool (this launch writes it).
+  auto take_new = [&]() {
+    if (new_slot < 0) return;
+#pragma unroll
+    for (int st = 0; st < STEPS; ++st) {
+      const int j = (st * kWarps + warp) * PPW + lane / LP;
+      if (j < kChunk && s_slot[j] == new_slot) {
+#pragma unroll
+        for (int u = 0; u < VPL; ++u) {
+          const int vi = sub_lane + u * LP;
+          if (vi < NV) kraw[st][u] = reinterpret_cast<const uint4*>(s_new)[vi];
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < NJ; ++i) {
+      const int j = sub + i * S;
+      if (sub < S && j < kChunk && s_slot[j] == new_slot) vraw[i] = reinterpret_cast<const uint4*>(s_new + D)[vec];
+    }
+  };
+
+  if (fused) {
+    if (active && c_first < c_last) load_chunk(c_first);  // pools and metadata: before the wait
+    grid_dependency_wait();
+    const float pos = static_cast<float>(a.positions[t]);
+    const float* kn = a.k_new + (static_cast<int64_t>(t) * a.kv_heads + kvh) * D;
+    const float* vn = a.v_new + (static_cast<int64_t>(t) * a.kv_heads + kvh) * D;
+    for (int i = tid; i < HALF; i += kThreads) {
+      float sn, cs, x0, x1;
+      sincosf(pos * a.inv_freq[i], &sn, &cs);
+      rotate_pair(kn[i], kn[i + HALF], cs, sn, a.rope_scaling, x0, x1);
+      s_new[i] = from_float<T>(x0);
+      s_new[i + HALF] = from_float<T>(x1);
+    }
+    for (int i = tid; i < D; i += kThreads) s_new[D + i] = from_float<T>(vn[i]);
+    for (int i = tid; i < G * HALF; i += kThreads) {
+      const int g = i / HALF, j = i % HALF;
+      const float* qh = a.q + (static_cast<int64_t>(t) * a.heads + h0 + g) * D;
+      float sn, cs;
+      sincosf(pos * a.inv_freq[j], &sn, &cs);
+      rotate_pair(qh[j], qh[j + HALF], cs, sn, a.rope_scaling, s_q[g * D + j], s_q[g * D + j + HALF]);
+    }
+  } else {
+    for (int i = tid; i < G * D; i += kThreads) s_q[i] = a.q[(static_cast<int64_t>(t) * a.heads + h0) * D + i];
+  }
+  __syncthreads();  // s_q (and s_new) complete
+  if (fused) {
+    if (gb == 0 && blockIdx.z == 0 && new_slot >= 0) {
+      T* kd = const_cast<T*>(kp) + (static_cast<int64_t>(new_slot) * a.kv_heads + kvh) * D;
+      T* vd = const_cast<T*>(vp) + (static_cast<int64_t>(new_slot) * a.kv_heads + kvh) * D;
+      for (int i = tid; i < D; i += kThreads) {
+        kd[i] = s_new[i];
+        vd[i] = s_new[D + i];
+      }
+    }
+    if (active && c_first < c_last) take_new();
+  }
+  if (split && blockIdx.x == 0 && blockIdx.z == 0 && tid == 0 && a.arrivals == nullptr) a.partial_len[t] = len;
+
+  Running run[OUT];
+  for (int c = c_first; active && c < c_last; ++c) {
+    const int c0 = c * kChunk;
+    const int n = min(kChunk, len - c0);
+    if (!fused || c != c_first) {
+      load_chunk(c);
+      if (fused) take_new();
     }
 
     // (A) scores
@@ -282,7 +360,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
 #pragma unroll
   for (int k = 0; k < OUT; ++k) {
     const int o = tid + k * kThreads;
-    if (o >= G * D) continue;
+    if (!active || o >= G * D) continue;
     const int g = o / D, d = o % D;
     const int64_t th = static_cast<int64_t>(t) * a.heads + h0 + g;
     if (split) {
@@ -295,6 +373,31 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
     } else {
       a.out[th * D + d] = finish(run[k]);  // a token with no visible position gets zeros
     }
+  }
+  if (!split || a.arrivals == nullptr) return;
+
+  // The last block of this (token, head group) folds every chunk's partial, in chunk order.
+  __threadfence();  // this block's partials are visible device-wide before it arrives
+  __syncthreads();
+  if (tid == 0) {
+    int* counter = a.arrivals + static_cast<int64_t>(t) * gridDim.x + blockIdx.x;
+    const bool last = atomicAdd(counter, 1) == static_cast<int>(gridDim.z) - 1;
+    if (last) *counter = 0;  // every block has arrived: ready for the next launch
+    s_last = last;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const int splits = min(a.max_splits, chunks);
+  for (int o = tid; o < G * D; o += kThreads) {
+    const int g = o / D, d = o % D;
+    const int64_t th = static_cast<int64_t>(t) * a.heads + h0 + g;
+    Running merged;
+    for (int sp = 0; sp < splits; ++sp) {
+      const int64_t pi = th * a.max_splits + sp;
+      fold(merged, __ldcg(a.partial_m + pi), __ldcg(a.partial_l + pi), __ldcg(a.partial_acc + pi * D + d));
+    }
+    a.out[th * D + d] = finish(merged);
   }
 }
 
@@ -358,7 +461,7 @@ void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
     case 256: launch(attention_kernel<256, T>, grid, kThreads, 0, stream, a); break;
     default: return;  // rejected by the backend before launch
   }
-  if (split) launch(attention_merge_kernel, dim3(a.heads, a.tokens), kMergeThreads, 0, stream, a);
+  if (split && a.arrivals == nullptr) launch(attention_merge_kernel, dim3(a.heads, a.tokens), kMergeThreads, 0, stream, a);
 }
 
 }  // namespace

@@ -79,6 +79,7 @@ class CudaBackend final : public Backend {
     lt_workspace_ = Buffer();
     scratch_ = Buffer();
     epilogue_ = Buffer();
+    arrivals_ = Buffer();
     cudaStreamSynchronize(stream_);
   }
 
@@ -293,6 +294,51 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch,
                  float scale, const Tensor& out) override {
     const char* op = "attention";
+    cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
+    cuda::launch_attention(a, stream_);
+    check_launch(op, a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ", batch.rows,
+                 ", max_row_len ", batch.max_row_len);
+  }
+
+  void rope_kv_write_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                               const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
+                               const Tensor& v_pool, const AttentionBatch& batch, float scale,
+                               const Tensor& out) override {
+    // One launch for decode steps (one new token per row); windows and prefill chunks compose.
+    if (batch.max_row_tokens != 1 || batch.tokens != batch.rows || !fused_attention()) {
+      return Backend::rope_kv_write_attention(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool,
+                                              batch, scale, out);
+    }
+    const char* op = "rope_kv_write_attention";
+    check_rope(op, q, positions, inv_freq);
+    check_rope(op, k, positions, inv_freq);
+    check_kv_write(op, k, v, k_pool, v_pool, batch);
+    cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
+    SPECDEC_CHECK(k.dim(2) == a.head_dim && k.dim(1) == a.kv_heads, op, ": k ", k.shape_string(), " and pool ",
+                  k_pool.shape_string(), " disagree");
+    a.k_new = k.ptr<float>();
+    a.v_new = v.ptr<float>();
+    a.slots = batch.slots.ptr<int>();
+    a.inv_freq = inv_freq.ptr<float>();
+    a.rope_scaling = attention_scaling;
+    cuda::launch_attention(a, stream_);
+    check_launch(op, a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ", batch.rows,
+                 ", max_row_len ", batch.max_row_len);
+  }
+
+  // Decode steps rotate, cache and attend in one launch unless SPECDEC_CUDA_FUSED_ATTENTION=0
+  // (to measure what the fusion buys).
+  static bool fused_attention() {
+    static const bool on = [] {
+      const char* v = std::getenv("SPECDEC_CUDA_FUSED_ATTENTION");
+      return v == nullptr || std::string(v) != "0";
+    }();
+    return on;
+  }
+
+  // Checks attention's operands and lays out its kernel arguments, choosing the split launch.
+  cuda::AttentionArgs attention_args(const char* op, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                                     const AttentionBatch& batch, float scale, const Tensor& out) {
     expect_dtype(q, DType::f32, op, "q");
     expect_dtype(out, DType::f32, op, "out");
     const ElemType pt = pool_type(k_pool, v_pool, op);
@@ -365,10 +411,22 @@ class CudaBackend final : public Backend {
       constexpr int64_t kOneWave = 384;
       const auto blocks = [&](int64_t bh) { return T * kvh * ((heads / kvh + bh - 1) / bh) * splits; };
       while (a.block_heads > 1 && blocks(a.block_heads / 2) <= kOneWave) a.block_heads /= 2;
+      // The last block of each (token, head group) folds the partials: one counter each.
+      const int64_t counters = T * kvh * ((heads / kvh + a.block_heads - 1) / a.block_heads);
+      a.arrivals = arrivals(static_cast<size_t>(counters));
     }
-    cuda::launch_attention(a, stream_);
-    check_launch(op, T, " tokens x ", heads, " heads x ", D, ", rows ", batch.rows, ", max_row_len ",
-                 batch.max_row_len);
+    return a;
+  }
+
+  // Zeroed arrival counters of split attention launches; each launch leaves them zero again.
+  int* arrivals(size_t count) {
+    const size_t bytes = count * sizeof(int);
+    if (arrivals_.bytes() < bytes) {
+      grow(arrivals_, bytes, "attention arrival counters");
+      SPECDEC_CUDA_CHECK(cudaMemsetAsync(arrivals_.data(), 0, arrivals_.bytes(), stream_), "zeroing ", bytes,
+                         " bytes of attention arrival counters");
+    }
+    return static_cast<int*>(arrivals_.data());
   }
 
   void argmax(const Tensor& logits, const Tensor& out) override {
@@ -636,6 +694,7 @@ class CudaBackend final : public Backend {
   Buffer lt_workspace_;
   Buffer scratch_;
   Buffer epilogue_;
+  Buffer arrivals_;
   std::shared_ptr<uint64_t> generation_ = std::make_shared<uint64_t>(0);  // bumped when a buffer above moves
   bool recording_ = false;
 };

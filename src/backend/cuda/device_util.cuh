@@ -98,6 +98,15 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return total;
 }
 
+// One RoPE pair (x_i, x_{i + d/2}) rotated by the angle with cosine c and sine s, then scaled:
+// every kernel that rotates goes through this, with each rounding explicit, so they agree bit for
+// bit whatever the compiler would contract.
+__device__ __forceinline__ void rotate_pair(float a, float b, float c, float s, float scaling, float& out_a,
+                                            float& out_b) {
+  out_a = __fmul_rn(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), scaling);
+  out_b = __fmul_rn(__fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)), scaling);
+}
+
 // Calls f(ElemType-specific pointer type) for a runtime element type.
 // Token t's k and v rows (width floats each) stored into the pools at `slot`, converted to T, by
 // the threads of one block. The caller has checked 0 <= slot < pool slots.

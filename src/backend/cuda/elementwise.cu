@@ -44,9 +44,7 @@ __global__ void rope_kernel(float* x, const int* __restrict__ positions, const f
     float s, c;
     sincosf(angle, &s, &c);
     float* v = x + (static_cast<int64_t>(t) * heads + h) * head_dim;
-    const float a = v[i], b = v[i + half];
-    v[i] = (a * c - b * s) * scaling;
-    v[i + half] = (b * c + a * s) * scaling;
+    rotate_pair(v[i], v[i + half], c, s, scaling, v[i], v[i + half]);
   }
 }
 
@@ -68,9 +66,7 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict
     sincosf(angle, &s, &c);
     float* x = h < heads ? q + (static_cast<int64_t>(t) * heads + h) * head_dim
                          : k + (static_cast<int64_t>(t) * kv_heads + (h - heads)) * head_dim;
-    const float a = x[i], b = x[i + half];
-    x[i] = (a * c - b * s) * scaling;
-    x[i + half] = (b * c + a * s) * scaling;
+    rotate_pair(x[i], x[i + half], c, s, scaling, x[i], x[i + half]);
   }
   const int slot = slots[t];
   if (slot < 0 || slot >= pool_slots) return;

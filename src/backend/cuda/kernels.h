@@ -118,6 +118,22 @@ struct AttentionArgs {
   float* partial_l = nullptr;
   float* partial_acc = nullptr;
   int* partial_len = nullptr;  // [tokens]: each token's visible length, for the merge
+  // Split launch with arrivals set ([tokens, kv_heads x head groups] counters, zero between
+  // launches): the last block of a (token, head group) to finish folds the partials itself, in
+  // chunk order as the merge kernel does (the same bits), and resets its counter; no merge launch.
+  int* arrivals = nullptr;
+  // Fused decode step (rope_kv_write_attention; one new token per row): q holds the tokens'
+  // unrotated q and k_new, v_new [tokens, kv_heads, head_dim] their unrotated k and v. Each block
+  // rotates its q heads as it stages them and the new k of its kv head, as the rope kernel does;
+  // the chunk-0 block of a kv head's first head group writes that head's k and v at slots[t]; a
+  // block whose chunk holds the new slot takes the new k and v from shared memory. No earlier
+  // kernel of the step writes the pools or the metadata, so the first chunk's loads are issued
+  // before the wait for the previous kernel.
+  const float* k_new = nullptr;
+  const float* v_new = nullptr;
+  const int* slots = nullptr;
+  const float* inv_freq = nullptr;
+  float rope_scaling = 1.0f;
 };
 constexpr int kAttentionChunk = 64;
 // Most q heads of one kv group that one block serves (each K/V row is read once for them).
