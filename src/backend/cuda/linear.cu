@@ -7,10 +7,7 @@
 // tail elements, then the warp butterfly. Neither M, MT, the K tile nor the fusion changes it,
 // so the kernel is batch invariant.
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -284,69 +281,6 @@ int early_weight_loads() {
   return level;
 }
 
-// Blocks per SM for decode-step tiles (SPECDEC_CUDA_LEAN_OCC): 0 leaves the occupancy to the
-// kernel's resources; 1 lets it drop to 3 and 2 to 2 or 3 blocks per SM when that makes the grid a
-// whole number of waves. A warp streams whole weight rows, so a last wave that fills a fraction
-// of the SMs streams with that fraction of the bytes in flight.
-int lean_occupancy_mode() {
-  static const int mode = [] {
-    const char* v = std::getenv("SPECDEC_CUDA_LEAN_OCC");
-    return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 2);
-  }();
-  return mode;
-}
-
-int multiprocessors() {
-  static const int n = [] {
-    int device = 0, count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return count;
-  }();
-  return n;
-}
-
-// The dynamic shared memory that caps a launch of `blocks` blocks at the blocks per SM that wastes
-// the least of its last wave (see lean_occupancy_mode), or `smem` when the cap would not help.
-template <typename Kernel>
-size_t lean_smem(Kernel kernel, int64_t blocks, size_t smem) {
-  const int mode = lean_occupancy_mode(), sms = multiprocessors();
-  if (mode == 0 || sms == 0) return smem;
-  int natural = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&natural, kernel, kThreads, smem) != cudaSuccess) {
-    cudaGetLastError();
-    return smem;
-  }
-  const auto efficiency = [&](int per_sm) {
-    const double waves = static_cast<double>(blocks) / (static_cast<double>(sms) * per_sm);
-    return waves / std::ceil(waves);
-  };
-  int best = natural;
-  for (int b = natural - 1; b >= std::max(1, mode == 1 ? 3 : 2); --b)
-    if (efficiency(b) > efficiency(best) + 0.02) best = b;
-  if (best == natural) return smem;
-  constexpr size_t kSmPerSm = 228 * 1024, kReservedPerBlock = 1024;
-  const size_t padded = kSmPerSm / static_cast<size_t>(best + 1) + 1 - kReservedPerBlock;
-  if (padded <= smem || padded > 227 * 1024) return smem;
-  // Raised once per kernel to the most it is launched with (not again while calls are recorded).
-  static std::mutex mutex;
-  static std::map<const void*, size_t> raised;
-  std::lock_guard<std::mutex> lock(mutex);
-  size_t& limit = raised[reinterpret_cast<const void*>(kernel)];
-  if (padded > limit) {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(padded)) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      return smem;
-    }
-    limit = padded;
-  }
-  return padded;
-}
-
 // Rows of x one block stages (launch_for_m's choice) and the K tile that fits them.
 int tile_rows(int M) { return M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : 16; }
 int k_tile(int MT) { return kSmemBudget / (MT * static_cast<int>(sizeof(float))) / 256 * 256; }
@@ -359,10 +293,8 @@ void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   int kc = k_tile(MT);
   const int k_round = (a.K + 255) / 256 * 256;
   if (kc > k_round) kc = k_round;
-  size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
-  const auto kernel = linear_rows_kernel<W, MT, C, RR, kVec, E>;
-  if constexpr (MT <= kLeanRows) smem = lean_smem(kernel, int64_t{grid.x} * grid.y, smem);
-  launch(kernel, grid, kThreads, smem, stream, a, n_total, kc, early_weight_loads());
+  const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
+  launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, grid, kThreads, smem, stream, a, n_total, kc, early_weight_loads());
 }
 
 template <typename W, int MT, LinearEpilogue E>
