@@ -186,7 +186,7 @@ case "$stage" in
       run "quick_$i" env $set SPECDEC_BUILD_DIR="$build" tools/gpu/build_and_bench.sh "$out/quick_$i.json" --quick
       # shellcheck disable=SC2086
       run "decode_$i" env $set "$build/specdec" bench --model "$model8b" --device cuda --fast-gpu \
-        --batch-sizes 1,8 --prompt-tokens 512 --new-tokens 64 --max-rows 8 --kv-memory 8
+        --batch-sizes 1,8,32,64 --prompt-tokens 512 --new-tokens 32 --max-rows 64 --kv-memory 24
     done
     gpu_tests
     bench_bundled bench_bundled_invariant

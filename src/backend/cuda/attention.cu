@@ -389,13 +389,23 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   if (!s_last) return;
   __threadfence();
   const int splits = min(a.max_splits, chunks);
+  constexpr int kBatch = 8;  // partials loaded together: one L2 round trip per kBatch chunks
   for (int o = tid; o < G * D; o += kThreads) {
     const int g = o / D, d = o % D;
     const int64_t th = static_cast<int64_t>(t) * a.heads + h0 + g;
     Running merged;
-    for (int sp = 0; sp < splits; ++sp) {
-      const int64_t pi = th * a.max_splits + sp;
-      fold(merged, __ldcg(a.partial_m + pi), __ldcg(a.partial_l + pi), __ldcg(a.partial_acc + pi * D + d));
+    for (int s0 = 0; s0 < splits; s0 += kBatch) {
+      float m[kBatch], l[kBatch], acc[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int64_t pi = th * a.max_splits + min(s0 + b, splits - 1);
+        m[b] = __ldcg(a.partial_m + pi);
+        l[b] = __ldcg(a.partial_l + pi);
+        acc[b] = __ldcg(a.partial_acc + pi * D + d);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        if (s0 + b < splits) fold(merged, m[b], l[b], acc[b]);
     }
     a.out[th * D + d] = finish(merged);
   }

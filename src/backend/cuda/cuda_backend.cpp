@@ -336,6 +336,16 @@ class CudaBackend final : public Backend {
     return on;
   }
 
+  // Split attention merges its chunks in a second launch instead of in the last block when
+  // SPECDEC_CUDA_MERGE_LAUNCH=1 (to measure the difference).
+  static bool merge_launch() {
+    static const bool on = [] {
+      const char* v = std::getenv("SPECDEC_CUDA_MERGE_LAUNCH");
+      return v != nullptr && std::string(v) == "1";
+    }();
+    return on;
+  }
+
   // Checks attention's operands and lays out its kernel arguments, choosing the split launch.
   cuda::AttentionArgs attention_args(const char* op, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                                      const AttentionBatch& batch, float scale, const Tensor& out) {
@@ -413,7 +423,7 @@ class CudaBackend final : public Backend {
       while (a.block_heads > 1 && blocks(a.block_heads / 2) <= kOneWave) a.block_heads /= 2;
       // The last block of each (token, head group) folds the partials: one counter each.
       const int64_t counters = T * kvh * ((heads / kvh + a.block_heads - 1) / a.block_heads);
-      a.arrivals = arrivals(static_cast<size_t>(counters));
+      if (!merge_launch()) a.arrivals = arrivals(static_cast<size_t>(counters));
     }
     return a;
   }
