@@ -344,15 +344,17 @@ std::vector<int32_t> raw_words(Backend& be, const Tensor& t) {
   return download_i32(be, Tensor(t.data, DType::i32, {static_cast<int64_t>(t.bytes() / 4)}, t.device));
 }
 
-// Decode rows (one new token each, at the end of its row) of the ragged lengths: the fused
-// rope_kv_write_attention gives the bits of rope_kv_write then attention, in the output and in
-// both pools, with the split launch (the last block folding the chunks) and the in-block launch,
-// again on a second launch (the arrival counters are left ready), and for a token whose slot is
-// invalid (it writes nothing; both read the pool as it is).
+// Decode rows (one new token each, at the end of rows of 1000, 65 and 1 positions: a launch of
+// one wave, which the backend fuses): rope_kv_write_attention gives the bits of rope_kv_write then
+// attention, in the output and in both pools, with the split launch (the last block folding the
+// chunks) and the in-block launch, again on a second launch (the arrival counters are left
+// ready), and for a token whose slot is invalid (it writes nothing; both read the pool as it is).
 TEST(GpuAttention, FusedDecodeEqualsRopeKvWriteThenAttention) {
   SPECDEC_REQUIRE_GPU();
-  std::vector<RowSpec> rows = ragged_rows(kRaggedPoolBlocks);
-  for (auto& r : rows) r.positions = {r.len - 1};
+  std::vector<RowSpec> rows;
+  for (const RowSpec& r : ragged_rows(kRaggedPoolBlocks))
+    if (r.len == 1000 || r.len == 65 || r.len == 1) rows.push_back({r.len, {r.len - 1}, r.blocks});
+  ASSERT_EQ(rows.size(), 3u);
   const int mb = max_blocks_of(rows), T = static_cast<int>(rows.size());
   for (const Shape& s : shapes()) {
     Backends b = backends_with_kv(s.kv);
@@ -397,6 +399,10 @@ TEST(GpuAttention, FusedDecodeEqualsRopeKvWriteThenAttention) {
               g.attention(qt.tensor, p.k.tensor, p.v.tensor, db.batch, scale, o.tensor);
             }
             if (l == 0) out[fused] = download(g, o.tensor);
+            if (l == 0 && fused) {  // the one-launch form ran: it rotates copies and leaves q as it was
+              const auto q_after = download(g, qt.tensor);
+              EXPECT_TRUE(bit_equal(q_after.data(), q.data(), q.size())) << shape_name(s) << ": q was rotated in place";
+            }
             if (l == 1) {
               const auto again = download(g, o.tensor);
               EXPECT_TRUE(bit_equal(again.data(), out[1].data(), again.size())) << shape_name(s) << ": second launch";

@@ -304,16 +304,19 @@ class CudaBackend final : public Backend {
                                const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
                                const Tensor& v_pool, const AttentionBatch& batch, float scale,
                                const Tensor& out) override {
-    // One launch for decode steps (one new token per row); windows and prefill chunks compose.
-    if (batch.max_row_tokens != 1 || batch.tokens != batch.rows || !fused_attention()) {
+    // One launch for decode steps (one new token per row) of a few rows; windows, prefill
+    // chunks and large batches compose.
+    const char* op = "rope_kv_write_attention";
+    const bool decode = batch.max_row_tokens == 1 && batch.tokens == batch.rows;
+    cuda::AttentionArgs a;
+    if (decode) a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
+    if (!decode || !fuse_decode_attention(a)) {
       return Backend::rope_kv_write_attention(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool,
                                               batch, scale, out);
     }
-    const char* op = "rope_kv_write_attention";
     check_rope(op, q, positions, inv_freq);
     check_rope(op, k, positions, inv_freq);
     check_kv_write(op, k, v, k_pool, v_pool, batch);
-    cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
     SPECDEC_CHECK(k.dim(2) == a.head_dim && k.dim(1) == a.kv_heads, op, ": k ", k.shape_string(), " and pool ",
                   k_pool.shape_string(), " disagree");
     a.k_new = k.ptr<float>();
@@ -418,14 +421,28 @@ class CudaBackend final : public Backend {
       a.partial_len = reinterpret_cast<int*>(base + 2 * n + n * static_cast<size_t>(D));
       // Small launches (batch-1 decode at short context): fewer q heads per block for more
       // blocks in flight, while they still fit one wave; a head's numerics do not depend on it.
-      constexpr int64_t kOneWave = 384;
       const auto blocks = [&](int64_t bh) { return T * kvh * ((heads / kvh + bh - 1) / bh) * splits; };
-      while (a.block_heads > 1 && blocks(a.block_heads / 2) <= kOneWave) a.block_heads /= 2;
-      // The last block of each (token, head group) folds the partials: one counter each.
+      while (a.block_heads > 1 && blocks(a.block_heads / 2) <= kAttentionWave) a.block_heads /= 2;
+      // In one wave the last block of each (token, head group) folds the partials (one counter
+      // each): a merge launch would be pure latency. With more waves the merge kernel's
+      // parallel fold is cheaper than a serial one at the end of the last blocks (measured).
       const int64_t counters = T * kvh * ((heads / kvh + a.block_heads - 1) / a.block_heads);
-      if (!merge_launch()) a.arrivals = arrivals(static_cast<size_t>(counters));
+      if (blocks(a.block_heads) <= kAttentionWave && !merge_launch())
+        a.arrivals = arrivals(static_cast<size_t>(counters));
     }
     return a;
+  }
+
+  // Blocks of an attention launch that run as one wave (a decode step of a few rows).
+  static constexpr int64_t kAttentionWave = 384;
+
+  // Whether a decode step's rotation, cache write and attention go in one launch: when the
+  // attention is one wave (then the separate launches are latency). With many waves each block
+  // redoing its token's rotation costs more than the launch it saves (measured at batch 32 and 64).
+  static bool fuse_decode_attention(const cuda::AttentionArgs& a) {
+    const int64_t blocks = int64_t{a.tokens} * a.kv_heads *
+                           ((a.heads / a.kv_heads + a.block_heads - 1) / a.block_heads) * a.max_splits;
+    return fused_attention() && blocks <= kAttentionWave;
   }
 
   // Zeroed arrival counters of split attention launches; each launch leaves them zero again.
