@@ -102,9 +102,9 @@ TEST(GpuLinear, InvariantModeIsBatchInvariant) {
   }
 }
 
-// At M = 1 the linear is the stream kernel (a persistent grid, several columns per warp when N
-// exceeds its warps, weights through asynchronous copies); its outputs must be the bits of the
-// tiled kernel that serves M = 2, for the plain, residual-add and SwiGLU forms alike.
+// At M = 1 the linear streams each warp's rows straight from x in global memory, several rows per
+// warp when N exceeds what the device holds at once; its outputs must be the bits of the tiled
+// kernel that serves M = 2, for the plain, residual-add and SwiGLU forms alike.
 TEST(GpuLinear, SingleRowEqualsItsRowInAPairBits) {
   SPECDEC_REQUIRE_GPU();
   for (bool invariant : {true, false}) {
