@@ -1,5 +1,8 @@
 // The CUDA linear in both modes vs the scalar CPU backend on the same 16-bit weights, and batch
 // invariance of the batch-invariant mode: a row's output is bit-identical at M = 1, 8 and 33.
+#include <cstdlib>
+
+#include "backend/cuda/kernels.h"
 #include "gpu/gpu_test_util.h"
 
 namespace specdec::gpu_test {
@@ -102,9 +105,9 @@ TEST(GpuLinear, InvariantModeIsBatchInvariant) {
   }
 }
 
-// At M = 1 the linear streams each warp's rows straight from x in global memory, several rows per
-// warp when N exceeds what the device holds at once; its outputs must be the bits of the tiled
-// kernel that serves M = 2, for the plain, residual-add and SwiGLU forms alike.
+// At M = 1 the linear is the stream kernel (a persistent grid, several columns per warp when N
+// exceeds its warps, weights through asynchronous copies); its outputs must be the bits of the
+// tiled kernel that serves M = 2, for the plain, residual-add and SwiGLU forms alike.
 TEST(GpuLinear, SingleRowEqualsItsRowInAPairBits) {
   SPECDEC_REQUIRE_GPU();
   for (bool invariant : {true, false}) {
@@ -126,7 +129,11 @@ TEST(GpuLinear, SingleRowEqualsItsRowInAPairBits) {
       const auto residual = random_floats(2 * static_cast<size_t>(c.N), 403);
       Owned o1 = empty(g, DType::f32, {1, c.N}), o2 = empty(g, DType::f32, {2, c.N});
 
+      const uint64_t streamed = cuda::linear_stream_launches();
       g.linear(x1.tensor, wa.tensor, nullptr, o1.tensor);
+      if (std::getenv("SPECDEC_CUDA_STREAM_LINEAR") == nullptr) {  // the stream kernel is what ran
+        EXPECT_EQ(cuda::linear_stream_launches(), streamed + 1) << what;
+      }
       g.linear(x2.tensor, wa.tensor, nullptr, o2.tensor);
       const auto plain1 = download(g, o1.tensor), plain2 = download(g, o2.tensor);
       EXPECT_TRUE(bit_equal(plain1.data(), plain2.data(), c.N)) << what << " linear";

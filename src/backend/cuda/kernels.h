@@ -75,6 +75,9 @@ void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream);
 // Whether the row-streaming kernel folds the norm (norm_w) for M rows of K: one or two rows of x
 // (a decode step's tile), staged whole at once.
 bool linear_rows_folds_norm(int M, int K);
+// One-row calls go to a stream kernel (persistent grid, weights through cp.async) when their
+// shapes allow it and SPECDEC_CUDA_STREAM_LINEAR is not 0: how many it has served so far.
+uint64_t linear_stream_launches();
 
 // out[M, N] = x[M, K] · w[N, K]ᵀ (+ bias) with f32 accumulation. Each output is reduced in an
 // order fixed by K alone (lane-strided 16-byte vectors, then a butterfly over the warp), so the

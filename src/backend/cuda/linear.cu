@@ -7,6 +7,7 @@
 // tail elements, then the warp butterfly. Neither M, MT, the K tile nor the fusion changes it,
 // so the kernel is batch invariant.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include "backend/cuda/device_util.cuh"
@@ -74,6 +75,65 @@ __device__ __forceinline__ LinearSegment segment_of(const LinearRowsArgs& a, int
     return a.seg[1];
   }
   return a.seg[0];
+}
+
+// Output (m, c) of the epilogue E from its dot product v (and, for silu_gate, the up row's dot
+// product up).
+template <LinearEpilogue E>
+__device__ __forceinline__ void store_output(const LinearRowsArgs& a, int n_total, int m, int c, float v, float up) {
+  if constexpr (E == LinearEpilogue::silu_gate) {
+    a.seg[0].out[static_cast<int64_t>(m) * n_total + c] = v / (1.0f + expf(-v)) * up;
+  } else {
+    int local = 0;
+    const LinearSegment sg = segment_of(a, c, local);
+    const float b = sg.bias ? sg.bias[local] : 0.0f;
+    float* o = sg.out + static_cast<int64_t>(m) * sg.n + local;
+    if constexpr (E == LinearEpilogue::add) {
+      *o = *o + (v + b);
+    } else {
+      *o = v + b;
+    }
+  }
+}
+
+// Folds the RMSNorm into staged rows of x (the whole row staged, mt <= MT rows at xs + m * kc):
+// rms_norm_kernel's arithmetic for every row at once. Thread t sums the squares of elements t,
+// t + 256, ... in order, each warp folds its threads' sums (warp_sum), and the warps' sums are
+// added in warp order, as block_sum does; one exchange through shared memory serves all rows.
+// Called by every thread of the block; contains barriers.
+template <typename W, int MT>
+__device__ __forceinline__ void fold_norm(const LinearRowsArgs& a, float* xs, int kc, int mt, float* scratch) {
+  const int K = a.K, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const W* g = static_cast<const W*>(a.norm_w);
+  float ss[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) ss[m] = 0.0f;
+  for (int i = threadIdx.x; i < K; i += kThreads) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+      if (m < mt) ss[m] = fmaf(xs[m * kc + i], xs[m * kc + i], ss[m]);
+  }
+#pragma unroll
+  for (int m = 0; m < MT; ++m) ss[m] = warp_sum(ss[m]);
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) scratch[m * kWarps + warp] = ss[m];
+  }
+  __syncthreads();
+  float inv[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) total += scratch[m * kWarps + w];
+    inv[m] = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
+  }
+  for (int i = threadIdx.x; i < K; i += kThreads) {
+    const float gi = to_float(g[i]);
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+      if (m < mt) xs[m * kc + i] = (xs[m * kc + i] * inv[m]) * gi;
+  }
+  __syncthreads();
 }
 
 // One warp computes C consecutive output columns for MT rows of x, loading RR weight rows (C,
@@ -159,40 +219,8 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
     }
     __syncthreads();
     if (MT <= kLeanRows && a.norm_w != nullptr) {
-      // The whole row is staged (klen == K). rms_norm_kernel's arithmetic for every row at once:
-      // thread t sums the squares of elements t, t + 256, ... in order, each warp folds its
-      // threads' sums (warp_sum), and the warps' sums are added in warp order, as block_sum does;
-      // one exchange through shared memory serves all rows.
-      const W* g = static_cast<const W*>(a.norm_w);
-      float ss[MT];
-#pragma unroll
-      for (int m = 0; m < MT; ++m) ss[m] = 0.0f;
-      for (int i = threadIdx.x; i < K; i += kThreads) {
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-          if (m < mt) ss[m] = fmaf(xs[m * kc + i], xs[m * kc + i], ss[m]);
-      }
-#pragma unroll
-      for (int m = 0; m < MT; ++m) ss[m] = warp_sum(ss[m]);
-      if (lane == 0) {
-#pragma unroll
-        for (int m = 0; m < MT; ++m) norm_scratch[m * kWarps + warp] = ss[m];
-      }
-      __syncthreads();
-      float inv[MT];
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        float total = 0.0f;
-        for (int w = 0; w < kWarps; ++w) total += norm_scratch[m * kWarps + w];
-        inv[m] = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
-      }
-      for (int i = threadIdx.x; i < K; i += kThreads) {
-        const float gi = to_float(g[i]);
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-          if (m < mt) xs[m * kc + i] = (xs[m * kc + i] * inv[m]) * gi;
-      }
-      __syncthreads();
+      // The whole row is staged (klen == K).
+      fold_norm<W, MT>(a, xs, kc, mt, norm_scratch);
     }
     if (n0 >= n_total) continue;
     const int vend = min(k0 + klen, kvec_end);
@@ -249,26 +277,131 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
   for (int r = 0; r < C; ++r) {
     const int c = n0 + r;
     if (c >= n_total) break;
-    if constexpr (E == LinearEpilogue::silu_gate) {
-      float* out = a.seg[0].out;
-      for (int m = 0; m < mt; ++m) {
-        const float g = acc[r][m];
-        out[static_cast<int64_t>(m0 + m) * n_total + c] = g / (1.0f + expf(-g)) * acc[C + r][m];
-      }
-    } else {
-      int local = 0;
-      const LinearSegment sg = segment_of(a, c, local);
-      const float b = sg.bias ? sg.bias[local] : 0.0f;
-      for (int m = 0; m < mt; ++m) {
-        float* o = sg.out + static_cast<int64_t>(m0 + m) * sg.n + local;
-        if constexpr (E == LinearEpilogue::add) {
-          *o = *o + (acc[r][m] + b);
-        } else {
-          *o = acc[r][m] + b;
-        }
+    for (int m = 0; m < mt; ++m) {
+      if constexpr (E == LinearEpilogue::silu_gate) {
+        store_output<E>(a, n_total, m0 + m, c, acc[r][m], acc[C + r][m]);
+      } else {
+        store_output<E>(a, n_total, m0 + m, c, acc[r][m], 0.0f);
       }
     }
   }
+}
+
+// 16-byte asynchronous copy global -> shared (kept in L2 only: weights are streamed once), and
+// the group bookkeeping of such copies.
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* global_src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(global_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+constexpr int kStreamDepth = 8;  // weight vectors per row a lane has in flight (stream kernel)
+
+// The one-row linear as a stream (M = 1, 16-byte weight vectors): a persistent grid in which warp
+// w of the W warps computes columns w, w + W, w + 2W, ... Each lane keeps kStreamDepth of its
+// weight vectors in flight through cp.async into its own ring of shared memory, across the end of
+// a column into the next, so a warp's bytes in flight do not cost registers and do not drain at
+// column boundaries, and a warp left alone at the end still streams fast. Lane l accumulates the
+// vectors l, l + 32, ... of a row in order, fma per element (accumulate_vec), then the warp
+// butterfly: the order of linear_rows_kernel, so the same bits. x (the whole row) is staged once
+// per block, with the norm folded as linear_rows_kernel does.
+template <typename W, int RR, LinearEpilogue E>
+__global__ void __launch_bounds__(kThreads) linear_stream_kernel(LinearRowsArgs a, int n_total) {
+  allow_dependents();
+  extern __shared__ float4 smem_raw[];
+  constexpr int V = Vec16<W>::n;
+  static_assert(E == LinearEpilogue::silu_gate ? RR == 2 : RR == 1, "one row per column (two for silu_gate)");
+  const int K = a.K;
+  const int kx = (K + 3) / 4 * 4;  // staged floats, 16-byte aligned ring after them
+  float* xs = reinterpret_cast<float*>(smem_raw);
+  uint4* ring = reinterpret_cast<uint4*>(xs + kx);  // [warp][depth][RR][lane]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint4* my_ring = ring + static_cast<int64_t>(warp) * kStreamDepth * RR * 32 + lane;
+  const int nvec = K / V;
+  const int steps = (nvec + 31) / 32;  // vector steps per row (lanes past nvec idle)
+  const int w0 = blockIdx.x * kWarps + warp, wn = gridDim.x * kWarps;
+  const int columns = w0 < n_total ? (n_total - 1 - w0) / wn + 1 : 0;
+  const int total = columns * steps;
+
+  // The issuing side runs kStreamDepth steps ahead of the consuming side, possibly in a later
+  // column: it keeps its own column and row pointers.
+  int issue_col = w0, issue_step = 0;
+  const W* issue_row[RR];
+  auto point_at = [&](int c) {
+    if constexpr (E == LinearEpilogue::silu_gate) {
+      issue_row[0] = static_cast<const W*>(a.seg[0].w) + static_cast<int64_t>(c) * K;
+      issue_row[1] = static_cast<const W*>(a.seg[1].w) + static_cast<int64_t>(c) * K;
+    } else {
+      int local = 0;
+      const LinearSegment sg = segment_of(a, c, local);
+      issue_row[0] = static_cast<const W*>(sg.w) + static_cast<int64_t>(local) * K;
+    }
+  };
+  if (columns > 0) point_at(issue_col);
+  int issued = 0;
+  auto issue = [&]() {  // the loads of step `issued` into its ring slot, as one group
+    if (issued < total) {
+      const int j = lane + 32 * issue_step;
+      uint4* slot = my_ring + (issued % kStreamDepth) * RR * 32;
+      if (j < nvec) {
+#pragma unroll
+        for (int r = 0; r < RR; ++r) cp_async16(slot + r * 32, issue_row[r] + static_cast<int64_t>(j) * V);
+      }
+      if (++issue_step == steps) {
+        issue_step = 0;
+        issue_col += wn;
+        if (issued + 1 < total) point_at(issue_col);
+      }
+    }
+    ++issued;
+    cp_async_commit();  // possibly empty: every step is one group, so the waits count steps
+  };
+  // Weights are never written by a kernel: the first loads go out before the wait.
+#pragma unroll 1
+  for (int i = 0; i < kStreamDepth; ++i) issue();
+
+  grid_dependency_wait();
+  __shared__ float norm_scratch[kWarps];
+  for (int i = threadIdx.x; i < kx / 4; i += kThreads) {
+    const int k4 = 4 * i;
+    reinterpret_cast<float4*>(xs)[i] = k4 + 3 < K ? __ldg(reinterpret_cast<const float4*>(a.x) + i)
+                                                  : make_float4(k4 < K ? a.x[k4] : 0.0f, k4 + 1 < K ? a.x[k4 + 1] : 0.0f,
+                                                                k4 + 2 < K ? a.x[k4 + 2] : 0.0f, 0.0f);
+  }
+  __syncthreads();
+  if (a.norm_w != nullptr) fold_norm<W, 1>(a, xs, kx, 1, norm_scratch);
+
+  float acc[RR][1];
+#pragma unroll
+  for (int r = 0; r < RR; ++r) acc[r][0] = 0.0f;
+  int col = w0, step = 0;
+#pragma unroll 1
+  for (int g = 0; g < total; ++g) {
+    cp_async_wait<kStreamDepth - 1>();  // step g's group has landed (this lane's own copies)
+    const int j = lane + 32 * step;
+    if (j < nvec) {
+      const uint4* slot = my_ring + (g % kStreamDepth) * RR * 32;
+      uint4 raw[RR];
+#pragma unroll
+      for (int r = 0; r < RR; ++r) raw[r] = slot[r * 32];
+      accumulate_vec<W, 1, RR>(raw, xs, 0, j * V, acc);
+    }
+    issue();  // refills the slot just read (its values are in registers and used)
+    if (++step == steps) {
+#pragma unroll
+      for (int r = 0; r < RR; ++r) acc[r][0] = warp_sum(acc[r][0]);
+      if (lane == 0) store_output<E>(a, n_total, 0, col, acc[0][0], acc[RR - 1][0]);
+#pragma unroll
+      for (int r = 0; r < RR; ++r) acc[r][0] = 0.0f;
+      step = 0;
+      col += wn;
+    }
+  }
+  cp_async_wait<0>();
 }
 
 // How many weight vectors linear kernels load before waiting for the previous kernel (see
@@ -279,6 +412,74 @@ int early_weight_loads() {
     return v == nullptr ? 2 : std::clamp(std::atoi(v), 0, 2);
   }();
   return level;
+}
+
+// Whether one-row linears take the stream kernel (default) or the row kernel
+// (SPECDEC_CUDA_STREAM_LINEAR=0, to measure the difference).
+bool stream_linear() {
+  static const bool on = [] {
+    const char* v = std::getenv("SPECDEC_CUDA_STREAM_LINEAR");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  return on;
+}
+
+int multiprocessors() {
+  static const int n = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return count;
+  }();
+  return n;
+}
+
+std::atomic<uint64_t> stream_launches{0};
+
+size_t stream_smem(int K, int RR) {
+  return static_cast<size_t>((K + 3) / 4 * 4) * sizeof(float) + size_t{kWarps} * kStreamDepth * RR * 32 * 16;
+}
+
+// Launches the stream kernel for one row of x; false (nothing launched) when it does not apply.
+template <typename W, int RR, LinearEpilogue E>
+bool launch_stream(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+  const size_t smem = stream_smem(a.K, RR);
+  const int sms = multiprocessors();
+  if (sms == 0) return false;
+  const auto kernel = linear_stream_kernel<W, RR, E>;
+  // The most dynamic shared memory a block may ask for: the device's opt-in limit less the
+  // kernel's static shared memory (asking for more fails). Raised once per kernel.
+  static const size_t max_dynamic = [&]() -> size_t {
+    int device = 0, optin = 0;
+    cudaFuncAttributes fa{};
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || static_cast<size_t>(optin) <= fa.sharedSizeBytes) {
+      cudaGetLastError();
+      return 0;
+    }
+    const size_t limit = static_cast<size_t>(optin) - fa.sharedSizeBytes;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(limit)) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return limit;
+  }();
+  if (smem > max_dynamic) return false;
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) != cudaSuccess || per_sm < 1) {
+    cudaGetLastError();
+    return false;
+  }
+  const int64_t wanted = (int64_t{n_total} + kWarps - 1) / kWarps;
+  const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sms));
+  launch(kernel, blocks, kThreads, smem, stream, a, n_total);
+  stream_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 // Rows of x one block stages (launch_for_m's choice) and the K tile that fits them.
@@ -321,6 +522,12 @@ void launch_tile(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
 
 template <typename W, LinearEpilogue E>
 void launch_for_m(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+  if (a.M == 1 && stream_linear()) {
+    constexpr bool kGate = E == LinearEpilogue::silu_gate;
+    bool vec = a.K % Vec16<W>::n == 0 && a.K % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
+    for (int j = 0; j < (kGate ? 2 : a.segments); ++j) vec = vec && reinterpret_cast<uintptr_t>(a.seg[j].w) % 16 == 0;
+    if (vec && launch_stream<W, kGate ? 2 : 1, E>(a, n_total, stream)) return;
+  }
   switch (tile_rows(a.M)) {
     case 1: return launch_tile<W, 1, E>(a, n_total, stream);
     case 2: return launch_tile<W, 2, E>(a, n_total, stream);
@@ -340,6 +547,8 @@ void launch_epilogue(const LinearRowsArgs& a, int n_total, cudaStream_t stream) 
 }
 
 }  // namespace
+
+uint64_t linear_stream_launches() { return stream_launches.load(std::memory_order_relaxed); }
 
 bool linear_rows_folds_norm(int M, int K) { return tile_rows(M) <= kLeanRows && K <= k_tile(tile_rows(M)); }
 
