@@ -1,5 +1,6 @@
 // The CUDA linear in both modes vs the scalar CPU backend on the same 16-bit weights, and batch
 // invariance of the batch-invariant mode: a row's output is bit-identical at M = 1, 8 and 33.
+#include <array>
 #include <cstdlib>
 
 #include "backend/cuda/kernels.h"
@@ -152,6 +153,16 @@ TEST(GpuLinear, SingleRowEqualsItsRowInAPairBits) {
       g.linear_add(x2.tensor, wa.tensor, nullptr, r2.tensor);
       const auto add1 = download(g, r1.tensor), add2 = download(g, r2.tensor);
       EXPECT_TRUE(bit_equal(add1.data(), add2.data(), c.N)) << what << " linear_add";
+
+      // The RMSNorm folded into the call (one row and two rows of x take different kernels).
+      Owned nw = upload(g, random_floats(static_cast<size_t>(c.K), 404), c.wt, {c.K});
+      Owned n1 = empty(g, DType::f32, {1, c.K}), n2 = empty(g, DType::f32, {2, c.K});
+      const std::array<Projection, 1> p1 = {Projection{wa.tensor, {}, o1.tensor}};
+      const std::array<Projection, 1> p2 = {Projection{wa.tensor, {}, o2.tensor}};
+      g.norm_linear_many(x1.tensor, nw.tensor, 1e-5f, n1.tensor, p1);
+      g.norm_linear_many(x2.tensor, nw.tensor, 1e-5f, n2.tensor, p2);
+      const auto normed1 = download(g, o1.tensor), normed2 = download(g, o2.tensor);
+      EXPECT_TRUE(bit_equal(normed1.data(), normed2.data(), c.N)) << what << " norm_linear_many";
     }
   }
 }
