@@ -56,8 +56,8 @@ void Backend::linear_add(const Tensor& x, const Tensor& weight, const Tensor* bi
 }
 
 void Backend::rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
-                            const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
-                            const Tensor& v_pool, const AttentionBatch& batch) {
+                            const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool, const Tensor& v_pool,
+                            const AttentionBatch& batch) {
   rope(q, positions, inv_freq, attention_scaling);
   rope(k, positions, inv_freq, attention_scaling);
   kv_write(k, v, k_pool, v_pool, batch);

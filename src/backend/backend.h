@@ -35,7 +35,7 @@ struct AttentionBatch {
   int tokens = 0;
   int max_blocks = 0;
   int block_size = 16;
-  int max_row_len = 0;  // max of row_lens (sizes split-K work on GPUs)
+  int max_row_len = 0;     // max of row_lens (sizes split-K work on GPUs)
   int max_row_tokens = 0;  // max new tokens of one row
 };
 
@@ -151,10 +151,10 @@ class Backend {
 
 struct BackendOptions {
   Device device = Device::cpu;
-  size_t threads = 0;           // CPU: 0 = all hardware threads
-  bool batch_invariant = true;  // GPU: use the batch-invariant kernels
-  size_t memory_limit = 0;      // GPU: cap on the memory pool in bytes, 0 = from free memory
-  std::string cpu_isa;          // CPU: "", "avx512", "avx2", "scalar" or "avx512-bf16" (empty = best available)
+  size_t threads = 0;            // CPU: 0 = all hardware threads
+  bool batch_invariant = true;   // GPU: use the batch-invariant kernels
+  size_t memory_limit = 0;       // GPU: cap on the memory pool in bytes, 0 = from free memory
+  std::string cpu_isa;           // CPU: "", "avx512", "avx2", "scalar" or "avx512-bf16" (empty = best available)
   DType kv_dtype = DType::bf16;  // GPU: element type of the KV cache (bf16, f16 or f32); the CPU keeps f32
 };
 

@@ -70,7 +70,8 @@ std::vector<RowSpec> mixed_rows() {
   std::vector<int32_t> ids(kPoolBlocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
-  std::vector<RowSpec> rows = {{40, {32, 33, 34, 35, 36, 37, 38, 39}, {}}, {1000, {999}, {}}, {20, {16, 17, 18, 19}, {}}};
+  std::vector<RowSpec> rows = {
+      {40, {32, 33, 34, 35, 36, 37, 38, 39}, {}}, {1000, {999}, {}}, {20, {16, 17, 18, 19}, {}}};
   size_t next = 0;
   for (auto& r : rows)
     for (int b = 0; b < (r.len + kBlockSize - 1) / kBlockSize; ++b) r.blocks.push_back(ids[next++]);
@@ -97,8 +98,8 @@ Pools filled_pools(Backend& be, const std::vector<RowSpec>& rows, int D, int max
   const auto hist = history_of(rows);
   DeviceBatch hb = make_batch(be, hist, max_blocks);
   const int T = hb.batch.tokens;
-  Owned k = upload(be, random_floats(static_cast<size_t>(T) * kKvHeads * D, 11, 0.05f, 2.0f), DType::f32,
-                   {T, kKvHeads, D});
+  Owned k =
+      upload(be, random_floats(static_cast<size_t>(T) * kKvHeads * D, 11, 0.05f, 2.0f), DType::f32, {T, kKvHeads, D});
   Owned v = upload(be, random_floats(static_cast<size_t>(T) * kKvHeads * D, 12), DType::f32, {T, kKvHeads, D});
   be.kv_write(k.tensor, v.tensor, p.k.tensor, p.v.tensor, hb.batch);
   be.synchronize();
@@ -205,8 +206,8 @@ struct Shape {
 };
 
 std::string shape_name(const Shape& s) {
-  return std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " heads, head_dim " + std::to_string(s.D) +
-         ", " + std::string(dtype_name(s.kv)) + " pool";
+  return std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " heads, head_dim " + std::to_string(s.D) + ", " +
+         std::string(dtype_name(s.kv)) + " pool";
 }
 
 Backends backends_with_kv(DType kv) {
@@ -230,9 +231,8 @@ std::vector<RowSpec> ragged_rows(int pool_blocks) {
     std::iota(p.begin(), p.end(), from);
     return p;
   };
-  std::vector<RowSpec> rows = {{1000, {999}, {}},        {300, span(295, 300), {}}, {64, span(61, 64), {}},
-                               {65, {64}, {}},           {1, {0}, {}},              {200, span(70, 200), {}},
-                               {129, span(127, 129), {}}};
+  std::vector<RowSpec> rows = {{1000, {999}, {}}, {300, span(295, 300), {}}, {64, span(61, 64), {}},   {65, {64}, {}},
+                               {1, {0}, {}},      {200, span(70, 200), {}},  {129, span(127, 129), {}}};
   size_t next = 0;
   for (auto& r : rows)
     for (int b = 0; b < (r.len + kBlockSize - 1) / kBlockSize; ++b) r.blocks.push_back(ids[next++]);
@@ -262,16 +262,15 @@ std::vector<float> run_shaped(Backend& be, const Pools& pools, const std::vector
   const size_t n = static_cast<size_t>(T) * s.heads * s.D;
   Owned qt = upload(be, std::vector<float>(q, q + n), DType::f32, {T, s.heads, s.D});
   Owned o = empty(be, DType::f32, {T, s.heads, s.D});
-  be.attention(qt.tensor, pools.k.tensor, pools.v.tensor, b.batch, 1.0f / std::sqrt(static_cast<float>(s.D)),
-               o.tensor);
+  be.attention(qt.tensor, pools.k.tensor, pools.v.tensor, b.batch, 1.0f / std::sqrt(static_cast<float>(s.D)), o.tensor);
   return download(be, o.tensor);
 }
 
 // Groups of 1, 4, 8 and 12 q heads per kv head (12 needs two head groups per block column),
 // head_dim 64 and 128, bf16, f16 and f32 pools.
 const std::vector<Shape>& shapes() {
-  static const std::vector<Shape> s = {{8, 8, 64, DType::bf16},  {32, 8, 128, DType::bf16}, {16, 2, 128, DType::f32},
-                                       {12, 1, 64, DType::f32},  {8, 1, 128, DType::bf16},  {8, 2, 64, DType::f16},
+  static const std::vector<Shape> s = {{8, 8, 64, DType::bf16}, {32, 8, 128, DType::bf16}, {16, 2, 128, DType::f32},
+                                       {12, 1, 64, DType::f32}, {8, 1, 128, DType::bf16},  {8, 2, 64, DType::f16},
                                        {4, 4, 128, DType::f32}};
   return s;
 }
@@ -411,8 +410,8 @@ TEST(GpuAttention, FusedDecodeEqualsRopeKvWriteThenAttention) {
           kw[fused] = raw_words(g, p.k.tensor);
           vw[fused] = raw_words(g, p.v.tensor);
         }
-        const std::string what = shape_name(s) + ", max_row_len " + std::to_string(stated) +
-                                 (bad_slot ? ", one slot invalid" : "");
+        const std::string what =
+            shape_name(s) + ", max_row_len " + std::to_string(stated) + (bad_slot ? ", one slot invalid" : "");
         EXPECT_TRUE(bit_equal(out[0].data(), out[1].data(), out[0].size())) << what << ": output";
         EXPECT_EQ(kw[0], kw[1]) << what << ": k pool";
         EXPECT_EQ(vw[0], vw[1]) << what << ": v pool";

@@ -97,7 +97,7 @@ StepCost prefill_cost(const Shape& s, int tokens) {
   StepCost c;
   const double T = tokens, kvd = double(s.kv_heads) * s.head_dim, qd = double(s.heads) * s.head_dim;
   const double layer_w = double(s.layer_params()) * s.layers, head_w = double(s.vocab) * s.hidden;
-  c.weight_bytes = 2.0 * (layer_w + head_w);  // each weight once (the floor; kernels may re-read)
+  c.weight_bytes = 2.0 * (layer_w + head_w);    // each weight once (the floor; kernels may re-read)
   c.kv_bytes = s.layers * T * kvd * 2 * 2 * 2;  // written once, read at least once
   const double per_layer = 4.0 * (10 * s.hidden + 3 * qd + 4 * kvd + 5.0 * s.intermediate);
   c.activation_bytes = T * s.layers * per_layer;
@@ -173,8 +173,10 @@ std::vector<Step::Op> Step::layer_ops(int l) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   const auto& L = w_.layers[static_cast<size_t>(l)];
   const int64_t blocks = w_.pool_blocks;
-  const Tensor kp = view(w_.k_pools[static_cast<size_t>(l)], DType::bf16, {blocks, s.block_size, s.kv_heads, s.head_dim});
-  const Tensor vp = view(w_.v_pools[static_cast<size_t>(l)], DType::bf16, {blocks, s.block_size, s.kv_heads, s.head_dim});
+  const Tensor kp =
+      view(w_.k_pools[static_cast<size_t>(l)], DType::bf16, {blocks, s.block_size, s.kv_heads, s.head_dim});
+  const Tensor vp =
+      view(w_.v_pools[static_cast<size_t>(l)], DType::bf16, {blocks, s.block_size, s.kv_heads, s.head_dim});
   const Tensor q3 = q_.reshape({T, s.heads, s.head_dim});
   const Tensor k3 = k_.reshape({T, s.kv_heads, s.head_dim});
   const Tensor v3 = v_.reshape({T, s.kv_heads, s.head_dim});
@@ -186,7 +188,8 @@ std::vector<Step::Op> Step::layer_ops(int l) {
   const Tensor wd = view(L.down, DType::bf16, {h, s.intermediate});
   Backend& b = be_;
   return {
-      {"rms_norm + linear qkv", [=, this, &b] {
+      {"rms_norm + linear qkv",
+       [=, this, &b] {
          const std::array<Projection, 3> qkv = {Projection{wq, {}, q_}, Projection{wk, {}, k_}, Projection{wv, {}, v_}};
          b.norm_linear_many(x_, ln1, kEps, h_, qkv);
        }},
@@ -195,8 +198,7 @@ std::vector<Step::Op> Step::layer_ops(int l) {
          b.rope_kv_write_attention(q3, k3, v3, batch_.positions, inv_freq_, 1.0f, kp, vp, batch_, scale, a3);
        }},
       {"linear o +x", [=, this, &b] { b.linear_add(attn_, wo, nullptr, x_); }},
-      {"rms_norm + linear gate*up",
-       [=, this, &b] { b.norm_gated_linear(x_, ln2, kEps, h_, wg, wu, gate_); }},
+      {"rms_norm + linear gate*up", [=, this, &b] { b.norm_gated_linear(x_, ln2, kEps, h_, wg, wu, gate_); }},
       {"linear down +x", [=, this, &b] { b.linear_add(gate_, wd, nullptr, x_); }},
   };
 }

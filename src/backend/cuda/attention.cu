@@ -16,8 +16,7 @@ static_assert(kChunk % 32 == 0 && kChunk <= kThreads && kGroup <= kWarps, "(B): 
 
 template <typename T>
 __global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, T* __restrict__ k_pool,
-                                T* __restrict__ v_pool, const int* __restrict__ slots, int width,
-                                int64_t pool_slots) {
+                                T* __restrict__ v_pool, const int* __restrict__ slots, int width, int64_t pool_slots) {
   enter_kernel();
   const int t = blockIdx.x;
   const int slot = slots[t];
@@ -95,15 +94,15 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   if (!fused) grid_dependency_wait();
   constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
   static_assert(D % V == 0, "head_dim must be whole 16-byte vectors");
-  constexpr int NV = D / V;                              // vectors per head row
-  constexpr int LP = NV >= 32 ? 32 : pow2_ceil(NV);      // lanes scoring one position
-  constexpr int VPL = (NV + LP - 1) / LP;                // vectors per lane in (A)
-  constexpr int PPW = 32 / LP;                           // positions per warp step in (A)
+  constexpr int NV = D / V;                          // vectors per head row
+  constexpr int LP = NV >= 32 ? 32 : pow2_ceil(NV);  // lanes scoring one position
+  constexpr int VPL = (NV + LP - 1) / LP;            // vectors per lane in (A)
+  constexpr int PPW = 32 / LP;                       // positions per warp step in (A)
   constexpr int STEPS = (kChunk + kWarps * PPW - 1) / (kWarps * PPW);
   static_assert(STEPS * VPL <= 16, "(A) keeps every K vector of the chunk in registers");
-  constexpr int S = kThreads / NV;                       // position subsets in (C)
+  constexpr int S = kThreads / NV;  // position subsets in (C)
   static_assert(S >= 1, "head_dim too large for the p·V layout");
-  constexpr int NJ = (kChunk + S - 1) / S;               // (C) positions per subset
+  constexpr int NJ = (kChunk + S - 1) / S;  // (C) positions per subset
   static_assert(NJ <= 16, "(C) keeps every V vector of its positions in registers");
   constexpr int OUT = (kGroup * D + kThreads - 1) / kThreads;  // output elements per thread
   constexpr int HALF = D / 2;
@@ -168,7 +167,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
     for (int st = 0; st < STEPS; ++st) {
       const int j = (st * kWarps + warp) * PPW + lane / LP;  // position within the chunk
       const int slot = j < kChunk ? s_slot[j] : -1;
-      const uint4* k4 = reinterpret_cast<const uint4*>(kp + (static_cast<int64_t>(max(slot, 0)) * a.kv_heads + kvh) * D);
+      const uint4* k4 =
+          reinterpret_cast<const uint4*>(kp + (static_cast<int64_t>(max(slot, 0)) * a.kv_heads + kvh) * D);
 #pragma unroll
       for (int u = 0; u < VPL; ++u) {
         const int vi = sub_lane + u * LP;
@@ -179,9 +179,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
     for (int i = 0; i < NJ; ++i) {
       const int j = sub + i * S;
       const int slot = sub < S && j < kChunk ? s_slot[j] : -1;
-      vraw[i] = slot >= 0 && slot != new_slot
-                    ? __ldg(reinterpret_cast<const uint4*>(vp + (static_cast<int64_t>(slot) * a.kv_heads + kvh) * D) + vec)
-                    : make_uint4(0, 0, 0, 0);
+      vraw[i] =
+          slot >= 0 && slot != new_slot
+              ? __ldg(reinterpret_cast<const uint4*>(vp + (static_cast<int64_t>(slot) * a.kv_heads + kvh) * D) + vec)
+              : make_uint4(0, 0, 0, 0);
     }
   };
   // Fused: the new slot's vectors come from s_new, not from the pool (this launch writes it).
@@ -457,34 +458,58 @@ void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
   const bool split = a.partial_m != nullptr;
   const dim3 grid(a.kv_heads * group_blocks, a.tokens, split ? a.max_splits : 1);
   switch (a.head_dim) {
-    case 16: launch(attention_kernel<16, T>, grid, kThreads, 0, stream, a); break;
-    case 32: launch(attention_kernel<32, T>, grid, kThreads, 0, stream, a); break;
-    case 48: launch(attention_kernel<48, T>, grid, kThreads, 0, stream, a); break;
-    case 64: launch(attention_kernel<64, T>, grid, kThreads, 0, stream, a); break;
-    case 80: launch(attention_kernel<80, T>, grid, kThreads, 0, stream, a); break;
-    case 96: launch(attention_kernel<96, T>, grid, kThreads, 0, stream, a); break;
-    case 112: launch(attention_kernel<112, T>, grid, kThreads, 0, stream, a); break;
-    case 128: launch(attention_kernel<128, T>, grid, kThreads, 0, stream, a); break;
-    case 160: launch(attention_kernel<160, T>, grid, kThreads, 0, stream, a); break;
-    case 192: launch(attention_kernel<192, T>, grid, kThreads, 0, stream, a); break;
-    case 224: launch(attention_kernel<224, T>, grid, kThreads, 0, stream, a); break;
-    case 256: launch(attention_kernel<256, T>, grid, kThreads, 0, stream, a); break;
-    default: return;  // rejected by the backend before launch
+    case 16:
+      launch(attention_kernel<16, T>, grid, kThreads, 0, stream, a);
+      break;
+    case 32:
+      launch(attention_kernel<32, T>, grid, kThreads, 0, stream, a);
+      break;
+    case 48:
+      launch(attention_kernel<48, T>, grid, kThreads, 0, stream, a);
+      break;
+    case 64:
+      launch(attention_kernel<64, T>, grid, kThreads, 0, stream, a);
+      break;
+    case 80:
+      launch(attention_kernel<80, T>, grid, kThreads, 0, stream, a);
+      break;
+    case 96:
+      launch(attention_kernel<96, T>, grid, kThreads, 0, stream, a);
+      break;
+    case 112:
+      launch(attention_kernel<112, T>, grid, kThreads, 0, stream, a);
+      break;
+    case 128:
+      launch(attention_kernel<128, T>, grid, kThreads, 0, stream, a);
+      break;
+    case 160:
+      launch(attention_kernel<160, T>, grid, kThreads, 0, stream, a);
+      break;
+    case 192:
+      launch(attention_kernel<192, T>, grid, kThreads, 0, stream, a);
+      break;
+    case 224:
+      launch(attention_kernel<224, T>, grid, kThreads, 0, stream, a);
+      break;
+    case 256:
+      launch(attention_kernel<256, T>, grid, kThreads, 0, stream, a);
+      break;
+    default:
+      return;  // rejected by the backend before launch
   }
-  if (split && a.arrivals == nullptr) launch(attention_merge_kernel, dim3(a.heads, a.tokens), kMergeThreads, 0, stream, a);
+  if (split && a.arrivals == nullptr)
+    launch(attention_merge_kernel, dim3(a.heads, a.tokens), kMergeThreads, 0, stream, a);
 }
 
 }  // namespace
 
-void launch_kv_write(const float* k, const float* v, void* k_pool, void* v_pool, ElemType pool_type,
-                     const int* slots, int tokens, int kv_heads, int head_dim, int64_t pool_slots,
-                     cudaStream_t stream) {
+void launch_kv_write(const float* k, const float* v, void* k_pool, void* v_pool, ElemType pool_type, const int* slots,
+                     int tokens, int kv_heads, int head_dim, int64_t pool_slots, cudaStream_t stream) {
   if (tokens == 0) return;
   const int width = kv_heads * head_dim;
   SPECDEC_DISPATCH_ELEM(pool_type, T,
                         launch(kv_write_kernel<T>, tokens, 256, 0, stream, k, v, static_cast<T*>(k_pool),
-                                                                       static_cast<T*>(v_pool), slots, width,
-                                                                       pool_slots));
+                               static_cast<T*>(v_pool), slots, width, pool_slots));
 }
 
 void launch_attention(const AttentionArgs& args, cudaStream_t stream) {

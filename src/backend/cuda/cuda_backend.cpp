@@ -44,10 +44,14 @@ void expect_dtype(const Tensor& t, DType dtype, const char* op, const char* what
 ElemType elem_type(const Tensor& t, const char* op, const char* what) {
   expect_cuda(t, op, what);
   switch (t.dtype) {
-    case DType::f32: return ElemType::f32;
-    case DType::f16: return ElemType::f16;
-    case DType::bf16: return ElemType::bf16;
-    default: fail(op, ": ", what, " ", t.shape_string(), " must be f32, f16 or bf16");
+    case DType::f32:
+      return ElemType::f32;
+    case DType::f16:
+      return ElemType::f16;
+    case DType::bf16:
+      return ElemType::bf16;
+    default:
+      fail(op, ": ", what, " ", t.shape_string(), " must be f32, f16 or bf16");
   }
 }
 
@@ -99,8 +103,8 @@ class CudaBackend final : public Backend {
                                          : (to_dev ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
     // Host sources are pageable: the call returns once the source has been staged, so the
     // caller may reuse it. Copies to the host wait, so the data is there when copy returns.
-    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, bytes, kind, stream_), "copy ", src.shape_string(),
-                       " from ", device_name(src.device), " to ", device_name(dst.device));
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, bytes, kind, stream_), "copy ", src.shape_string(), " from ",
+                       device_name(src.device), " to ", device_name(dst.device));
     if (!to_dev) SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "copy to host of ", bytes, " bytes");
   }
 
@@ -115,8 +119,8 @@ class CudaBackend final : public Backend {
     expect_dtype(out, DType::f32, op, "out");
     SPECDEC_CHECK(table.rank == 2, op, ": table ", table.shape_string(), " must be [V, H]");
     const int64_t T = ids.numel(), H = table.dim(1);
-    SPECDEC_CHECK(out.numel() == T * H && out.dim(-1) == H, op, ": out ", out.shape_string(), " must be [", T, ", ",
-                  H, "]");
+    SPECDEC_CHECK(out.numel() == T * H && out.dim(-1) == H, op, ": out ", out.shape_string(), " must be [", T, ", ", H,
+                  "]");
     cuda::launch_embedding(table.data, tt, ids.ptr<int>(), out.ptr<float>(), to_int(T, op, "tokens"),
                            to_int(H, op, "hidden"), to_int(table.dim(0), op, "vocab"), stream_);
     check_launch(op, T, "x", H);
@@ -203,8 +207,8 @@ class CudaBackend final : public Backend {
     add(out, tmp, out);
   }
 
-  void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
-                     const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool, const Tensor& v_pool,
+  void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& inv_freq,
+                     float attention_scaling, const Tensor& k_pool, const Tensor& v_pool,
                      const AttentionBatch& batch) override {
     const char* op = "rope_kv_write";
     check_rope(op, q, positions, inv_freq);
@@ -213,11 +217,10 @@ class CudaBackend final : public Backend {
     SPECDEC_CHECK(q.dim(2) == k.dim(2), op, ": q ", q.shape_string(), " and k ", k.shape_string(),
                   " must share head_dim");
     const int64_t T = q.dim(0), heads = q.dim(1), kvh = k.dim(1), D = q.dim(2);
-    cuda::launch_rope_kv_write(q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), positions.ptr<int>(),
-                               inv_freq.ptr<float>(), attention_scaling, to_int(T, op, "tokens"),
-                               to_int(heads, op, "heads"), to_int(kvh, op, "kv_heads"), to_int(D, op, "head_dim"),
-                               k_pool.data, v_pool.data, pt, batch.slots.ptr<int>(), k_pool.dim(0) * k_pool.dim(1),
-                               stream_);
+    cuda::launch_rope_kv_write(
+        q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), positions.ptr<int>(), inv_freq.ptr<float>(), attention_scaling,
+        to_int(T, op, "tokens"), to_int(heads, op, "heads"), to_int(kvh, op, "kv_heads"), to_int(D, op, "head_dim"),
+        k_pool.data, v_pool.data, pt, batch.slots.ptr<int>(), k_pool.dim(0) * k_pool.dim(1), stream_);
     check_launch(op, T, "x", heads, "+", kvh, "x", D);
   }
 
@@ -269,8 +272,8 @@ class CudaBackend final : public Backend {
     expect_cuda(x, op, "x");
     expect_cuda(out, op, "out");
     expect_dtype(indices, DType::i32, op, "indices");
-    SPECDEC_CHECK(x.rank >= 1 && out.dtype == x.dtype, op, ": x ", x.shape_string(), " and out ",
-                  out.shape_string(), " must share a dtype");
+    SPECDEC_CHECK(x.rank >= 1 && out.dtype == x.dtype, op, ": x ", x.shape_string(), " and out ", out.shape_string(),
+                  " must share a dtype");
     const int64_t rows = x.dim(0), n = indices.numel();
     const int64_t row_elems = rows == 0 ? 0 : x.numel() / rows;
     SPECDEC_CHECK(out.numel() == n * row_elems, op, ": out ", out.shape_string(), " must hold ", n, " rows of ",
@@ -291,13 +294,13 @@ class CudaBackend final : public Backend {
     check_launch(op, T, "x", kvh, "x", D);
   }
 
-  void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch,
-                 float scale, const Tensor& out) override {
+  void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch, float scale,
+                 const Tensor& out) override {
     const char* op = "attention";
     cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
     cuda::launch_attention(a, stream_);
-    check_launch(op, a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ", batch.rows,
-                 ", max_row_len ", batch.max_row_len);
+    check_launch(op, a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ", batch.rows, ", max_row_len ",
+                 batch.max_row_len);
   }
 
   void rope_kv_write_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
@@ -311,8 +314,8 @@ class CudaBackend final : public Backend {
     cuda::AttentionArgs a;
     if (decode) a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
     if (!decode || !fuse_decode_attention(a)) {
-      return Backend::rope_kv_write_attention(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool,
-                                              batch, scale, out);
+      return Backend::rope_kv_write_attention(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch,
+                                              scale, out);
     }
     check_rope(op, q, positions, inv_freq);
     check_rope(op, k, positions, inv_freq);
@@ -325,8 +328,8 @@ class CudaBackend final : public Backend {
     a.inv_freq = inv_freq.ptr<float>();
     a.rope_scaling = attention_scaling;
     cuda::launch_attention(a, stream_);
-    check_launch(op, a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ", batch.rows,
-                 ", max_row_len ", batch.max_row_len);
+    check_launch(op, a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ", batch.rows, ", max_row_len ",
+                 batch.max_row_len);
   }
 
   // Decode steps rotate, cache and attend in one launch unless SPECDEC_CUDA_FUSED_ATTENTION=0
@@ -364,12 +367,12 @@ class CudaBackend final : public Backend {
     const int64_t T = q.dim(0), heads = q.dim(1), D = q.dim(2), kvh = k_pool.dim(2);
     SPECDEC_CHECK(k_pool.dim(3) == D && kvh > 0 && heads % kvh == 0, op, ": q ", q.shape_string(), " and pool ",
                   k_pool.shape_string(), " disagree (heads must be a multiple of kv_heads)");
-    SPECDEC_CHECK((D % 32 == 0 && D >= 32 && D <= 256) || D == 16 || D == 48 || D == 80 || D == 112, op,
-                  ": head_dim ", D, " is not supported (16, 48, 80, 112, or a multiple of 32 up to 256)");
+    SPECDEC_CHECK((D % 32 == 0 && D >= 32 && D <= 256) || D == 16 || D == 48 || D == 80 || D == 112, op, ": head_dim ",
+                  D, " is not supported (16, 48, 80, 112, or a multiple of 32 up to 256)");
     SPECDEC_CHECK(batch.tokens == T, op, ": batch.tokens ", batch.tokens, " but q has ", T, " tokens");
-    SPECDEC_CHECK(reinterpret_cast<uintptr_t>(k_pool.data) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(v_pool.data) % 16 == 0,
-                  op, ": KV pools must start on a 16-byte boundary (they are read with 16-byte loads)");
+    SPECDEC_CHECK(
+        reinterpret_cast<uintptr_t>(k_pool.data) % 16 == 0 && reinterpret_cast<uintptr_t>(v_pool.data) % 16 == 0, op,
+        ": KV pools must start on a 16-byte boundary (they are read with 16-byte loads)");
     SPECDEC_CHECK(k_pool.dim(0) * k_pool.dim(1) <= INT32_MAX, op, ": pool ", k_pool.shape_string(),
                   " has more than 2^31 slots");
     SPECDEC_CHECK(T == 0 || batch.rows > 0, op, ": a batch with ", T, " tokens has no rows");
@@ -440,8 +443,8 @@ class CudaBackend final : public Backend {
   // attention is one wave (then the separate launches are latency). With many waves each block
   // redoing its token's rotation costs more than the launch it saves (measured at batch 32 and 64).
   static bool fuse_decode_attention(const cuda::AttentionArgs& a) {
-    const int64_t blocks = int64_t{a.tokens} * a.kv_heads *
-                           ((a.heads / a.kv_heads + a.block_heads - 1) / a.block_heads) * a.max_splits;
+    const int64_t blocks =
+        int64_t{a.tokens} * a.kv_heads * ((a.heads / a.kv_heads + a.block_heads - 1) / a.block_heads) * a.max_splits;
     return fused_attention() && blocks <= kAttentionWave;
   }
 
@@ -462,8 +465,7 @@ class CudaBackend final : public Backend {
     expect_dtype(out, DType::i32, op, "out");
     const int64_t V = logits.dim(-1), n = V == 0 ? 0 : logits.numel() / V;
     SPECDEC_CHECK(out.numel() == n, op, ": out ", out.shape_string(), " must have ", n, " elements");
-    cuda::launch_argmax(logits.ptr<float>(), out.ptr<int>(), to_int(n, op, "rows"), to_int(V, op, "vocab"),
-                        stream_);
+    cuda::launch_argmax(logits.ptr<float>(), out.ptr<int>(), to_int(n, op, "rows"), to_int(V, op, "vocab"), stream_);
     check_launch(op, n, "x", V);
   }
 
@@ -564,8 +566,8 @@ class CudaBackend final : public Backend {
 
   // Checks kv_write's k, v [T, kv_heads, head_dim] against the pools and batch.slots; returns
   // the pools' element type.
-  ElemType check_kv_write(const char* op, const Tensor& k, const Tensor& v, const Tensor& k_pool,
-                          const Tensor& v_pool, const AttentionBatch& batch) {
+  ElemType check_kv_write(const char* op, const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
+                          const AttentionBatch& batch) {
     expect_dtype(k, DType::f32, op, "k");
     expect_dtype(v, DType::f32, op, "v");
     expect_dtype(batch.slots, DType::i32, op, "batch.slots");
@@ -574,8 +576,8 @@ class CudaBackend final : public Backend {
                   " and v ", v.shape_string(), " must be [T, kv_heads, head_dim]");
     SPECDEC_CHECK(k_pool.dim(2) == k.dim(1) && k_pool.dim(3) == k.dim(2), op, ": pool ", k_pool.shape_string(),
                   " does not fit k ", k.shape_string());
-    SPECDEC_CHECK(batch.slots.numel() >= k.dim(0), op, ": batch.slots ", batch.slots.shape_string(),
-                  " has fewer than ", k.dim(0), " entries");
+    SPECDEC_CHECK(batch.slots.numel() >= k.dim(0), op, ": batch.slots ", batch.slots.shape_string(), " has fewer than ",
+                  k.dim(0), " entries");
     return pt;
   }
 

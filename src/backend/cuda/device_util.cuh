@@ -72,11 +72,17 @@ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
 
 // Sum over the 32 lanes by a butterfly; every lane gets the same, order-fixed result.
 __device__ __forceinline__ float warp_sum(float v) {
@@ -123,20 +129,20 @@ __device__ __forceinline__ void store_kv_row(const float* k, const float* v, T* 
   }
 }
 
-#define SPECDEC_DISPATCH_ELEM(type, T, ...)       \
-  switch (type) {                                 \
-    case ElemType::f32: {                         \
-      using T = float;                            \
-      __VA_ARGS__;                                \
-    } break;                                      \
-    case ElemType::f16: {                         \
-      using T = __half;                           \
-      __VA_ARGS__;                                \
-    } break;                                      \
-    case ElemType::bf16: {                        \
-      using T = __nv_bfloat16;                    \
-      __VA_ARGS__;                                \
-    } break;                                      \
+#define SPECDEC_DISPATCH_ELEM(type, T, ...) \
+  switch (type) {                           \
+    case ElemType::f32: {                   \
+      using T = float;                      \
+      __VA_ARGS__;                          \
+    } break;                                \
+    case ElemType::f16: {                   \
+      using T = __half;                     \
+      __VA_ARGS__;                          \
+    } break;                                \
+    case ElemType::bf16: {                  \
+      using T = __nv_bfloat16;              \
+      __VA_ARGS__;                          \
+    } break;                                \
   }
 
 inline unsigned blocks_for(int64_t n, int threads) {

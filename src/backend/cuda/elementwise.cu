@@ -51,10 +51,10 @@ __global__ void rope_kernel(float* x, const int* __restrict__ positions, const f
 // One block per token: q and k heads rotated as rope_kernel does, then k and v stored in the
 // pools (after the rotation, by the same threads: __syncthreads orders the two phases).
 template <typename T>
-__global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict__ v,
-                                     const int* __restrict__ positions, const float* __restrict__ inv_freq,
-                                     float scaling, int heads, int kv_heads, int head_dim, T* __restrict__ k_pool,
-                                     T* __restrict__ v_pool, const int* __restrict__ slots, int64_t pool_slots) {
+__global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict__ v, const int* __restrict__ positions,
+                                     const float* __restrict__ inv_freq, float scaling, int heads, int kv_heads,
+                                     int head_dim, T* __restrict__ k_pool, T* __restrict__ v_pool,
+                                     const int* __restrict__ slots, int64_t pool_slots) {
   enter_kernel();
   const int t = blockIdx.x;
   const int half = head_dim / 2;
@@ -170,20 +170,19 @@ __global__ void add_bias_kernel(float* out, const float* __restrict__ bias, int6
 
 }  // namespace
 
-void launch_embedding(const void* table, ElemType type, const int* ids, float* out, int tokens, int hidden,
-                      int vocab, cudaStream_t stream) {
+void launch_embedding(const void* table, ElemType type, const int* ids, float* out, int tokens, int hidden, int vocab,
+                      cudaStream_t stream) {
   if (tokens == 0) return;
-  SPECDEC_DISPATCH_ELEM(type, T,
-                        launch(embedding_kernel<T>, tokens, 256, 0, stream, static_cast<const T*>(table), ids, out,
-                                                                        hidden, vocab));
+  SPECDEC_DISPATCH_ELEM(
+      type, T,
+      launch(embedding_kernel<T>, tokens, 256, 0, stream, static_cast<const T*>(table), ids, out, hidden, vocab));
 }
 
 void launch_rms_norm(const float* x, const void* weight, ElemType type, float eps, float* out, int rows, int dim,
                      cudaStream_t stream) {
   if (rows == 0) return;
-  SPECDEC_DISPATCH_ELEM(type, T,
-                        launch(rms_norm_kernel<T>, rows, 256, 0, stream, x, static_cast<const T*>(weight), eps, out,
-                               dim));
+  SPECDEC_DISPATCH_ELEM(
+      type, T, launch(rms_norm_kernel<T>, rows, 256, 0, stream, x, static_cast<const T*>(weight), eps, out, dim));
 }
 
 void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,
@@ -193,14 +192,13 @@ void launch_rope(float* x, const int* positions, const float* inv_freq, float sc
 }
 
 void launch_rope_kv_write(float* q, float* k, const float* v, const int* positions, const float* inv_freq,
-                          float scaling, int tokens, int heads, int kv_heads, int head_dim, void* k_pool,
-                          void* v_pool, ElemType pool_type, const int* slots, int64_t pool_slots,
-                          cudaStream_t stream) {
+                          float scaling, int tokens, int heads, int kv_heads, int head_dim, void* k_pool, void* v_pool,
+                          ElemType pool_type, const int* slots, int64_t pool_slots, cudaStream_t stream) {
   if (tokens == 0) return;
-  SPECDEC_DISPATCH_ELEM(pool_type, T,
-                        launch(rope_kv_write_kernel<T>, tokens, 256, 0, stream, 
-                            q, k, v, positions, inv_freq, scaling, heads, kv_heads, head_dim, static_cast<T*>(k_pool),
-                            static_cast<T*>(v_pool), slots, pool_slots));
+  SPECDEC_DISPATCH_ELEM(
+      pool_type, T,
+      launch(rope_kv_write_kernel<T>, tokens, 256, 0, stream, q, k, v, positions, inv_freq, scaling, heads, kv_heads,
+             head_dim, static_cast<T*>(k_pool), static_cast<T*>(v_pool), slots, pool_slots));
 }
 
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
@@ -218,13 +216,13 @@ void launch_gather_rows(const void* x, const int* indices, void* out, int count,
   if (count == 0) return;
   if (row_bytes % 4 == 0) {
     launch(gather_kernel<uint32_t>, count, 256, 0, stream, static_cast<const uint32_t*>(x), indices,
-                                                       static_cast<uint32_t*>(out), row_bytes / 4, x_rows);
+           static_cast<uint32_t*>(out), row_bytes / 4, x_rows);
   } else if (row_bytes % 2 == 0) {
     launch(gather_kernel<uint16_t>, count, 256, 0, stream, static_cast<const uint16_t*>(x), indices,
-                                                       static_cast<uint16_t*>(out), row_bytes / 2, x_rows);
+           static_cast<uint16_t*>(out), row_bytes / 2, x_rows);
   } else {
     launch(gather_kernel<uint8_t>, count, 256, 0, stream, static_cast<const uint8_t*>(x), indices,
-                                                      static_cast<uint8_t*>(out), row_bytes, x_rows);
+           static_cast<uint8_t*>(out), row_bytes, x_rows);
   }
 }
 

@@ -15,8 +15,8 @@ namespace specdec::cuda {
 enum class ElemType : int { f32 = 0, f16 = 1, bf16 = 2 };
 
 // out[t, :] = table[ids[t], :] as f32; ids outside [0, V) give a row of zeros.
-void launch_embedding(const void* table, ElemType type, const int* ids, float* out, int tokens, int hidden,
-                      int vocab, cudaStream_t stream);
+void launch_embedding(const void* table, ElemType type, const int* ids, float* out, int tokens, int hidden, int vocab,
+                      cudaStream_t stream);
 // One block per row, fixed reduction order.
 void launch_rms_norm(const float* x, const void* weight, ElemType type, float eps, float* out, int rows, int dim,
                      cudaStream_t stream);
@@ -28,9 +28,8 @@ void launch_add(const float* a, const float* b, float* out, int64_t n, cudaStrea
 // rope on q [T, heads, D] and k [T, kv_heads, D] in place (as launch_rope), then k and v written
 // into the pools at slots[t] (as launch_kv_write): one launch, one block per token.
 void launch_rope_kv_write(float* q, float* k, const float* v, const int* positions, const float* inv_freq,
-                          float scaling, int tokens, int heads, int kv_heads, int head_dim, void* k_pool,
-                          void* v_pool, ElemType pool_type, const int* slots, int64_t pool_slots,
-                          cudaStream_t stream);
+                          float scaling, int tokens, int heads, int kv_heads, int head_dim, void* k_pool, void* v_pool,
+                          ElemType pool_type, const int* slots, int64_t pool_slots, cudaStream_t stream);
 // out[i, :] = x[indices[i], :] for rows of row_bytes bytes; indices outside [0, x_rows) give zeros.
 void launch_gather_rows(const void* x, const int* indices, void* out, int count, int64_t row_bytes, int x_rows,
                         cudaStream_t stream);
@@ -88,9 +87,8 @@ void launch_linear_rows(const float* x, const void* w, ElemType w_type, const fl
 
 // k, v [tokens, kv_heads, head_dim] f32 into pools [slots, kv_heads, head_dim] at slots[t]
 // (negative slots are skipped; slots >= pool_slots are skipped).
-void launch_kv_write(const float* k, const float* v, void* k_pool, void* v_pool, ElemType pool_type,
-                     const int* slots, int tokens, int kv_heads, int head_dim, int64_t pool_slots,
-                     cudaStream_t stream);
+void launch_kv_write(const float* k, const float* v, void* k_pool, void* v_pool, ElemType pool_type, const int* slots,
+                     int tokens, int kv_heads, int head_dim, int64_t pool_slots, cudaStream_t stream);
 
 struct AttentionArgs {
   const float* q = nullptr;  // [tokens, heads, head_dim]

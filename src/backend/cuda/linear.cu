@@ -271,8 +271,7 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
           }
         have_first = 0;
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-          accumulate_vec<W, MT, RR>(raw[u], xs, kc, k + u * 32 * V - k0, acc);
+        for (int u = 0; u < U; ++u) accumulate_vec<W, MT, RR>(raw[u], xs, kc, k + u * 32 * V - k0, acc);
       }
       for (; k < vend; k += 32 * V) {  // the last vectors, one at a time (same per-lane order)
         uint4 raw[RR];
@@ -415,9 +414,10 @@ __global__ void __launch_bounds__(kThreads) linear_stream_kernel(LinearRowsArgs 
   __shared__ float norm_scratch[kWarps];
   for (int i = threadIdx.x; i < kx / 4; i += kThreads) {
     const int k4 = 4 * i;
-    reinterpret_cast<float4*>(xs)[i] = k4 + 3 < K ? __ldg(reinterpret_cast<const float4*>(a.x) + i)
-                                                  : make_float4(k4 < K ? a.x[k4] : 0.0f, k4 + 1 < K ? a.x[k4 + 1] : 0.0f,
-                                                                k4 + 2 < K ? a.x[k4 + 2] : 0.0f, 0.0f);
+    reinterpret_cast<float4*>(xs)[i] = k4 + 3 < K
+                                           ? __ldg(reinterpret_cast<const float4*>(a.x) + i)
+                                           : make_float4(k4 < K ? a.x[k4] : 0.0f, k4 + 1 < K ? a.x[k4 + 1] : 0.0f,
+                                                         k4 + 2 < K ? a.x[k4 + 2] : 0.0f, 0.0f);
   }
   __syncthreads();
   if (a.norm_w != nullptr) fold_norm<W, 1>(a, xs, kx, 1, norm_scratch);
@@ -550,7 +550,7 @@ void launch_tile(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   constexpr bool kGate = E == LinearEpilogue::silu_gate;
   bool vec = a.K % Vec16<W>::n == 0;
   for (int j = 0; j < (kGate ? 2 : a.segments); ++j) vec = vec && reinterpret_cast<uintptr_t>(a.seg[j].w) % 16 == 0;
-  if (!vec) return launch_shape<W, MT, 1, kGate ? 2 : 1, false, E>(a, n_total, stream);
+  if (!vec) return launch_shape < W, MT, 1, kGate ? 2 : 1, false, E > (a, n_total, stream);
   // Weight rows per warp RR: any choice gives the same per-output order, so it is chosen for
   // speed from M and the rows streamed. Few rows of x (bandwidth-bound): many blocks, so every
   // SM holds an even share of the weight stream. More rows: more weight rows per warp, so each x
@@ -573,23 +573,31 @@ void launch_for_m(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
     constexpr bool kGate = E == LinearEpilogue::silu_gate;
     bool vec = a.K % Vec16<W>::n == 0 && a.K % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
     for (int j = 0; j < (kGate ? 2 : a.segments); ++j) vec = vec && reinterpret_cast<uintptr_t>(a.seg[j].w) % 16 == 0;
-    if (vec && launch_stream<W, kGate ? 2 : 1, E>(a, n_total, stream)) return;
+    if (vec && launch_stream < W, kGate ? 2 : 1, E > (a, n_total, stream)) return;
   }
   switch (tile_rows(a.M)) {
-    case 1: return launch_tile<W, 1, E>(a, n_total, stream);
-    case 2: return launch_tile<W, 2, E>(a, n_total, stream);
-    case 4: return launch_tile<W, 4, E>(a, n_total, stream);
-    case 8: return launch_tile<W, 8, E>(a, n_total, stream);
-    default: return launch_tile<W, 16, E>(a, n_total, stream);
+    case 1:
+      return launch_tile<W, 1, E>(a, n_total, stream);
+    case 2:
+      return launch_tile<W, 2, E>(a, n_total, stream);
+    case 4:
+      return launch_tile<W, 4, E>(a, n_total, stream);
+    case 8:
+      return launch_tile<W, 8, E>(a, n_total, stream);
+    default:
+      return launch_tile<W, 16, E>(a, n_total, stream);
   }
 }
 
 template <typename W>
 void launch_epilogue(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   switch (a.epilogue) {
-    case LinearEpilogue::store: return launch_for_m<W, LinearEpilogue::store>(a, n_total, stream);
-    case LinearEpilogue::add: return launch_for_m<W, LinearEpilogue::add>(a, n_total, stream);
-    case LinearEpilogue::silu_gate: return launch_for_m<W, LinearEpilogue::silu_gate>(a, n_total, stream);
+    case LinearEpilogue::store:
+      return launch_for_m<W, LinearEpilogue::store>(a, n_total, stream);
+    case LinearEpilogue::add:
+      return launch_for_m<W, LinearEpilogue::add>(a, n_total, stream);
+    case LinearEpilogue::silu_gate:
+      return launch_for_m<W, LinearEpilogue::silu_gate>(a, n_total, stream);
   }
 }
 
