@@ -93,6 +93,17 @@ bench_8b_invariant() {
     --batch-sizes 1,8 --prompt-tokens 512 --new-tokens 16 --kv-memory 8 --json
 }
 
+# bench_with_env NAME ASSIGNMENTS BATCHES NEW_TOKENS MAX_ROWS KV_GIB: the quick kernel benchmark
+# and 8B engine decode with the environment assignments (space-separated VAR=VALUE) set.
+bench_with_env() {
+  local name=$1 set=$2
+  # shellcheck disable=SC2086 # the set is a list of assignments for env
+  run "quick_$name" env $set SPECDEC_BUILD_DIR="$build" tools/gpu/build_and_bench.sh "$out/quick_$name.json" --quick
+  # shellcheck disable=SC2086
+  run "decode_$name" env $set "$build/specdec" bench --model "$model8b" --device cuda --fast-gpu \
+    --batch-sizes "$3" --prompt-tokens 512 --new-tokens "$4" --max-rows "$5" --kv-memory "$6"
+}
+
 bench_kernels() {
   run bench_kernels env SPECDEC_BUILD_DIR="$build" tools/gpu/build_and_bench.sh "$out/bench_kernels.json"
 }
@@ -165,10 +176,7 @@ case "$stage" in
     run test_gpu "$build/test_gpu"
     wait "$maker"
     for v in ${SPECDEC_AB_VALUES:-1 0 1 0}; do
-      run "quick_${var}_$v" env "$var=$v" SPECDEC_BUILD_DIR="$build" \
-        tools/gpu/build_and_bench.sh "$out/quick_${var}_$v.json" --quick
-      run "decode_${var}_$v" env "$var=$v" "$build/specdec" bench --model "$model8b" --device cuda --fast-gpu \
-        --batch-sizes 1,8 --prompt-tokens 512 --new-tokens 64 --max-rows 8 --kv-memory 8
+      bench_with_env "${var}_$v" "$var=$v" 1,8 64 8 8
     done
     gpu_tests
     ;;
@@ -182,11 +190,7 @@ case "$stage" in
     for set in "${sets[@]}"; do
       i=$((i + 1))
       echo "$i: $set" >> "$out/matrix.txt"
-      # shellcheck disable=SC2086 # each set is a list of assignments for env
-      run "quick_$i" env $set SPECDEC_BUILD_DIR="$build" tools/gpu/build_and_bench.sh "$out/quick_$i.json" --quick
-      # shellcheck disable=SC2086
-      run "decode_$i" env $set "$build/specdec" bench --model "$model8b" --device cuda --fast-gpu \
-        --batch-sizes 1,8,32,64 --prompt-tokens 512 --new-tokens 32 --max-rows 64 --kv-memory 24
+      bench_with_env "$i" "$set" 1,8,32,64 32 64 24
     done
     gpu_tests
     bench_bundled bench_bundled_invariant

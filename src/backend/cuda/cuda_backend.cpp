@@ -17,6 +17,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/kernels.h"
 
@@ -297,10 +298,7 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch, float scale,
                  const Tensor& out) override {
     const char* op = "attention";
-    cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
-    cuda::launch_attention(a, stream_);
-    check_launch(op, a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ", batch.rows, ", max_row_len ",
-                 batch.max_row_len);
+    launch_attention(op, attention_args(op, q, k_pool, v_pool, batch, scale, out), batch);
   }
 
   void rope_kv_write_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
@@ -310,12 +308,17 @@ class CudaBackend final : public Backend {
     // One launch for decode steps (one new token per row) of a few rows; windows, prefill
     // chunks and large batches compose.
     const char* op = "rope_kv_write_attention";
-    const bool decode = batch.max_row_tokens == 1 && batch.tokens == batch.rows;
-    cuda::AttentionArgs a;
-    if (decode) a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
-    if (!decode || !fuse_decode_attention(a)) {
+    if (batch.max_row_tokens != 1 || batch.tokens != batch.rows) {
       return Backend::rope_kv_write_attention(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch,
                                               scale, out);
+    }
+    cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
+    // Fused only when the attention is one wave (then the separate launches are latency): with
+    // many waves each block redoing its token's rotation costs more than the launches it saves
+    // (measured at batch 32 and 64).
+    if (!fused_attention() || attention_blocks(a) > kAttentionWave) {
+      rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
+      return launch_attention("attention", a, batch);
     }
     check_rope(op, q, positions, inv_freq);
     check_rope(op, k, positions, inv_freq);
@@ -327,6 +330,10 @@ class CudaBackend final : public Backend {
     a.slots = batch.slots.ptr<int>();
     a.inv_freq = inv_freq.ptr<float>();
     a.rope_scaling = attention_scaling;
+    launch_attention(op, a, batch);
+  }
+
+  void launch_attention(const char* op, const cuda::AttentionArgs& a, const AttentionBatch& batch) {
     cuda::launch_attention(a, stream_);
     check_launch(op, a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ", batch.rows, ", max_row_len ",
                  batch.max_row_len);
@@ -335,20 +342,14 @@ class CudaBackend final : public Backend {
   // Decode steps rotate, cache and attend in one launch unless SPECDEC_CUDA_FUSED_ATTENTION=0
   // (to measure what the fusion buys).
   static bool fused_attention() {
-    static const bool on = [] {
-      const char* v = std::getenv("SPECDEC_CUDA_FUSED_ATTENTION");
-      return v == nullptr || std::string(v) != "0";
-    }();
+    static const bool on = cuda::env_switch("SPECDEC_CUDA_FUSED_ATTENTION", true);
     return on;
   }
 
   // Split attention merges its chunks in a second launch instead of in the last block when
   // SPECDEC_CUDA_MERGE_LAUNCH=1 (to measure the difference).
   static bool merge_launch() {
-    static const bool on = [] {
-      const char* v = std::getenv("SPECDEC_CUDA_MERGE_LAUNCH");
-      return v != nullptr && std::string(v) == "1";
-    }();
+    static const bool on = cuda::env_switch("SPECDEC_CUDA_MERGE_LAUNCH", false);
     return on;
   }
 
@@ -424,14 +425,17 @@ class CudaBackend final : public Backend {
       a.partial_len = reinterpret_cast<int*>(base + 2 * n + n * static_cast<size_t>(D));
       // Small launches (batch-1 decode at short context): fewer q heads per block for more
       // blocks in flight, while they still fit one wave; a head's numerics do not depend on it.
-      const auto blocks = [&](int64_t bh) { return T * kvh * ((heads / kvh + bh - 1) / bh) * splits; };
-      while (a.block_heads > 1 && blocks(a.block_heads / 2) <= kAttentionWave) a.block_heads /= 2;
+      const auto blocks_with = [a](int block_heads) {
+        cuda::AttentionArgs b = a;
+        b.block_heads = block_heads;
+        return attention_blocks(b);
+      };
+      while (a.block_heads > 1 && blocks_with(a.block_heads / 2) <= kAttentionWave) a.block_heads /= 2;
       // In one wave the last block of each (token, head group) folds the partials (one counter
       // each): a merge launch would be pure latency. With more waves the merge kernel's
       // parallel fold is cheaper than a serial one at the end of the last blocks (measured).
-      const int64_t counters = T * kvh * ((heads / kvh + a.block_heads - 1) / a.block_heads);
-      if (blocks(a.block_heads) <= kAttentionWave && !merge_launch())
-        a.arrivals = arrivals(static_cast<size_t>(counters));
+      if (attention_blocks(a) <= kAttentionWave && !merge_launch())
+        a.arrivals = arrivals(static_cast<size_t>(attention_blocks(a) / a.max_splits));
     }
     return a;
   }
@@ -439,13 +443,11 @@ class CudaBackend final : public Backend {
   // Blocks of an attention launch that run as one wave (a decode step of a few rows).
   static constexpr int64_t kAttentionWave = 384;
 
-  // Whether a decode step's rotation, cache write and attention go in one launch: when the
-  // attention is one wave (then the separate launches are latency). With many waves each block
-  // redoing its token's rotation costs more than the launch it saves (measured at batch 32 and 64).
-  static bool fuse_decode_attention(const cuda::AttentionArgs& a) {
-    const int64_t blocks =
-        int64_t{a.tokens} * a.kv_heads * ((a.heads / a.kv_heads + a.block_heads - 1) / a.block_heads) * a.max_splits;
-    return fused_attention() && blocks <= kAttentionWave;
+  // Blocks of an attention launch: one per token, kv head, group of block_heads q heads and
+  // chunk (split launch).
+  static int64_t attention_blocks(const cuda::AttentionArgs& a) {
+    const int group = a.heads / a.kv_heads;
+    return int64_t{a.tokens} * a.kv_heads * ((group + a.block_heads - 1) / a.block_heads) * a.max_splits;
   }
 
   // Zeroed arrival counters of split attention launches; each launch leaves them zero again.

@@ -8,8 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
+
+#include "backend/cuda/env_switch.h"
 
 namespace specdec::cuda {
 
@@ -41,10 +41,7 @@ __device__ __forceinline__ void enter_kernel() {
 // Whether kernels start overlapped (default) or strictly after the previous one
 // (SPECDEC_CUDA_PDL=0, for debugging and for measuring what the overlap buys).
 inline bool overlapped_launches() {
-  static const bool on = [] {
-    const char* v = std::getenv("SPECDEC_CUDA_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_switch("SPECDEC_CUDA_PDL", true);
   return on;
 }
 

@@ -464,10 +464,7 @@ int early_weight_loads() {
 // Whether one-row linears take the stream kernel (default) or the row kernel
 // (SPECDEC_CUDA_STREAM_LINEAR=0, to measure the difference).
 bool stream_linear() {
-  static const bool on = [] {
-    const char* v = std::getenv("SPECDEC_CUDA_STREAM_LINEAR");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = env_switch("SPECDEC_CUDA_STREAM_LINEAR", true);
   return on;
 }
 

@@ -1,0 +1,17 @@
+// The CUDA backend's on/off switches read from the environment (SPECDEC_CUDA_*), kept for
+// debugging and for measuring what each optimisation buys in one build.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace specdec::cuda {
+
+// `fallback` when the variable is unset; otherwise on unless it is "0". Read by each caller
+// once, into a static, at its first use.
+inline bool env_switch(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? fallback : std::strcmp(v, "0") != 0;
+}
+
+}  // namespace specdec::cuda
