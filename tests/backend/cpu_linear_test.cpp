@@ -80,12 +80,15 @@ TEST_P(CpuLinear, RowsAreBitIdenticalWhateverTheBatchAndThreads) {
         ASSERT_TRUE(same_bits(one.f(), full.f() + m * N, static_cast<size_t>(N)))
             << dtype_name(dtype) << " row " << m << " threads " << threads;
       }
-      // Windows of 7 rows at every offset, so each row sits at every place of a register tile.
-      for (int64_t m0 = 0; m0 + 7 <= M; ++m0) {
-        HostTensor seven(DType::f32, {7, N});
-        backend->linear(x.t.rows(m0, 7), w.t, &bias.t, seven.t);
-        ASSERT_TRUE(same_bits(seven.f(), full.f() + m0 * N, static_cast<size_t>(7 * N)))
-            << dtype_name(dtype) << " window at " << m0 << " threads " << threads;
+      // Windows of 4 and 7 rows at every offset, so each row sits at every place of the register
+      // tiles (4 rows take their own tile shape).
+      for (int64_t rows : {4, 7}) {
+        for (int64_t m0 = 0; m0 + rows <= M; ++m0) {
+          HostTensor window(DType::f32, {rows, N});
+          backend->linear(x.t.rows(m0, rows), w.t, &bias.t, window.t);
+          ASSERT_TRUE(same_bits(window.f(), full.f() + m0 * N, static_cast<size_t>(rows * N)))
+              << dtype_name(dtype) << " window of " << rows << " at " << m0 << " threads " << threads;
+        }
       }
       // Against the single-thread result.
       static std::vector<float> first;
