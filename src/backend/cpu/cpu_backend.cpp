@@ -76,7 +76,7 @@ class CpuBackend final : public Backend {
     cpu::rope(pool_, x, positions, inv_freq, attention_scaling);
   }
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override {
-    cpu::silu_mul(pool_, gate, up, out);
+    cpu::silu_mul(pool_, kernels_, gate, up, out);
   }
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override { cpu::add(pool_, a, b, out); }
   void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {

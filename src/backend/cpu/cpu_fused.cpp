@@ -78,9 +78,7 @@ void gated_linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Ten
       const int64_t n1 = std::min<int64_t>(n0 + kBlock, static_cast<int64_t>(e));
       k.linear(gate, n0, n1);
       k.linear(up, n0, n1);
-      for (int64_t m = 0; m < M; ++m) {
-        for (int64_t n = n0; n < n1; ++n) o[m * N + n] = silu_times(o[m * N + n], u[m * N + n]);
-      }
+      for (int64_t m = 0; m < M; ++m) k.silu_mul(o + m * N + n0, u + m * N + n0, o + m * N + n0, n1 - n0);
     }
   });
 }

@@ -55,10 +55,15 @@ struct AttendArgs {
 // thread-invariant.
 using AttendFn = void (*)(const AttendArgs& args);
 
+// out[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i], i < n; out may be g or u. Element-wise,
+// so every split of a row gives the same bits.
+using SiluMulFn = void (*)(const float* g, const float* u, float* out, int64_t n);
+
 struct Kernels {
   const char* isa;  // "scalar", "avx2", "avx512", "avx512-bf16"
   LinearFn linear;
   AttendFn attend;
+  SiluMulFn silu_mul;
   // linear wants LinearArgs::x_bf16 filled when the weights are bf16.
   bool bf16_activations = false;
 };
@@ -71,6 +76,9 @@ struct Kernels {
 void attend_scalar(const AttendArgs& args);
 void attend_avx2(const AttendArgs& args);
 void attend_avx512(const AttendArgs& args);
+// silu_mul with the C library's expf (scalar and AVX2 tables), and with an AVX-512 e^x.
+void silu_mul_scalar(const float* g, const float* u, float* out, int64_t n);
+void silu_mul_avx512(const float* g, const float* u, float* out, int64_t n);
 
 const Kernels& scalar_kernels();
 const Kernels& avx2_kernels();

@@ -51,6 +51,24 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
 }
 
+// out[i] = weight[i] * (x[i] * inv), the weight's element type resolved once per row.
+void scale_row(const float* x, float inv, const Tensor& weight, float* out, int64_t D) {
+  switch (weight.dtype) {
+    case DType::bf16: {
+      const auto* w = static_cast<const uint16_t*>(weight.data);
+      for (int64_t i = 0; i < D; ++i) out[i] = bf16_to_f32(w[i]) * (x[i] * inv);
+      return;
+    }
+    case DType::f16: {
+      const auto* w = static_cast<const uint16_t*>(weight.data);
+      for (int64_t i = 0; i < D; ++i) out[i] = f16_to_f32(w[i]) * (x[i] * inv);
+      return;
+    }
+    default:
+      for (int64_t i = 0; i < D; ++i) out[i] = load_f32(weight.data, weight.dtype, i) * (x[i] * inv);
+  }
+}
+
 }  // namespace
 
 void parallel_units(ThreadPool& pool, int64_t units, int64_t work_per_unit, int64_t min_work, int64_t align,
@@ -166,16 +184,16 @@ void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor& weight, float eps
     for (size_t r = b; r < e; ++r) {
       const float* xr = in + static_cast<int64_t>(r) * D;
       float* orow = o + static_cast<int64_t>(r) * D;
-      // Sum of squares in double, in index order: accurate and independent of the ISA.
-      double ss = 0.0;
-      for (int64_t i = 0; i < D; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+      // Sum of squares in double: element i goes to partial sum i mod 8 in index order, and the
+      // partial sums fold in a fixed tree. Accurate, independent of the ISA, and eight
+      // independent chains instead of one (a 512-element row took ~0.6 µs as one chain).
+      double part[8] = {};
+      for (int64_t i = 0; i < D; ++i) part[i % 8] += static_cast<double>(xr[i]) * xr[i];
+      const double ss = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
       const float mean = static_cast<float>(ss / static_cast<double>(D));
       const float inv = 1.0f / std::sqrt(mean + eps);
       // As transformers: weight * (x * rsqrt(var + eps)).
-      for (int64_t i = 0; i < D; ++i) {
-        const float n = xr[i] * inv;
-        orow[i] = load_f32(weight.data, weight.dtype, i) * n;
-      }
+      scale_row(xr, inv, weight, orow, D);
     }
   });
 }
@@ -229,7 +247,7 @@ void rope_rotate(float* x, int64_t heads, int64_t d, const float* c, const float
   }
 }
 
-void silu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, const Tensor& out) {
+void silu_mul(ThreadPool& pool, const Kernels& k, const Tensor& gate, const Tensor& up, const Tensor& out) {
   check_dtype(gate, DType::f32, "silu_mul", "gate");
   check_dtype(up, DType::f32, "silu_mul", "up");
   check_dtype(out, DType::f32, "silu_mul", "out");
@@ -240,9 +258,8 @@ void silu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, const Tens
   const float* u = up.ptr<float>();
   float* o = out.ptr<float>();
   for_rows(pool, row_count(gate), D * 8, [&](size_t b, size_t e) {
-    for (int64_t i = static_cast<int64_t>(b) * D; i < static_cast<int64_t>(e) * D; ++i) {
-      o[i] = silu_times(g[i], u[i]);
-    }
+    const int64_t begin = static_cast<int64_t>(b) * D;
+    k.silu_mul(g + begin, u + begin, o + begin, static_cast<int64_t>(e - b) * D);
   });
 }
 

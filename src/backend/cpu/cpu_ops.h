@@ -38,8 +38,8 @@ LinearArgs linear_args(const Kernels& k, const Tensor& x, const Tensor& weight, 
 void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias,
             const Tensor& out);
 
-// silu(g) * u: the one definition that silu_mul and the fused gated_linear share, so both round
-// every output identically.
+// silu(g) * u with the C library's expf: the scalar and AVX2 tables' Kernels::silu_mul, which
+// silu_mul and the fused gated_linear share, so both round every output identically.
 inline float silu_times(float g, float u) {
   const float s = g / (1.0f + std::exp(-g));
   return s * u;
@@ -58,7 +58,7 @@ void kv_write_token(const Tensor& k, const Tensor& v, const Tensor& k_pool, cons
 void embedding(ThreadPool& pool, const Tensor& table, const Tensor& ids, const Tensor& out);
 void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
 void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float scaling);
-void silu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, const Tensor& out);
+void silu_mul(ThreadPool& pool, const Kernels& k, const Tensor& gate, const Tensor& up, const Tensor& out);
 void add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tensor& out);
 void gather_rows(ThreadPool& pool, const Tensor& x, const Tensor& indices, const Tensor& out);
 void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out);

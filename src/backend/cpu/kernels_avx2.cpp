@@ -142,7 +142,7 @@ void linear_avx2(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels k{"avx2", linear_avx2, attend_avx2};
+  static const Kernels k{"avx2", linear_avx2, attend_avx2, silu_mul_scalar};
   return k;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_ops.h"
 
 namespace specdec::cpu {
 namespace {
@@ -72,8 +73,12 @@ void linear_scalar(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 
 }  // namespace
 
+void silu_mul_scalar(const float* g, const float* u, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = silu_times(g[i], u[i]);
+}
+
 const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", linear_scalar, attend_scalar};
+  static const Kernels k{"scalar", linear_scalar, attend_scalar, silu_mul_scalar};
   return k;
 }
 
