@@ -3,6 +3,10 @@
 // and the backend's identity (name, ISA selection, refusals).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "cpu_test_util.h"
 
 namespace specdec::test {
@@ -83,6 +87,47 @@ TEST_P(CpuElementwise, RopeRotatesHalvesLikeTransformers) {
         EXPECT_NEAR(x.f()[(t * heads + h) * d + i + half], x2 * c + x1 * s, bound);
       }
     }
+  }
+}
+
+// silu(g) · u over g in [-100, 100] and the special values: within 4 ulp of the double-precision
+// value (each ISA's e^x, then the division and the product; results under 1e-35, where e^-g
+// overflows, may be 0), inf and NaN where expf gives them,
+// and the same bits whatever the row length (the vector body and its masked tail).
+TEST_P(CpuElementwise, SiluIsWithinFourUlpAcrossTheRange) {
+  auto backend = make_cpu(GetParam(), 1);
+  std::vector<float> gv;
+  for (int i = -20000; i <= 20000; ++i) gv.push_back(static_cast<float>(i) * 0.005f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float special : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, 89.0f, -88.0f, -89.0f, 150.0f, -150.0f, inf, -inf,
+                        std::numeric_limits<float>::quiet_NaN()}) {
+    gv.push_back(special);
+  }
+  const int64_t n = static_cast<int64_t>(gv.size());
+  HostTensor g(DType::f32, {1, n}), u(DType::f32, {1, n}), out(DType::f32, {1, n});
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(0.5f, 2.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    g.f()[i] = gv[static_cast<size_t>(i)];
+    u.f()[i] = dist(rng);
+  }
+  backend->silu_mul(g.t, u.t, out.t);
+  for (int64_t i = 0; i < n; ++i) {
+    const double gi = g.f()[i], ui = u.f()[i];
+    const float scalar = static_cast<float>(g.f()[i] / (1.0f + std::exp(-g.f()[i])) * u.f()[i]);
+    if (std::isnan(scalar) || std::isinf(scalar)) {
+      ASSERT_TRUE(std::isnan(scalar) ? std::isnan(out.f()[i]) : out.f()[i] == scalar) << "g = " << gi;
+      continue;
+    }
+    const double ref = gi / (1.0 + std::exp(-gi)) * ui;
+    ASSERT_NEAR(out.f()[i], ref, std::max(4.0 * std::ldexp(std::fabs(ref), -23), 1e-35)) << "g = " << gi;
+  }
+  // Rows of every length up to 40 from the same values: the same bits as the long row.
+  for (int64_t len = 1; len <= 40; ++len) {
+    HostTensor part(DType::f32, {1, len});
+    Tensor gs(g.f() + 7, DType::f32, {1, len}), us(u.f() + 7, DType::f32, {1, len});
+    backend->silu_mul(gs, us, part.t);
+    ASSERT_TRUE(same_bits(part.f(), out.f() + 7, static_cast<size_t>(len))) << len;
   }
 }
 
