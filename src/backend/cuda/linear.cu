@@ -347,7 +347,8 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // Weight vectors per row a lane of the stream kernel has in flight. 6 measured best for every
 // 8B-shape linear (recorded batch-1 step 4.59 ms at 8, 4.44 at 5 and 6, 4.50 at 7; 4.81 at 4 and
-// 5.11 at 16): shallower rings leave an SM room for part of the next kernel's first blocks.
+// 5.11 at 16). Likely (not measured directly) because shallower rings leave some SMs room for a
+// block of the next linear, which then starts its loads during this one's tail.
 constexpr int kStreamDepth = 6;
 constexpr int kStagePer = 16;  // x elements per thread the stream kernel stages in one round trip
 
