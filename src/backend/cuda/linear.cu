@@ -360,7 +360,8 @@ constexpr int kWideWarps = 16;  // warps a block of the stream kernel has when n
 // column boundaries, and a warp left alone at the end still streams fast. Lane l accumulates the
 // vectors l, l + 32, ... of a row in order, fma per element (accumulate_vec), then the warp
 // butterfly: the order of linear_rows_kernel, so the same bits. x (the whole row) is staged once
-// per block, with the norm folded as linear_rows_kernel does.
+// per block, with the norm folded as linear_rows_kernel does. NW warps a block: kWarps, or
+// kWideWarps for rows without a norm (the norm's order is that of 256 threads).
 template <typename W, int RR, LinearEpilogue E, int NW>
 __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a, int n_total) {
   allow_dependents();
