@@ -104,8 +104,8 @@ class CpuBackend final : public Backend {
   void linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) override {
     cpu::linear_add(pool_, kernels_, x, weight, bias, out, scratch_);
   }
-  void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
-                     const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool, const Tensor& v_pool,
+  void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& inv_freq,
+                     float attention_scaling, const Tensor& k_pool, const Tensor& v_pool,
                      const AttentionBatch& batch) override {
     cpu::rope_kv_write(pool_, q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
   }
