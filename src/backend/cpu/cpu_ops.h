@@ -38,12 +38,6 @@ LinearArgs linear_args(const Kernels& k, const Tensor& x, const Tensor& weight, 
 void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias,
             const Tensor& out);
 
-// silu(g) * u with the C library's expf: the scalar and AVX2 tables' Kernels::silu_mul, which
-// silu_mul and the fused gated_linear share, so both round every output identically.
-inline float silu_times(float g, float u) {
-  const float s = g / (1.0f + std::exp(-g));
-  return s * u;
-}
 // RoPE pieces shared by rope and rope_kv_write: the scaled cos/sin of one position (half
 // entries each), and the rotation of `heads` consecutive heads of length d in place.
 void rope_angles(int32_t position, const float* inv_freq, int64_t half, float scaling, float* c, float* s);

@@ -174,7 +174,7 @@ inline __m512 exp_avx512(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// silu(g) · u = g / (1 + e^-g) · u, with silu_times's roundings around exp_avx512.
+// silu(g) · u = g / (1 + e^-g) · u, with silu_mul_scalar's roundings around exp_avx512.
 inline __m512 silu_times_avx512(__m512 g, __m512 u) {
   const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), g));
   return _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), u);

@@ -3,11 +3,11 @@
 // k ≡ l mod 16 terms) and folds them with a fixed tree, so the compiler may vectorise the lanes
 // without changing any result.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
-#include "backend/cpu/cpu_ops.h"
 
 namespace specdec::cpu {
 namespace {
@@ -73,8 +73,10 @@ void linear_scalar(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 
 }  // namespace
 
+// The scalar and AVX2 tables' Kernels::silu_mul, which silu_mul and the fused gated_linear share,
+// so both round every output identically.
 void silu_mul_scalar(const float* g, const float* u, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = silu_times(g[i], u[i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
 const Kernels& scalar_kernels() {
