@@ -418,12 +418,9 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
   // the norm weights of a row staged in registers (see below).
 #pragma unroll 1
   for (int i = 0; i < kStreamDepth; ++i) issue();
-  // A norm folded in registers is the work of the first kThreads threads (the order of its sums
-  // is theirs); in a block of kWideWarps warps the others wait at its barriers.
-  const bool in_registers = a.norm_w != nullptr && K <= kStagePer * kThreads;
-  const bool norm_thread = static_cast<int>(threadIdx.x) < kThreads;
+  const bool in_registers = NW == kWarps && a.norm_w != nullptr && K <= kStagePer * kThreads;
   float gv[kStagePer];
-  if (in_registers && norm_thread) {
+  if (in_registers) {
     const W* g = static_cast<const W*>(a.norm_w);
 #pragma unroll
     for (int j = 0; j < kStagePer; ++j) {
@@ -440,31 +437,27 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
     // in registers: fold_norm's arithmetic, so the same bits, with one round trip to memory and
     // one pass over shared memory instead of a chain of loads and three passes.
     float v[kStagePer];
-    if (norm_thread) {
 #pragma unroll
-      for (int j = 0; j < kStagePer; ++j) {
-        const int i = threadIdx.x + j * kThreads;
-        v[j] = i < K ? a.x[i] : 0.0f;
-      }
-      float ss = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kStagePer; ++j)
-        if (threadIdx.x + j * kThreads < K) ss = fmaf(v[j], v[j], ss);
-      ss = warp_sum(ss);
-      if (lane == 0) norm_scratch[warp] = ss;
+    for (int j = 0; j < kStagePer; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      v[j] = i < K ? a.x[i] : 0.0f;
     }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kStagePer; ++j)
+      if (threadIdx.x + j * kThreads < K) ss = fmaf(v[j], v[j], ss);
+    ss = warp_sum(ss);
+    if (lane == 0) norm_scratch[warp] = ss;
     __syncthreads();
-    if (norm_thread) {
-      float total = 0.0f;
-      for (int w = 0; w < kWarps; ++w) total += norm_scratch[w];
-      const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) total += norm_scratch[w];
+    const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
 #pragma unroll
-      for (int j = 0; j < kStagePer; ++j) {
-        const int i = threadIdx.x + j * kThreads;
-        if (i < K) xs[i] = (v[j] * inv) * gv[j];
-      }
-      if (K + static_cast<int>(threadIdx.x) < kx) xs[K + threadIdx.x] = 0.0f;
+    for (int j = 0; j < kStagePer; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      if (i < K) xs[i] = (v[j] * inv) * gv[j];
     }
+    if (K + static_cast<int>(threadIdx.x) < kx) xs[K + threadIdx.x] = 0.0f;
     __syncthreads();
   } else {
     // Plain staging, kStagePer / 2 16-byte loads per thread in flight before their stores.
@@ -599,17 +592,9 @@ bool launch_stream_warps(const LinearRowsArgs& a, int n_total, cudaStream_t stre
 // warps, and the down projection (57 KB of x a block) gets 32 warps per SM instead of 16. Recorded
 // 8B batch-1 step 4.41-4.42 -> 4.29 ms (4.32 with only the down projection so). A folded norm keeps
 // kWarps, the 256 threads whose order the norm's sums follow.
-// Whether rows with a norm folded in registers (K <= kStagePer * kThreads) take kWideWarps warps
-// too (default) or kWarps (SPECDEC_CUDA_WIDE_NORM=0, to measure the difference).
-bool wide_norm_blocks() {
-  static const bool on = env_switch("SPECDEC_CUDA_WIDE_NORM", true);
-  return on;
-}
-
 template <typename W, int RR, LinearEpilogue E>
 bool launch_stream(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
-  if (a.norm_w == nullptr || (a.K <= kStagePer * kThreads && wide_norm_blocks()))
-    return launch_stream_warps<W, RR, E, kWideWarps>(a, n_total, stream);
+  if (a.norm_w == nullptr) return launch_stream_warps<W, RR, E, kWideWarps>(a, n_total, stream);
   return launch_stream_warps<W, RR, E, kWarps>(a, n_total, stream);
 }
 
