@@ -139,12 +139,6 @@ class Backend {
                                        const Tensor& v_pool, const AttentionBatch& batch, float scale,
                                        const Tensor& out);
 
-  // A hint, changing no result: the call after the next one reads `weights`. A backend whose
-  // memory sits behind a cache it can fill ahead (a GPU's L2) may move them, or the first bytes
-  // of their rows, there during the next call, where that call leaves the memory bus idle. The
-  // hint lasts for the next call only. The default ignores it.
-  virtual void prefetch_hint(std::span<const Tensor> weights) { (void)weights; }
-
   // ---- Replay of recorded calls (a decode step of a fixed shape, recorded once). ----
 
   // Records what `enqueue` does into a sequence that replay() repeats on the same buffers, or

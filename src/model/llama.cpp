@@ -283,18 +283,10 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
         backend_.rms_norm(qh, l.q_norm, eps, qh);
         backend_.rms_norm(kh, l.k_norm, eps, kh);
       }
-      // Each prefetch_hint names the weights of the call after the next.
-      backend_.prefetch_hint(std::array{l.o_proj});
       backend_.rope_kv_write_attention(q3, k3, v3, meta.positions, inv_freq_, rope_scaling_, cache.k_pool(i),
                                        cache.v_pool(i), batch, attn_scale_, attn3);
-      backend_.prefetch_hint(std::array{l.gate_proj, l.up_proj});
       backend_.linear_add(act.attn, l.o_proj, l.o_bias.empty() ? nullptr : &l.o_bias, act.x);
-      backend_.prefetch_hint(std::array{l.down_proj});
       backend_.norm_gated_linear(act.x, l.post_norm, eps, act.h, l.gate_proj, l.up_proj, act.gate);
-      if (i + 1 < c.num_layers) {
-        const Layer& next = layers_[static_cast<size_t>(i + 1)];
-        backend_.prefetch_hint(std::array{next.q_proj, next.k_proj, next.v_proj});
-      }
       backend_.linear_add(act.gate, l.down_proj, nullptr, act.x);
       tap(i, act.x, false);
     }

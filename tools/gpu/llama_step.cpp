@@ -186,12 +186,6 @@ std::vector<Step::Op> Step::layer_ops(int l) {
   const Tensor wv = view(L.v, DType::bf16, {kvd, h}), wo = view(L.o, DType::bf16, {h, qd});
   const Tensor wg = view(L.gate, DType::bf16, {s.intermediate, h}), wu = view(L.up, DType::bf16, {s.intermediate, h});
   const Tensor wd = view(L.down, DType::bf16, {h, s.intermediate});
-  // The engine's hints (LlamaModel): each call is told the weights of the call after it.
-  std::vector<Tensor> next_qkv;
-  if (l + 1 < s.layers) {
-    const auto& N = w_.layers[static_cast<size_t>(l + 1)];
-    next_qkv = {view(N.q, DType::bf16, {qd, h}), view(N.k, DType::bf16, {kvd, h}), view(N.v, DType::bf16, {kvd, h})};
-  }
   Backend& b = be_;
   return {
       {"rms_norm + linear qkv",
@@ -201,24 +195,11 @@ std::vector<Step::Op> Step::layer_ops(int l) {
        }},
       {"rope+kv_write+attention",
        [=, this, &b] {
-         b.prefetch_hint(std::array{wo});
          b.rope_kv_write_attention(q3, k3, v3, batch_.positions, inv_freq_, 1.0f, kp, vp, batch_, scale, a3);
        }},
-      {"linear o +x",
-       [=, this, &b] {
-         b.prefetch_hint(std::array{wg, wu});
-         b.linear_add(attn_, wo, nullptr, x_);
-       }},
-      {"rms_norm + linear gate*up",
-       [=, this, &b] {
-         b.prefetch_hint(std::array{wd});
-         b.norm_gated_linear(x_, ln2, kEps, h_, wg, wu, gate_);
-       }},
-      {"linear down +x",
-       [=, this, &b] {
-         b.prefetch_hint(next_qkv);
-         b.linear_add(gate_, wd, nullptr, x_);
-       }},
+      {"linear o +x", [=, this, &b] { b.linear_add(attn_, wo, nullptr, x_); }},
+      {"rms_norm + linear gate*up", [=, this, &b] { b.norm_gated_linear(x_, ln2, kEps, h_, wg, wu, gate_); }},
+      {"linear down +x", [=, this, &b] { b.linear_add(gate_, wd, nullptr, x_); }},
   };
 }
 

@@ -91,11 +91,6 @@ template <int D, typename T>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   allow_dependents();
   const bool fused = a.k_new != nullptr;
-  if (fused && a.prefetch.regions > 0) {
-    const int64_t block = blockIdx.x + static_cast<int64_t>(gridDim.x) * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
-    const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z;
-    issue_l2_prefetch(a.prefetch, threadIdx.x * blocks + block, blocks * blockDim.x);  // spread over the SMs
-  }
   if (!fused) grid_dependency_wait();
   constexpr int V = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte vector
   static_assert(D % V == 0, "head_dim must be whole 16-byte vectors");

@@ -308,7 +308,6 @@ class CudaBackend final : public Backend {
     // One launch for decode steps (one new token per row) of a few rows; windows, prefill
     // chunks and large batches compose.
     const char* op = "rope_kv_write_attention";
-    const cuda::L2Prefetch hint = take_prefetch(true);  // issued by the fused form only
     if (batch.max_row_tokens != 1 || batch.tokens != batch.rows) {
       return Backend::rope_kv_write_attention(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch,
                                               scale, out);
@@ -331,59 +330,7 @@ class CudaBackend final : public Backend {
     a.slots = batch.slots.ptr<int>();
     a.inv_freq = inv_freq.ptr<float>();
     a.rope_scaling = attention_scaling;
-    a.prefetch = hint;
     launch_attention(op, a, batch);
-  }
-
-  // The hint becomes the L2Prefetch that the next fused decode attention or one-row linear
-  // issues: the weights whole when they fit prefetch_budget(), else the same first bytes of
-  // every row (whole 512-byte steps of the stream kernel), or nothing when that is under one step.
-  void prefetch_hint(std::span<const Tensor> weights) override {
-    prefetch_ = {};
-    if (prefetch_mode() == 0 || weights.size() > static_cast<size_t>(cuda::L2Prefetch::kMaxRegions)) return;
-    int64_t total = 0, rows = 0;
-    for (const Tensor& w : weights) {
-      if (w.empty() || w.rank != 2 || reinterpret_cast<uintptr_t>(w.data) % 16 != 0 ||
-          w.bytes() / static_cast<size_t>(std::max<int64_t>(w.dim(0), 1)) % 16 != 0)
-        return;
-      total += static_cast<int64_t>(w.bytes());
-      rows += w.dim(0);
-    }
-    const int64_t budget = prefetch_budget();
-    const int64_t head = total <= budget ? -1 : (rows > 0 ? budget / rows / 512 * 512 : 0);
-    if (head == 0 || total == 0) return;
-    for (const Tensor& w : weights) {
-      const int r = prefetch_.regions++;
-      prefetch_.base[r] = w.data;
-      prefetch_.rows[r] = w.dim(0);
-      prefetch_.row_bytes[r] = static_cast<int64_t>(w.bytes()) / w.dim(0);
-      prefetch_.head_bytes[r] = head < 0 ? prefetch_.row_bytes[r] : std::min(head, prefetch_.row_bytes[r]);
-    }
-  }
-
-  // The pending hint, for a kernel that issues it (use) or drops it; either way it is spent.
-  cuda::L2Prefetch take_prefetch(bool use) {
-    const cuda::L2Prefetch p = prefetch_;
-    prefetch_ = {};
-    return use ? p : cuda::L2Prefetch{};
-  }
-
-  // SPECDEC_CUDA_PREFETCH: 0 no prefetches, 1 the fused attention's only, 2 (default) also the
-  // one-row linears' (to measure what each buys); SPECDEC_CUDA_PREFETCH_MB the bytes a hint may
-  // move (default 32 MiB, under the 50 MB L2).
-  static int prefetch_mode() {
-    static const int mode = [] {
-      const char* v = std::getenv("SPECDEC_CUDA_PREFETCH");
-      return v == nullptr ? 2 : std::clamp(std::atoi(v), 0, 2);
-    }();
-    return mode;
-  }
-  static int64_t prefetch_budget() {
-    static const int64_t bytes = [] {
-      const char* v = std::getenv("SPECDEC_CUDA_PREFETCH_MB");
-      return int64_t{v == nullptr ? 32 : std::max(0, std::atoi(v))} << 20;
-    }();
-    return bytes;
   }
 
   void launch_attention(const char* op, const cuda::AttentionArgs& a, const AttentionBatch& batch) {
@@ -686,7 +633,6 @@ class CudaBackend final : public Backend {
   void launch_rows(const Tensor& x, std::span<const cuda::LinearSegment> segs, const LinearShape& sh,
                    cuda::LinearEpilogue epilogue, const char* op, const void* norm_w = nullptr, float eps = 0.0f) {
     cuda::LinearRowsArgs a;
-    a.prefetch = take_prefetch(prefetch_mode() >= 2);
     a.x = x.ptr<float>();
     a.w_type = sh.type;
     a.M = sh.m;
@@ -782,7 +728,6 @@ class CudaBackend final : public Backend {
   Buffer arrivals_;
   std::shared_ptr<uint64_t> generation_ = std::make_shared<uint64_t>(0);  // bumped when a buffer above moves
   bool recording_ = false;
-  cuda::L2Prefetch prefetch_;  // the pending prefetch_hint
 };
 
 }  // namespace

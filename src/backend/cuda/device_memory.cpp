@@ -23,7 +23,8 @@ std::shared_ptr<DeviceMemory> DeviceMemory::create(int device, size_t memory_lim
   // Keep freed memory in the pool: releasing it to the driver at every synchronization would
   // make each step pay for cudaMalloc again.
   uint64_t threshold = UINT64_MAX;
-  SPECDEC_CUDA_CHECK(cudaMemPoolSetAttribute(m->pool_, cudaMemPoolAttrReleaseThreshold, &threshold), "device ", device);
+  SPECDEC_CUDA_CHECK(cudaMemPoolSetAttribute(m->pool_, cudaMemPoolAttrReleaseThreshold, &threshold), "device ",
+                     device);
 
   if (memory_limit > 0) {
     m->cap_ = memory_limit;
@@ -52,8 +53,8 @@ Buffer DeviceMemory::allocate(size_t bytes, const char* what) {
   const size_t rounded = (bytes + 255) / 256 * 256;
   size_t used = in_use_.load();
   do {
-    SPECDEC_CHECK(used + rounded <= cap_, "cuda memory limit: cannot allocate ", what, " of ", bytes, " bytes: ", used,
-                  " bytes already in use and the cap is ", cap_,
+    SPECDEC_CHECK(used + rounded <= cap_, "cuda memory limit: cannot allocate ", what, " of ", bytes,
+                  " bytes: ", used, " bytes already in use and the cap is ", cap_,
                   " bytes (--gpu-memory / BackendOptions::memory_limit; 0 = free device memory at start)");
   } while (!in_use_.compare_exchange_weak(used, used + rounded));
 

@@ -10,7 +10,6 @@
 #include <cstdint>
 
 #include "backend/cuda/env_switch.h"
-#include "backend/cuda/kernels.h"
 
 namespace specdec::cuda {
 
@@ -61,37 +60,6 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
   config.attrs = attribute;
   config.numAttrs = overlapped_launches() ? 1 : 0;
   (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
-}
-
-// Moves `bytes` (a multiple of 16, from a 16-byte aligned p) into the L2 cache, asynchronously;
-// nothing waits for it.
-__device__ __forceinline__ void l2_prefetch_bulk(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
-// Issues worker's share (of `workers`) of p's prefetches, in units of at most 64 KB: a whole
-// region in consecutive units, a row's head in one unit (or more, past 64 KB). Units go to
-// consecutive workers: callers number their workers so that consecutive ones sit on different
-// SMs (a bulk prefetch is served by its SM's copy engine, so a few SMs issuing every unit
-// move the bytes at a fraction of the bandwidth: 33.5 MB from two SMs took ~56 us).
-__device__ __forceinline__ void issue_l2_prefetch(const L2Prefetch& p, int64_t worker, int64_t workers) {
-  constexpr int64_t kUnit = 65536;
-  int64_t first = 0, g = worker;
-  for (int r = 0; r < p.regions; ++r) {
-    const bool whole = p.head_bytes[r] == p.row_bytes[r];
-    const int64_t span = whole ? p.rows[r] * p.row_bytes[r] : p.head_bytes[r];
-    const int64_t per_span = (span + kUnit - 1) / kUnit;
-    const int64_t units = whole ? per_span : p.rows[r] * per_span;
-    for (; g < first + units; g += workers) {
-      const int64_t u = g - first, row = whole ? 0 : u / per_span, c = whole ? u : u % per_span;
-      const int64_t offset = row * p.row_bytes[r] + c * kUnit;
-      const int64_t bytes = span - c * kUnit < kUnit ? span - c * kUnit : kUnit;
-      l2_prefetch_bulk(static_cast<const char*>(p.base[r]) + offset, static_cast<uint32_t>(bytes));
-    }
-    first += units;
-  }
 }
 
 __device__ __forceinline__ float to_float(float v) { return v; }

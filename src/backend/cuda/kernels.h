@@ -49,19 +49,6 @@ void launch_add_bias(float* out, const float* bias, int rows, int cols, cudaStre
 // Every output's dot product is the one launch_linear_rows computes (same order), so fusing
 // changes no bits of the products.
 enum class LinearEpilogue : int { store = 0, add = 1, silu_gate = 2 };
-
-// Weights a kernel moves into the L2 cache for a kernel after it, while its own work leaves the
-// memory bus idle (a latency-bound attention, the tail of a linear): the first head_bytes of
-// each of a region's rows, or the whole region when head_bytes == row_bytes. Prefetches only:
-// no kernel's results depend on them. base, row_bytes and head_bytes are multiples of 16.
-struct L2Prefetch {
-  static constexpr int kMaxRegions = 3;
-  const void* base[kMaxRegions] = {};
-  int64_t rows[kMaxRegions] = {};
-  int64_t row_bytes[kMaxRegions] = {};
-  int64_t head_bytes[kMaxRegions] = {};
-  int regions = 0;
-};
 constexpr int kMaxLinearSegments = 3;
 struct LinearSegment {
   const void* w = nullptr;  // [n, K]
@@ -82,8 +69,6 @@ struct LinearRowsArgs {
   // needs linear_rows_folds_norm(M, K).
   const void* norm_w = nullptr;
   float norm_eps = 0.0f;
-  // One-row calls (the stream kernel): each warp, done with its columns, issues its share.
-  L2Prefetch prefetch;
 };
 void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream);
 // Whether the row-streaming kernel folds the norm (norm_w) for M rows of K: one or two rows of x
@@ -150,8 +135,6 @@ struct AttentionArgs {
   const int* slots = nullptr;
   const float* inv_freq = nullptr;
   float rope_scaling = 1.0f;
-  // Fused decode form: every block issues its share first, before the wait.
-  L2Prefetch prefetch;
 };
 constexpr int kAttentionChunk = 64;
 // Most q heads of one kv group that one block serves (each K/V row is read once for them).

@@ -509,7 +509,6 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
       col += wn;
     }
   }
-  if (a.prefetch.regions > 0) issue_l2_prefetch(a.prefetch, int64_t{lane} * wn + w0, int64_t{wn} * 32);
   cp_async_wait<0>();
 }
 

@@ -87,8 +87,8 @@ struct Shared {
   int token;
   float best_value[kWarps];
   int best_index[kWarps];
-  double chunk[kThreads];  // each thread's sum over its chunk of the final weights
-  double incl[kThreads];   // the inclusive CDF at the end of each chunk
+  double chunk[kThreads];   // each thread's sum over its chunk of the final weights
+  double incl[kThreads];    // the inclusive CDF at the end of each chunk
   double group[32], base[33];
 };
 
@@ -153,8 +153,8 @@ __device__ int block_argmax(const float* __restrict__ row, int vocab, Shared& sh
 
 // The outcome of threshold_search.
 struct Threshold {
-  bool found;                // false: even every element together weighs less than the target
-  uint32_t key;              // the largest key K with weight(key >= K) >= target
+  bool found;               // false: even every element together weighs less than the target
+  uint32_t key;             // the largest key K with weight(key >= K) >= target
   unsigned long long above;  // weight of the elements with key > K
   unsigned long long at;     // weight of the elements with key == K
 };
