@@ -544,13 +544,6 @@ int multiprocessors() {
 
 std::atomic<uint64_t> stream_launches{0};
 
-// Whether the stream kernel's grid gives every warp the same number of columns (default) or
-// takes every warp that fits (SPECDEC_CUDA_BALANCED_STREAM=0, to measure the difference).
-bool balanced_stream_grid() {
-  static const bool on = env_switch("SPECDEC_CUDA_BALANCED_STREAM", true);
-  return on;
-}
-
 size_t stream_smem(int K, int RR, int NW) {
   return static_cast<size_t>((K + 3) / 4 * 4) * sizeof(float) + size_t(NW) * kStreamDepth * RR * 32 * 16;
 }
@@ -587,15 +580,8 @@ bool launch_stream_warps(const LinearRowsArgs& a, int n_total, cudaStream_t stre
     cudaGetLastError();
     return false;
   }
-  // As many warps as fit, or (balanced_stream_grid) the fewest that give every warp the same
-  // number of columns: ceil(n / fitting) each. Which warp computes a column changes no bits.
-  const int64_t fitting = int64_t{per_sm} * sms * NW;
-  int64_t warps = std::min<int64_t>(n_total, fitting);
-  if (balanced_stream_grid()) {
-    const int64_t per_warp = (n_total + fitting - 1) / fitting;
-    warps = (n_total + per_warp - 1) / per_warp;
-  }
-  const int blocks = static_cast<int>((warps + NW - 1) / NW);
+  const int64_t wanted = (int64_t{n_total} + NW - 1) / NW;
+  const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sms));
   launch(kernel, blocks, NW * 32, smem, stream, a, n_total);
   stream_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
