@@ -361,13 +361,16 @@ constexpr int kWideWarps = 16;  // warps a block of the stream kernel has when n
 // vectors l, l + 32, ... of a row in order, fma per element (accumulate_vec), then the warp
 // butterfly: the order of linear_rows_kernel, so the same bits. x (the whole row) is staged once
 // per block, with the norm folded as linear_rows_kernel does. NW warps a block: kWarps, or
-// kWideWarps for rows without a norm (the norm's order is that of 256 threads).
+// kWideWarps for rows without a norm (the norm's order is that of 256 threads). A warp's unit is
+// one column (RR = 1), a column's gate and up rows (silu_gate) or, paired (RR = 2, store and add),
+// the two columns 2u and 2u + 1 streamed side by side: each column's arithmetic is unchanged.
 template <typename W, int RR, LinearEpilogue E, int NW>
 __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a, int n_total) {
   allow_dependents();
   extern __shared__ float4 smem_raw[];
   constexpr int V = Vec16<W>::n;
-  static_assert(E == LinearEpilogue::silu_gate ? RR == 2 : RR == 1, "one row per column (two for silu_gate)");
+  constexpr bool kGate = E == LinearEpilogue::silu_gate;
+  static_assert(kGate ? RR == 2 : RR == 1 || RR == 2, "gate and up rows, or one or two columns a unit");
   const int K = a.K;
   const int kx = (K + 3) / 4 * 4;  // staged floats, 16-byte aligned ring after them
   float* xs = reinterpret_cast<float*>(smem_raw);
@@ -378,7 +381,8 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
   const int steps = (nvec + 31) / 32;  // vector steps per row (lanes past nvec idle)
   constexpr int NT = NW * 32;
   const int w0 = blockIdx.x * NW + warp, wn = gridDim.x * NW;
-  const int columns = w0 < n_total ? (n_total - 1 - w0) / wn + 1 : 0;
+  const int units = kGate ? n_total : n_total / RR;  // the launcher pairs only an even n_total
+  const int columns = w0 < units ? (units - 1 - w0) / wn + 1 : 0;
   const int total = columns * steps;
 
   // The issuing side runs kStreamDepth steps ahead of the consuming side, possibly in a later
@@ -390,9 +394,12 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
       issue_row[0] = static_cast<const W*>(a.seg[0].w) + static_cast<int64_t>(c) * K;
       issue_row[1] = static_cast<const W*>(a.seg[1].w) + static_cast<int64_t>(c) * K;
     } else {
-      int local = 0;
-      const LinearSegment sg = segment_of(a, c, local);
-      issue_row[0] = static_cast<const W*>(sg.w) + static_cast<int64_t>(local) * K;
+#pragma unroll
+      for (int r = 0; r < RR; ++r) {
+        int local = 0;
+        const LinearSegment sg = segment_of(a, RR * c + r, local);
+        issue_row[r] = static_cast<const W*>(sg.w) + static_cast<int64_t>(local) * K;
+      }
     }
   };
   if (columns > 0) point_at(issue_col);
@@ -502,7 +509,14 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
     if (++step == steps) {
 #pragma unroll
       for (int r = 0; r < RR; ++r) acc[r][0] = warp_sum(acc[r][0]);
-      if (lane == 0) store_output<E>(a, n_total, 0, col, acc[0][0], acc[RR - 1][0]);
+      if (lane == 0) {
+        if constexpr (kGate) {
+          store_output<E>(a, n_total, 0, col, acc[0][0], acc[1][0]);
+        } else {
+#pragma unroll
+          for (int r = 0; r < RR; ++r) store_output<E>(a, n_total, 0, RR * col + r, acc[r][0], 0.0f);
+        }
+      }
 #pragma unroll
       for (int r = 0; r < RR; ++r) acc[r][0] = 0.0f;
       step = 0;
@@ -544,6 +558,16 @@ int multiprocessors() {
 
 std::atomic<uint64_t> stream_launches{0};
 
+// Whether a one-row store or add linear streams two columns a warp (SPECDEC_CUDA_PAIRED: 0
+// never, 1 when the norm is folded, 2 always).
+bool paired_columns(const LinearRowsArgs& a) {
+  static const int mode = [] {
+    const char* v = std::getenv("SPECDEC_CUDA_PAIRED");
+    return v == nullptr ? 1 : std::atoi(v);
+  }();
+  return mode >= 2 || (mode == 1 && a.norm_w != nullptr);
+}
+
 size_t stream_smem(int K, int RR, int NW) {
   return static_cast<size_t>((K + 3) / 4 * 4) * sizeof(float) + size_t(NW) * kStreamDepth * RR * 32 * 16;
 }
@@ -580,7 +604,8 @@ bool launch_stream_warps(const LinearRowsArgs& a, int n_total, cudaStream_t stre
     cudaGetLastError();
     return false;
   }
-  const int64_t wanted = (int64_t{n_total} + NW - 1) / NW;
+  const int64_t units = E == LinearEpilogue::silu_gate ? n_total : n_total / RR;
+  const int64_t wanted = (units + NW - 1) / NW;
   const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sms));
   launch(kernel, blocks, NW * 32, smem, stream, a, n_total);
   stream_launches.fetch_add(1, std::memory_order_relaxed);
@@ -642,6 +667,7 @@ void launch_for_m(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
     constexpr bool kGate = E == LinearEpilogue::silu_gate;
     bool vec = a.K % Vec16<W>::n == 0 && a.K % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
     for (int j = 0; j < (kGate ? 2 : a.segments); ++j) vec = vec && reinterpret_cast<uintptr_t>(a.seg[j].w) % 16 == 0;
+    if (vec && !kGate && n_total % 2 == 0 && paired_columns(a) && launch_stream<W, 2, E>(a, n_total, stream)) return;
     if (vec && launch_stream < W, kGate ? 2 : 1, E > (a, n_total, stream)) return;
   }
   switch (tile_rows(a.M)) {
