@@ -62,10 +62,10 @@ TEST(GpuFused, EqualsComposedCalls) {
     double tol;  // 0: bit equality
   };
   const std::vector<Case> cases = {
-      {true, 1, 512, 256, 64, 704, DType::bf16, 0},   {true, 2, 4096, 512, 128, 1024, DType::bf16, 0},
-      {true, 5, 1000, 96, 32, 300, DType::bf16, 0},   {true, 19, 256, 128, 64, 512, DType::f16, 0},
-      {true, 3, 130, 64, 32, 96, DType::f32, 0},      {false, 1, 4096, 512, 128, 14336 / 8, DType::bf16, 0},
-      {false, 2, 512, 256, 64, 704, DType::bf16, 0},  {false, 24, 512, 256, 64, 704, DType::bf16, 1e-5},
+      {true, 1, 512, 256, 64, 704, DType::bf16, 0},  {true, 2, 4096, 512, 128, 1024, DType::bf16, 0},
+      {true, 5, 1000, 96, 32, 300, DType::bf16, 0},  {true, 19, 256, 128, 64, 512, DType::f16, 0},
+      {true, 3, 130, 64, 32, 96, DType::f32, 0},     {false, 1, 4096, 512, 128, 14336 / 8, DType::bf16, 0},
+      {false, 2, 512, 256, 64, 704, DType::bf16, 0}, {false, 24, 512, 256, 64, 704, DType::bf16, 1e-5},
   };
   for (const Case& c : cases) {
     Backends b = make_backends(c.invariant);
@@ -74,8 +74,11 @@ TEST(GpuFused, EqualsComposedCalls) {
     const Results fused = run(*b.gpu, w, c.M, c.K, c.Nq, c.Nkv, c.I, true);
     const std::string what = str_cat("invariant=", c.invariant, " M=", c.M, " K=", c.K, " ", dtype_name(c.wt));
     const std::vector<std::pair<const std::vector<float>*, const std::vector<float>*>> pairs = {
-        {&fused.q, &composed.q}, {&fused.k, &composed.k}, {&fused.v, &composed.v},
-        {&fused.gated, &composed.gated}, {&fused.residual, &composed.residual}};
+        {&fused.q, &composed.q},
+        {&fused.k, &composed.k},
+        {&fused.v, &composed.v},
+        {&fused.gated, &composed.gated},
+        {&fused.residual, &composed.residual}};
     for (size_t i = 0; i < pairs.size(); ++i) {
       if (c.tol == 0) {
         EXPECT_TRUE(bit_equal(pairs[i].first->data(), pairs[i].second->data(), pairs[i].second->size()))
@@ -99,11 +102,19 @@ TEST(GpuFused, NormFoldedIntoLinearEqualsNormThenLinear) {
     DType wt;
   };
   const std::vector<Case> cases = {
-      {true, 1, 512, 256, 64, 704, DType::bf16},    {true, 2, 4096, 512, 128, 1024, DType::bf16},
-      {true, 5, 1000, 96, 32, 300, DType::bf16},    {true, 19, 256, 128, 64, 512, DType::f16},
-      {true, 3, 130, 64, 32, 96, DType::f32},       {true, 1, 9000, 64, 32, 96, DType::bf16},
-      {false, 1, 4096, 512, 128, 14336 / 8, DType::bf16}, {false, 2, 512, 256, 64, 704, DType::bf16},
+      {true, 1, 512, 256, 64, 704, DType::bf16},
+      {true, 2, 4096, 512, 128, 1024, DType::bf16},
+      {true, 5, 1000, 96, 32, 300, DType::bf16},
+      {true, 19, 256, 128, 64, 512, DType::f16},
+      {true, 3, 130, 64, 32, 96, DType::f32},
+      {true, 1, 9000, 64, 32, 96, DType::bf16},
+      {false, 1, 4096, 512, 128, 14336 / 8, DType::bf16},
+      {false, 2, 512, 256, 64, 704, DType::bf16},
       {false, 24, 512, 256, 64, 704, DType::bf16},
+      // One row, q/k/v streamed two columns a warp: a pair straddling k and v (33 columns each),
+      // and an odd total (97 + 33 + 33), which streams one column a warp.
+      {true, 1, 512, 96, 33, 300, DType::bf16},
+      {false, 1, 512, 97, 33, 300, DType::bf16},
   };
   const float eps = 1e-5f;
   for (const Case& c : cases) {
