@@ -18,6 +18,9 @@ class CostModel {
   double row_cost(int width, int rows) const;
   double draft_cost(int tokens) const { return per_draft_ * tokens; }
   bool calibrated() const { return samples_ >= 4; }
+  // Whether windows of different widths have been seen, so that the per-token cost is measured
+  // rather than assumed.
+  bool slope_known() const { return slope_known_; }
 
  private:
   // Exponentially weighted least squares of seconds on tokens.
@@ -51,8 +54,9 @@ class DepthPolicy {
   // while one that follows a rejection usually starts where the copy broke off.
   std::vector<double> cond_[2];
   int run_ = 0;
-  int paused_ = 0;    // rounds left before speculation is probed again
-  int backoff_ = 4;   // length of the next pause
+  int paused_ = 0;           // rounds left before speculation is probed again
+  int backoff_ = 4;          // length of the next pause
+  bool wide_probe_ = false;  // alternates the depths drafted while the cost slope is unknown
 };
 
 }  // namespace specdec

@@ -4,6 +4,8 @@
 // and predicted from whether the previous round was accepted whole).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "speculative/policy.h"
 
 namespace specdec {
@@ -87,6 +89,27 @@ TEST(DepthPolicy, PredictsARoundFromWhatTheLastOneDid) {
   // A plain step (nothing drafted) leaves the regime as it was.
   after_full.observe(0, 0);
   EXPECT_GT(after_full.expected_emitted(10), 7.0);
+}
+
+TEST(DepthPolicy, DraftsShallowUntilTheSlopeIsMeasured) {
+  // Only one-token steps seen: the cost of a drafted token is unknown, and the policy must not
+  // take it for free, however good the acceptance looks.
+  CostModel costs;
+  for (int i = 0; i < 20; ++i) costs.observe_forward(1, truth(1));
+  ASSERT_TRUE(costs.calibrated());
+  ASSERT_FALSE(costs.slope_known());
+  DepthPolicy policy(10, true);
+  for (int i = 0; i < 30; ++i) policy.observe(10, 10);
+  const int first = policy.next_depth(costs, 1), second = policy.next_depth(costs, 1);
+  EXPECT_LE(std::max(first, second), 3);
+  EXPECT_NE(first, second);  // widths that differ, so that the fit learns the slope
+  // Windows of those widths give the fit its slope; then the depth follows the acceptance.
+  for (int i = 0; i < 10; ++i) {
+    costs.observe_forward(2, truth(2));
+    costs.observe_forward(4, truth(4));
+  }
+  ASSERT_TRUE(costs.slope_known());
+  EXPECT_EQ(policy.next_depth(costs, 1), 10);
 }
 
 TEST(DepthPolicy, PausesWhenDraftsAreRejected) {
