@@ -14,4 +14,12 @@ inline bool env_switch(const char* name, bool fallback) {
   return v == nullptr ? fallback : std::strcmp(v, "0") != 0;
 }
 
+// A switch with levels 0..max: `fallback` when the variable is unset, else its value clamped.
+inline int env_level(const char* name, int fallback, int max) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return fallback;
+  const int level = std::atoi(v);
+  return level < 0 ? 0 : level > max ? max : level;
+}
+
 }  // namespace specdec::cuda

@@ -364,6 +364,12 @@ constexpr int kWideWarps = 16;  // warps a block of the stream kernel has when n
 // kWideWarps for rows without a norm (the norm's order is that of 256 threads). A warp's unit is
 // one column (RR = 1), a column's gate and up rows (silu_gate) or, paired (RR = 2, store and add),
 // the two columns 2u and 2u + 1 streamed side by side: each column's arithmetic is unchanged.
+// Units of the stream kernel's work (one per warp pass, see below) for n_total output columns.
+template <int RR, LinearEpilogue E>
+__host__ __device__ constexpr int stream_units(int n_total) {
+  return E == LinearEpilogue::silu_gate ? n_total : n_total / RR;
+}
+
 template <typename W, int RR, LinearEpilogue E, int NW>
 __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a, int n_total) {
   allow_dependents();
@@ -381,7 +387,7 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
   const int steps = (nvec + 31) / 32;  // vector steps per row (lanes past nvec idle)
   constexpr int NT = NW * 32;
   const int w0 = blockIdx.x * NW + warp, wn = gridDim.x * NW;
-  const int units = kGate ? n_total : n_total / RR;  // the launcher pairs only an even n_total
+  const int units = stream_units<RR, E>(n_total);  // the launcher pairs only an even n_total
   const int columns = w0 < units ? (units - 1 - w0) / wn + 1 : 0;
   const int total = columns * steps;
 
@@ -529,10 +535,7 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
 // How many weight vectors linear kernels load before waiting for the previous kernel (see
 // linear_rows_kernel's `early`): SPECDEC_CUDA_EARLY_WEIGHTS=0, 1 or 2, to measure what each buys.
 int early_weight_loads() {
-  static const int level = [] {
-    const char* v = std::getenv("SPECDEC_CUDA_EARLY_WEIGHTS");
-    return v == nullptr ? 2 : std::clamp(std::atoi(v), 0, 2);
-  }();
+  static const int level = env_level("SPECDEC_CUDA_EARLY_WEIGHTS", 2, 2);
   return level;
 }
 
@@ -563,11 +566,8 @@ std::atomic<uint64_t> stream_launches{0};
 // batch-1 step: 4.22 ms unpaired, 4.12 with q/k/v paired (its 6,144 columns then fit one pass
 // of the grid), 4.22 with every linear paired (o and down get one 16-warp block per SM).
 bool paired_columns(const LinearRowsArgs& a) {
-  static const int mode = [] {
-    const char* v = std::getenv("SPECDEC_CUDA_PAIRED");
-    return v == nullptr ? 1 : std::atoi(v);
-  }();
-  return mode >= 2 || (mode == 1 && a.norm_w != nullptr);
+  static const int mode = env_level("SPECDEC_CUDA_PAIRED", 1, 2);
+  return mode == 2 || (mode == 1 && a.norm_w != nullptr);
 }
 
 size_t stream_smem(int K, int RR, int NW) {
@@ -606,8 +606,7 @@ bool launch_stream_warps(const LinearRowsArgs& a, int n_total, cudaStream_t stre
     cudaGetLastError();
     return false;
   }
-  const int64_t units = E == LinearEpilogue::silu_gate ? n_total : n_total / RR;
-  const int64_t wanted = (units + NW - 1) / NW;
+  const int64_t wanted = (int64_t{stream_units<RR, E>(n_total)} + NW - 1) / NW;
   const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sms));
   launch(kernel, blocks, NW * 32, smem, stream, a, n_total);
   stream_launches.fetch_add(1, std::memory_order_relaxed);
