@@ -107,18 +107,32 @@ struct RunResult {
   int decode_tokens = 0;
 };
 
-RunResult run_batch(Session& s, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
-                    const SamplingParams& sampling, const std::string& draft, int num_draft, bool adaptive = true) {
+// An engine kept for every run of one configuration (plain, or one draft method), as a server
+// keeps its engine: its KV pool's pages are touched and its cost model has measured this
+// machine's forwards before the timed runs, so that no run pays a new engine's page faults or
+// calibration rounds (a fresh engine's first prefill measured ~10 ms slower than a warm one's).
+// Nothing a request leaves behind carries over to the next: rows, their KV blocks, their draft
+// state and their depth policies are made per request.
+struct BenchEngine {
+  std::unique_ptr<Engine> engine;
+  std::string method;  // the draft method's name in the engine; empty for plain decoding
+};
+
+BenchEngine make_engine(Session& s, int rows, int batch_tokens, const std::string& draft, int num_draft) {
   EngineOptions options = s.engine;
-  options.max_rows = std::max<int>(options.max_rows, static_cast<int>(prompts.size()));
-  // Every prompt is prefilled in the first iteration, so that decode figures time decode-only
-  // iterations and not the prefill of later rows mixed into them.
-  int prompt_total = 0;
-  for (const auto& p : prompts) prompt_total += static_cast<int>(p.size());
-  options.max_batch_tokens = std::max(options.max_batch_tokens, std::min(prompt_total + 1, 1 << 17));
-  Engine engine(*s.model, *s.tokenizer, options);
-  std::string method;
-  if (!draft.empty()) method = add_draft_method(engine, s, draft, num_draft);
+  options.max_rows = std::max(options.max_rows, rows);
+  // Every prompt of a run is prefilled in its first iteration, so that decode figures time
+  // decode-only iterations and not the prefill of later rows mixed into them.
+  options.max_batch_tokens = std::max(options.max_batch_tokens, std::min(batch_tokens, 1 << 17));
+  BenchEngine e;
+  e.engine = std::make_unique<Engine>(*s.model, *s.tokenizer, options);
+  if (!draft.empty()) e.method = add_draft_method(*e.engine, s, draft, num_draft);
+  return e;
+}
+
+RunResult run_batch(BenchEngine& e, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                    const SamplingParams& sampling, int num_draft, bool adaptive = true) {
+  Engine& engine = *e.engine;
   std::vector<int64_t> ids;
   const auto t0 = Clock::now();
   for (const auto& p : prompts) {
@@ -127,7 +141,7 @@ RunResult run_batch(Session& s, const std::vector<std::vector<int32_t>>& prompts
     r.sampling = sampling;
     r.stop.max_tokens = max_tokens;
     r.stop.ignore_eos = true;
-    r.spec.method = method;
+    r.spec.method = e.method;
     r.spec.max_depth = num_draft;
     r.spec.adaptive = adaptive;
     ids.push_back(engine.submit(std::move(r)));
@@ -152,7 +166,8 @@ std::vector<int32_t> synthetic_prompt(const Session& s, const std::string& text,
   std::vector<int32_t> all = s.tokenizer->encode(text, false);
   SPECDEC_CHECK(!all.empty(), "empty benchmark text");
   std::vector<int32_t> p;
-  for (int i = 0; static_cast<int>(p.size()) < tokens; ++i) p.push_back(all[static_cast<size_t>(i + offset) % all.size()]);
+  for (int i = 0; static_cast<int>(p.size()) < tokens; ++i)
+    p.push_back(all[static_cast<size_t>(i + offset) % all.size()]);
   return p;
 }
 
@@ -170,28 +185,38 @@ void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite,
   const double bandwidth = gpu ? measure_device_bandwidth(*s.backend)
                                : measure_host_bandwidth(static_cast<size_t>(std::max(0, o.common.threads)));
   const ModelConfig& c = s.model->config();
-  run_batch(s, {synthetic_prompt(s, text, 32, 0)}, 8, o.sampling, "", 0);  // warm-up
+  const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  BenchEngine engine = make_engine(s, max_batch, max_batch * o.prompt_tokens + 1, "", 0);
+  // Warm-up: every batch size once, so that each has KV pages and scratch buffers of its size.
+  for (int b : o.batches) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < b; ++i) prompts.push_back(synthetic_prompt(s, text, o.prompt_tokens, 1000 + i * 37));
+    run_batch(engine, prompts, 8, o.sampling, 0);
+  }
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("\nplain decoding, %s, prompt %d tokens, %d new tokens, %s\n", s.backend->name().c_str(),
-              o.prompt_tokens, o.gen_tokens, describe(o.sampling).c_str());
+  std::printf("\nplain decoding, %s, prompt %d tokens, %d new tokens, %s\n", s.backend->name().c_str(), o.prompt_tokens,
+              o.gen_tokens, describe(o.sampling).c_str());
   std::printf("%6s %14s %14s %10s %12s\n", "batch", "prefill tok/s", "decode tok/s", "TTFT ms", "BW fraction");
   for (int b : o.batches) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < b; ++i) prompts.push_back(synthetic_prompt(s, text, o.prompt_tokens, i * 37));
-    RunResult r = run_batch(s, prompts, o.gen_tokens, o.sampling, "", 0);
+    RunResult r = run_batch(engine, prompts, o.gen_tokens, o.sampling, 0);
     const double prefill_tps = r.prompt_tokens / std::max(1e-9, r.max_ttft);
     const double decode_tps = r.decode_tokens / std::max(1e-9, r.max_decode);
     // bytes one decode step reads: the weights once (of an untied embedding table only the
     // step's rows), plus each row's KV at its mean context
     const double mean_ctx = o.prompt_tokens + o.gen_tokens / 2.0;
-    const double kv_bytes = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim *
-                            dtype_size(s.backend->kv_dtype()) * mean_ctx * b;
+    const double kv_bytes =
+        2.0 * c.num_layers * c.num_kv_heads * c.head_dim * dtype_size(s.backend->kv_dtype()) * mean_ctx * b;
     const double step_bytes = double(s.model->step_weight_bytes(b)) + kv_bytes;
     const double steps_per_s = decode_tps / b;
     const double fraction = step_bytes * steps_per_s / bandwidth;
     std::printf("%6d %14.1f %14.1f %10.1f %12.2f\n", b, prefill_tps, decode_tps, r.max_ttft * 1e3, fraction);
-    rows.push_back({{"batch", b}, {"prefill_tokens_per_s", prefill_tps}, {"decode_tokens_per_s", decode_tps},
-                    {"ttft_ms", r.max_ttft * 1e3}, {"bytes_per_step", step_bytes},
+    rows.push_back({{"batch", b},
+                    {"prefill_tokens_per_s", prefill_tps},
+                    {"decode_tokens_per_s", decode_tps},
+                    {"ttft_ms", r.max_ttft * 1e3},
+                    {"bytes_per_step", step_bytes},
                     {"bandwidth_fraction", fraction}});
   }
   std::printf("measured %s bandwidth %.1f GB/s; weights %.1f MB, read per batch-1 step %.1f MB\n",
@@ -201,8 +226,10 @@ void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite,
                      {"sampling", describe(o.sampling)},
                      {"bandwidth_bytes_per_s", bandwidth},
                      {"bandwidth_kind", gpu ? "device-to-device copy, read + write" : "host read"},
-                     {"weight_bytes", s.model->weight_bytes()}, {"prompt_tokens", o.prompt_tokens},
-                     {"new_tokens", o.gen_tokens}, {"rows", rows}};
+                     {"weight_bytes", s.model->weight_bytes()},
+                     {"prompt_tokens", o.prompt_tokens},
+                     {"new_tokens", o.gen_tokens},
+                     {"rows", rows}};
 }
 
 // Tokens per second of the decode phase (after each row's first token), over the slowest row.
@@ -225,16 +252,16 @@ double median(std::vector<double> v) {
 // repeat's ratio: the two runs of a repeat follow each other within a second, so a machine whose
 // speed drifts (other load) slows both alike, where comparing the fastest plain run with the
 // fastest speculative one mixes different minutes.
-Pair measure_pair(Session& s, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
-                  const std::string& draft, const BenchOptions& o) {
+Pair measure_pair(BenchEngine& plain_engine, BenchEngine& spec_engine, const std::vector<std::vector<int32_t>>& prompts,
+                  int max_tokens, const BenchOptions& o) {
   Pair best;
   std::vector<double> whole, decode;
   auto keep = [](const RunResult& r, RunResult& into) {
     if (into.wall == 0 || r.generated / r.wall > into.generated / into.wall) into = r;
   };
   for (int rep = 0; rep < o.repeats; ++rep) {
-    const RunResult plain = run_batch(s, prompts, max_tokens, o.sampling, "", 0);
-    const RunResult spec = run_batch(s, prompts, max_tokens, o.sampling, draft, o.num_draft, !o.no_adaptive);
+    const RunResult plain = run_batch(plain_engine, prompts, max_tokens, o.sampling, 0);
+    const RunResult spec = run_batch(spec_engine, prompts, max_tokens, o.sampling, o.num_draft, !o.no_adaptive);
     whole.push_back((spec.generated / spec.wall) / (plain.generated / plain.wall));
     decode.push_back(decode_rate(spec) / decode_rate(plain));
     keep(plain, best.plain);
@@ -255,8 +282,29 @@ void spec_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, 
     categories.push_back(p["category"]);
     lengths.push_back(p["max_tokens"]);
   }
+  std::vector<std::vector<int32_t>> batch;
+  int max_len = 0, batch_tokens = 1;
+  for (int i = 0; i < o.spec_batch; ++i) {
+    const size_t p = static_cast<size_t>(i) % prompts.size();
+    batch.push_back(prompts[p]);
+    max_len = std::max(max_len, lengths[p]);
+    batch_tokens += static_cast<int>(prompts[p].size());
+  }
+  for (const auto& p : prompts) batch_tokens = std::max(batch_tokens, static_cast<int>(p.size()) + 1);
+  std::string text;
+  for (const auto& p : suite["prompts"]) text += p["prompt"].get<std::string>();
   nlohmann::json methods = nlohmann::json::array();
   for (const std::string& draft : o.drafts) {
+    BenchEngine plain_engine = make_engine(s, o.spec_batch, batch_tokens, "", 0);
+    BenchEngine spec_engine = make_engine(s, o.spec_batch, batch_tokens, draft, o.num_draft);
+    // Warm-up, on text the suite's prompts do not start with: one row, then a full batch, in
+    // each engine (the speculative one's cost model measures its forwards and drafts here).
+    for (BenchEngine* e : {&plain_engine, &spec_engine}) {
+      run_batch(*e, {synthetic_prompt(s, text, 96, 7)}, 64, o.sampling, o.num_draft, !o.no_adaptive);
+      std::vector<std::vector<int32_t>> rows;
+      for (int i = 0; i < o.spec_batch; ++i) rows.push_back(synthetic_prompt(s, text, 96, 7 + 131 * i));
+      run_batch(*e, rows, 32, o.sampling, o.num_draft, !o.no_adaptive);
+    }
     std::printf("\nspeculative: %s, batch 1, %s, %s\n", draft.c_str(), describe(o.sampling).c_str(),
                 s.backend->name().c_str());
     // speedup: generated tokens over the whole run (prefill included) against plain; decode: over
@@ -265,7 +313,7 @@ void spec_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, 
                 "decode", "accept", "mean len", "same");
     nlohmann::json per_prompt = nlohmann::json::array();
     for (size_t i = 0; i < prompts.size(); ++i) {
-      const Pair m = measure_pair(s, {prompts[i]}, lengths[i], draft, o);
+      const Pair m = measure_pair(plain_engine, spec_engine, {prompts[i]}, lengths[i], o);
       const RunResult& plain = m.plain;
       const RunResult& spec = m.spec;
       const double pt = plain.generated / plain.wall, st = spec.generated / spec.wall;
@@ -275,28 +323,33 @@ void spec_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, 
       std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %7.2fx %8.2f %8.2f %5s\n", names[i].c_str(), categories[i].c_str(),
                   pt, st, m.speedup, m.decode_speedup, tel.acceptance_rate(), tel.mean_accepted_length(),
                   same ? "yes" : "NO");
-      per_prompt.push_back({{"prompt", names[i]}, {"category", categories[i]}, {"plain_tokens_per_s", pt},
-                            {"spec_tokens_per_s", st}, {"speedup", m.speedup}, {"plain_decode_tokens_per_s", pd},
-                            {"spec_decode_tokens_per_s", sd}, {"decode_speedup", m.decode_speedup},
-                            {"identical", same}, {"telemetry", tel.to_json()}});
+      per_prompt.push_back({{"prompt", names[i]},
+                            {"category", categories[i]},
+                            {"plain_tokens_per_s", pt},
+                            {"spec_tokens_per_s", st},
+                            {"speedup", m.speedup},
+                            {"plain_decode_tokens_per_s", pd},
+                            {"spec_decode_tokens_per_s", sd},
+                            {"decode_speedup", m.decode_speedup},
+                            {"identical", same},
+                            {"telemetry", tel.to_json()}});
     }
-    std::vector<std::vector<int32_t>> batch;
-    int max_len = 0;
-    for (int i = 0; i < o.spec_batch; ++i) {
-      batch.push_back(prompts[static_cast<size_t>(i) % prompts.size()]);
-      max_len = std::max(max_len, lengths[static_cast<size_t>(i) % prompts.size()]);
-    }
-    const Pair m = measure_pair(s, batch, max_len, draft, o);
+    const Pair m = measure_pair(plain_engine, spec_engine, batch, max_len, o);
     const double pt = m.plain.generated / m.plain.wall, st = m.spec.generated / m.spec.wall;
     bool same = true;
     for (size_t i = 0; i < batch.size(); ++i) same = same && m.plain.results[i].tokens == m.spec.results[i].tokens;
     const std::string label = "batch " + std::to_string(o.spec_batch);
     std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %7.2fx %8s %8s %5s\n", label.c_str(), "all", pt, st, m.speedup,
                 m.decode_speedup, "", "", same ? "yes" : "NO");
-    methods.push_back({{"method", draft}, {"batch1", per_prompt},
-                       {"batch", {{"rows", o.spec_batch}, {"plain_tokens_per_s", pt}, {"spec_tokens_per_s", st},
-                                  {"speedup", m.speedup}, {"decode_speedup", m.decode_speedup},
-                                  {"identical", same}}}});
+    methods.push_back({{"method", draft},
+                       {"batch1", per_prompt},
+                       {"batch",
+                        {{"rows", o.spec_batch},
+                         {"plain_tokens_per_s", pt},
+                         {"spec_tokens_per_s", st},
+                         {"speedup", m.speedup},
+                         {"decode_speedup", m.decode_speedup},
+                         {"identical", same}}}});
   }
   report["speculative"] = methods;
 }
@@ -327,6 +380,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--seed", o->sampling.seed, "with --temperature: the sampler's seed");
   cmd->callback([o] {
     SPECDEC_CHECK(o->repeats >= 1, "--repeats must be at least 1");
+    SPECDEC_CHECK(o->spec_batch >= 1, "--spec-batch must be at least 1, got ", o->spec_batch);
     o->sampling.validate();
     SPECDEC_CHECK(o->num_draft >= 0, "--num-draft-tokens must not be negative, got ", o->num_draft);
     for (int b : o->batches) SPECDEC_CHECK(b >= 1, "--batch-sizes must be positive, got ", b);

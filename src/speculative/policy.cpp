@@ -8,11 +8,14 @@
 namespace specdec {
 
 namespace {
-constexpr double kDecay = 0.97;     // forgetting factor of the cost fit
-constexpr double kAlphaRate = 0.2;  // EMA rate of the acceptance estimate
-constexpr double kMinGain = 1.03;   // speculate only when it is expected to pay by 3 %
-constexpr double kMaxSpike = 2.0;   // an observed forward counts at most this many predictions
-constexpr double kMinSpread = 0.5;  // tokens: spread of recent widths needed to refit the slope
+constexpr double kDecay = 0.97;       // forgetting factor of the cost fit
+constexpr double kAlphaRate = 0.2;    // EMA rate of the acceptance estimate
+constexpr double kMinGain = 1.03;     // speculate only when it is expected to pay by 3 %
+constexpr double kMaxSpike = 2.0;     // an observed forward counts at most this many predictions
+constexpr double kMinSpread = 0.5;    // tokens: spread of recent widths needed to refit the slope
+constexpr double kLaterPrior = 0.85;  // prior acceptance of drafts after the first
+constexpr double kRelax = 0.1;        // per round, untried positions' drift back to that prior
+constexpr double kTableRate = 0.1;    // moving-average rate of each token count's measured cost
 }  // namespace
 
 void CostModel::observe_forward(int tokens, double seconds) {
@@ -20,7 +23,14 @@ void CostModel::observe_forward(int tokens, double seconds) {
   // scheduler slice). Once calibrated, one observation may count at most kMaxSpike times the
   // prediction: a lone spike then moves the fit a little instead of pausing speculation for
   // dozens of rounds, while a lasting change still pulls the fit all the way within a few rounds.
-  if (calibrated()) seconds = std::min(seconds, kMaxSpike * (fixed_ + per_token_ * tokens));
+  if (calibrated()) seconds = std::min(seconds, kMaxSpike * forward_cost(tokens));
+  if (tokens >= 1 && tokens <= kTable) {
+    double& m = measured_[static_cast<size_t>(tokens)];
+    int& n = seen_[static_cast<size_t>(tokens)];
+    // A running mean over the first observations, then a moving average.
+    m = n == 0 ? seconds : m + std::max(kTableRate, 1.0 / (n + 1)) * (seconds - m);
+    n = std::min(n + 1, 1000);
+  }
   sw_ = sw_ * kDecay + 1;
   sx_ = sx_ * kDecay + tokens;
   sy_ = sy_ * kDecay + seconds;
@@ -51,22 +61,45 @@ void CostModel::observe_forward(int tokens, double seconds) {
 void CostModel::observe_draft(int drafted_tokens, double seconds) {
   if (drafted_tokens <= 0) return;
   // A round may include a catch-up feed (the tokens of rounds the row did not draft in); it is
-  // not the price of a draft, so one observation may at most double the estimate.
+  // not the price of a draft, so one observation may at most double the estimate. The first
+  // rounds run on cold caches (the draft model's first steps after a request's prefill measured
+  // 2-3x its steady cost): the estimate falls fast and rises slowly, or a request would spend
+  // most of its rounds drafting shallow while a cold first figure decays.
   const double per = seconds / drafted_tokens;
-  per_draft_ = draft_seen_ ? 0.8 * per_draft_ + 0.2 * std::min(per, 2.0 * per_draft_) : per;
+  if (!draft_seen_) {
+    per_draft_ = per;
+  } else if (per < per_draft_) {
+    per_draft_ = 0.5 * per_draft_ + 0.5 * per;
+  } else {
+    per_draft_ = 0.8 * per_draft_ + 0.2 * std::min(per, 2.0 * per_draft_);
+  }
   draft_seen_ = true;
 }
 
-double CostModel::row_cost(int width, int rows) const { return fixed_ / std::max(1, rows) + per_token_ * width; }
+double CostModel::forward_cost(int tokens) const {
+  tokens = std::max(1, tokens);
+  // The nearest count at or below `tokens` that has been measured, plus the fitted slope for
+  // the rest; the fit alone when none has.
+  for (int t = std::min(tokens, kTable); t >= 1; --t)
+    if (seen_[static_cast<size_t>(t)] > 0) return measured_[static_cast<size_t>(t)] + per_token_ * (tokens - t);
+  return fixed_ + per_token_ * tokens;
+}
+
+double CostModel::row_cost(int width, int rows) const {
+  rows = std::max(1, rows);
+  const double plain = forward_cost(rows);
+  return plain / rows + std::max(0.0, forward_cost(rows - 1 + width) - plain);
+}
 
 DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
     : max_depth_(std::max(0, max_depth)), adaptive_(adaptive) {
   // Later positions start optimistic: acceptance is bursty (a draft that followed accepted ones
   // is usually right), and an optimistic prior makes the policy try the depth it must price.
   for (std::vector<double>& cond : cond_) {
-    cond.assign(static_cast<size_t>(max_depth_), 0.85);
+    cond.assign(static_cast<size_t>(max_depth_), kLaterPrior);
     if (!cond.empty()) cond[0] = prior_acceptance;
   }
+  for (std::vector<int>& seen : seen_) seen.assign(static_cast<size_t>(max_depth_), 0);
 }
 
 double DepthPolicy::expected_emitted(int k) const {
@@ -120,10 +153,23 @@ void DepthPolicy::observe(int drafted, int accepted) {
   std::vector<double>& cond = cond_[run_];
   // Positions tried: the accepted ones and the first rejected one, if any.
   const int tried = std::min(drafted, accepted + 1);
+  std::vector<int>& seen = seen_[run_];
   for (int i = 0; i < tried && i < static_cast<int>(cond.size()); ++i) {
     double& c = cond[static_cast<size_t>(i)];
-    c = std::clamp(c + kAlphaRate * ((i < accepted ? 1.0 : 0.0) - c), 0.001, 0.999);
+    // A running mean with the prior as one observation, until it has been seen often enough
+    // for the moving average: a request is only some 30 rounds long, and an average at rate
+    // kAlphaRate would take most of them to move from its prior.
+    int& n = seen[static_cast<size_t>(i)];
+    const double rate = std::max(kAlphaRate, 1.0 / (n + 2));
+    n = std::min(n + 1, 1000);
+    c = std::clamp(c + rate * ((i < accepted ? 1.0 : 0.0) - c), 0.001, 0.999);
   }
+  // Positions this round did not reach drift back towards the prior: one early rejection at
+  // position i would otherwise keep every later round shorter than i, and the estimate that
+  // stops the policy from drafting there would never be tested again (measured: a draft model
+  // accepting 97 % of its drafts held at depth 1 for a whole request by one such rejection).
+  for (size_t i = static_cast<size_t>(std::max(tried, 1)); i < cond.size(); ++i)
+    if (cond[i] < kLaterPrior) cond[i] += kRelax * (kLaterPrior - cond[i]);
   run_ = accepted >= drafted ? 1 : 0;
 }
 

@@ -3,20 +3,31 @@
 // pause speculation for a row where no depth beats a plain step.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 namespace specdec {
 
-// Iteration costs, fitted online: a target forward of T tokens over R rows costs about
-// fixed + per_token * T seconds; drafting costs per_draft seconds per drafted token.
+// Iteration costs, measured online. A target forward's cost is not a straight line in its token
+// count: on a CPU, windows of up to three tokens still stream the weights at about the cost of
+// one token, and every token after that adds a compute-bound share (measured: 0.80, 1.00, 1.27,
+// 1.42, 1.68 ms for 1, 3, 4, 5, 6 tokens). So each token count up to kTable keeps its own
+// measured cost; a straight-line fit of seconds on tokens (fixed + per_token * T) prices the
+// counts not measured yet, from the nearest measured count below. Drafting costs per_draft
+// seconds per drafted token.
 class CostModel {
  public:
+  static constexpr int kTable = 64;
+
   void observe_forward(int tokens, double seconds);
   void observe_draft(int drafted_tokens, double seconds);
-  // Marginal cost of one row's window of `width` tokens in an iteration of `rows` rows.
+  // Cost of one row's window of `width` tokens in an iteration of `rows` rows: its share of a
+  // plain iteration plus what `width - 1` more tokens add.
   double row_cost(int width, int rows) const;
   double draft_cost(int tokens) const { return per_draft_ * tokens; }
+  // Predicted seconds of a forward of `tokens` tokens.
+  double forward_cost(int tokens) const;
   bool calibrated() const { return samples_ >= 4; }
   // Whether windows of different widths have been seen, so that the per-token cost is measured
   // rather than assumed.
@@ -29,6 +40,8 @@ class CostModel {
   int samples_ = 0;
   bool slope_known_ = false;  // some recent widths spread enough to fit the slope
   bool draft_seen_ = false;
+  std::array<double, kTable + 1> measured_{};  // moving average of seconds, per token count
+  std::array<int, kTable + 1> seen_{};         // forwards of each token count observed
 };
 
 class DepthPolicy {
@@ -53,6 +66,7 @@ class DepthPolicy {
   // a round that follows a fully accepted one is usually still inside the span being copied,
   // while one that follows a rejection usually starts where the copy broke off.
   std::vector<double> cond_[2];
+  std::vector<int> seen_[2];  // rounds that tried each position, per regime
   int run_ = 0;
   int paused_ = 0;           // rounds left before speculation is probed again
   int backoff_ = 4;          // length of the next pause

@@ -58,6 +58,76 @@ TEST(CostModel, KeepsTheSlopeThroughALongRunOfPlainSteps) {
   EXPECT_NEAR(costs.row_cost(11, 1), truth(11), 0.1 * truth(11));
 }
 
+// A CPU-like forward: up to three tokens stream the weights at the price of one, every token
+// after that adds its compute.
+double kneed(int tokens) { return 0.8e-3 + 0.18e-3 * std::max(0, tokens - 3); }
+
+CostModel kneed_model() {
+  CostModel costs;
+  for (int i = 0; i < 60; ++i) {
+    const int tokens = 1 + i % 8;
+    costs.observe_forward(tokens, kneed(tokens));
+  }
+  return costs;
+}
+
+TEST(CostModel, PricesEachWidthAsMeasured) {
+  const CostModel costs = kneed_model();
+  for (int w = 1; w <= 8; ++w) EXPECT_NEAR(costs.row_cost(w, 1), kneed(w), 1e-9) << "width " << w;
+  // Widths never measured: the nearest measured one below plus the fitted slope.
+  EXPECT_GT(costs.row_cost(12, 1), costs.row_cost(8, 1));
+  EXPECT_LT(costs.row_cost(12, 1), 2.0 * kneed(12));
+}
+
+TEST(DepthPolicy, DraftsOneTokenWhereAWindowOfTwoCostsAsMuchAsOne) {
+  // Drafts accepted a quarter of the time: one more token in a window that costs nothing extra
+  // pays; five do not (a straight line through these costs charges the second token 0.1 ms and
+  // the policy then drafts nothing).
+  CostModel costs = kneed_model();
+  costs.observe_draft(10, 10 * 1e-6);
+  DepthPolicy policy(10, true);
+  for (int i = 0; i < 40; ++i) policy.observe(5, i % 4 == 0 ? 1 : 0);
+  const int depth = policy.next_depth(costs, 1);
+  EXPECT_GE(depth, 1);
+  EXPECT_LE(depth, 2);
+}
+
+TEST(CostModel, AColdFirstDraftFigureFallsWithinAFewRounds) {
+  // A request's first draft runs on cold caches; its figure must not price the next rounds.
+  CostModel costs;
+  costs.observe_draft(1, 0.4e-3);
+  for (int i = 0; i < 3; ++i) costs.observe_draft(2, 2 * 0.1e-3);
+  EXPECT_LT(costs.draft_cost(1), 0.15e-3);
+  // A slow round raises the estimate by at most half of itself... and slowly.
+  const double before = costs.draft_cost(1);
+  costs.observe_draft(1, 10e-3);
+  EXPECT_LT(costs.draft_cost(1), 1.3 * before);
+}
+
+TEST(DepthPolicy, LearnsARowsAcceptanceWithinAFewRounds) {
+  // A request lasts some 30 rounds: three rejected first drafts must already tell.
+  DepthPolicy policy(10, true);
+  for (int i = 0; i < 3; ++i) policy.observe(2, 0);
+  EXPECT_LT(policy.acceptance(), 0.2);
+  DepthPolicy good(10, true);
+  for (int i = 0; i < 3; ++i) good.observe(2, 2);
+  EXPECT_GT(good.acceptance(), 0.85);
+}
+
+TEST(DepthPolicy, AnEarlyRejectionDoesNotCapTheDepthForGood) {
+  // One round rejects its second draft; every later round drafts one token and has it accepted.
+  // The second position must be tried again, not held below its break-even for good.
+  // Drafts cost a third of a plain step here, so a second draft pays only at an acceptance
+  // above ~0.75 (the prior, 0.85, is above; one rejection takes the estimate below).
+  CostModel costs = calibrated_model();
+  costs.observe_draft(10, 10 * 0.3e-3);
+  DepthPolicy policy(10, true);
+  policy.observe(1, 1);  // so that the rejection lands in the after-a-full-accept regime
+  policy.observe(3, 1);
+  for (int i = 0; i < 30; ++i) policy.observe(1, 1);
+  EXPECT_GE(policy.next_depth(costs, 1), 2);
+}
+
 TEST(DepthPolicy, SpeculatesDeepWhenDraftsAreAcceptedEvenAfterASpike) {
   CostModel costs = calibrated_model();
   costs.observe_draft(10, 10 * 1e-6);
