@@ -17,12 +17,18 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::none: return "none";
-    case FinishReason::length: return "length";
-    case FinishReason::stop: return "stop";
-    case FinishReason::eos: return "stop";
-    case FinishReason::cancelled: return "cancelled";
-    case FinishReason::error: return "error";
+    case FinishReason::none:
+      return "none";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::eos:
+      return "stop";
+    case FinishReason::cancelled:
+      return "cancelled";
+    case FinishReason::error:
+      return "error";
   }
   return "none";
 }
@@ -101,7 +107,8 @@ int64_t Engine::submit(Request request) {
   const ModelConfig& c = target_.config();
   SPECDEC_CHECK(!request.prompt.empty(), "the prompt is empty: at least one token is needed");
   SPECDEC_CHECK(static_cast<int>(request.prompt.size()) < c.max_position, "the prompt has ", request.prompt.size(),
-                " tokens, longer than the model's context of ", c.max_position, " (one position must remain to generate)");
+                " tokens, longer than the model's context of ", c.max_position,
+                " (one position must remain to generate)");
   for (int32_t t : request.prompt)
     SPECDEC_CHECK(t >= 0 && t < c.vocab_size, "prompt token id ", t, " is outside the vocabulary of ", c.vocab_size);
   SPECDEC_CHECK(request.stop.max_tokens >= 1, "max_tokens must be at least 1, got ", request.stop.max_tokens);
@@ -155,7 +162,8 @@ Engine::Group* Engine::group_of(const Row& row) {
 void Engine::admit() {
   while (!waiting_.empty() && static_cast<int>(rows_.size()) < options_.max_rows) {
     Row& row = *waiting_.front();
-    const int need = kv_->block_size() > 0 ? (static_cast<int>(row.tokens.size()) + kv_->block_size()) / kv_->block_size() : 1;
+    const int need =
+        kv_->block_size() > 0 ? (static_cast<int>(row.tokens.size()) + kv_->block_size()) / kv_->block_size() : 1;
     if (need > kv_->free_blocks() && !rows_.empty()) break;  // wait for rows to finish
     row.seq = kv_->create();
     row.has_seq = true;
@@ -273,11 +281,15 @@ bool Engine::step() {
     std::vector<DraftProposal> got = g->rows->draft(list);
     const double secs = seconds_since(t0);
     int drafted = 0;
+    bool caught_up = false;
     for (size_t i = 0; i < got.size(); ++i) {
       drafted += static_cast<int>(got[i].tokens.size());
+      caught_up = caught_up || got[i].caught_up > 0;
       proposals[askers[g][i]] = std::move(got[i]);
     }
-    costs_.observe_draft(drafted, secs);
+    // A call that also caught a row up on the tokens of rounds it did not draft in (after a
+    // pause) would charge that one-off to every drafted token, and so prolong the pause.
+    if (!caught_up) costs_.observe_draft(drafted, secs);
     for (Row* row : askers[g]) row->telemetry.draft_ns += static_cast<int64_t>(secs * 1e9 / askers[g].size());
   }
 
@@ -335,10 +347,11 @@ bool Engine::step() {
   // where it is exact matching). When every decoding row is such a row, the backend draws the
   // tokens and the logits never leave it.
   const bool on_backend = options_.sample_on_backend && std::all_of(plans.begin(), plans.end(), [](const Plan& p) {
-    const SamplingParams& s = p.row->req.sampling;
-    const bool exact = p.row->req.spec.mode == SpecMode::exact || p.proposal.tokens.empty() || s.greedy();
-    return !p.decode || (s.logits_only() && exact);
-  });
+                            const SamplingParams& s = p.row->req.sampling;
+                            const bool exact =
+                                p.row->req.spec.mode == SpecMode::exact || p.proposal.tokens.empty() || s.greedy();
+                            return !p.decode || (s.logits_only() && exact);
+                          });
   if (on_backend) {
     for (size_t r = 0; r < plans.size(); ++r) {
       if (!plans[r].decode) continue;

@@ -79,15 +79,18 @@ struct DraftRequestRow {
 struct DraftProposal {
   std::vector<int32_t> tokens;        // 0..depth tokens; 0 means a plain target step
   std::vector<std::vector<float>> q;  // per token, the full draft distribution (when asked)
+  // Context tokens the method had to process first beyond a round's usual one or two (the
+  // tokens of rounds the row did not draft in): their cost is a resumption's, not the drafts'.
+  int caught_up = 0;
 };
 
 // What the target verified for one row this round.
 struct RowCommit {
   int row = 0;
-  int32_t pending = 0;             // the token that opened the round's window
-  int accepted = 0;                // drafts accepted (0..drafted)
-  std::vector<int32_t> emitted;    // accepted drafts followed by the target's own token
-  int drafted = 0;                 // drafts proposed this round
+  int32_t pending = 0;           // the token that opened the round's window
+  int accepted = 0;              // drafts accepted (0..drafted)
+  std::vector<int32_t> emitted;  // accepted drafts followed by the target's own token
+  int drafted = 0;               // drafts proposed this round
 };
 
 class DraftRows {

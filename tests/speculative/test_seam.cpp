@@ -115,6 +115,9 @@ class DraftModelSeam : public ::testing::Test {
     return m.open(view);
   }
   static std::vector<int32_t> draft(DraftRows& rows, int row, int32_t pending, int64_t position, int depth) {
+    return propose(rows, row, pending, position, depth).tokens;
+  }
+  static DraftProposal propose(DraftRows& rows, int row, int32_t pending, int64_t position, int depth) {
     static const SamplingParams greedy = [] {
       SamplingParams p;
       p.temperature = 0;
@@ -126,7 +129,7 @@ class DraftModelSeam : public ::testing::Test {
     ask.depth = depth;
     ask.position = position;
     ask.sampling = &greedy;
-    return rows.draft(std::span<const DraftRequestRow>(&ask, 1))[0].tokens;
+    return rows.draft(std::span<const DraftRequestRow>(&ask, 1))[0];
   }
   static inline Backend* backend_ = nullptr;
   static inline std::shared_ptr<Model> draft_;
@@ -175,6 +178,42 @@ TEST_F(DraftModelSeam, ReFeedKeepsStateEqualToHistory) {
     append(*fresh, &cp);
     EXPECT_EQ(draft(*fresh, 0, next, pos + 1 + accepted, 3), again) << "accepted " << accepted;
   }
+}
+
+// A round feeds the draft model its pending token, and after a full accept the last draft too;
+// only tokens of rounds the row did not draft in (a paused row) count as caught up, so that
+// their one-off cost is not taken for the price of a draft.
+TEST_F(DraftModelSeam, CountsOnlyMissedRoundsAsCatchUp) {
+  const std::vector<int32_t> prompt = {1012, 287, 1305, 12, 202, 262, 444};
+  auto rows = open();
+  append(*rows, kEmpty);
+  rows->prefill(0, prompt);
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  const DraftProposal first = propose(*rows, 0, 1858, pos, 4);
+  ASSERT_EQ(first.tokens.size(), 4u);
+  EXPECT_EQ(first.caught_up, 0);
+  RowCommit c;
+  c.pending = 1858;
+  c.accepted = 4;
+  c.drafted = 4;
+  c.emitted = first.tokens;
+  c.emitted.push_back(385);
+  rows->commit(std::span<const RowCommit>(&c, 1));
+  pos += 5;
+  EXPECT_EQ(propose(*rows, 0, 385, pos, 2).caught_up, 0);  // re-feeds the last draft: usual
+  // Three plain rounds (nothing drafted): the target emits one token each.
+  int32_t pending = 385;
+  for (int32_t next : {17, 29, 31}) {
+    RowCommit plain;
+    plain.pending = pending;
+    plain.emitted = {next};
+    rows->commit(std::span<const RowCommit>(&plain, 1));
+    pending = next;
+    ++pos;
+  }
+  // The draft KV holds 385 (fed with the last round); it now feeds 17, 29 and the pending 31:
+  // one token more than a round's usual two.
+  EXPECT_EQ(propose(*rows, 0, pending, pos, 2).caught_up, 1);
 }
 
 TEST_F(DraftModelSeam, FailedAppendLeavesGroupUnchanged) {

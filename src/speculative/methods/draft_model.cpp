@@ -17,7 +17,7 @@ namespace {
 struct DraftRowState {
   std::vector<int32_t> known;  // tokens before the pending one
   KvCache::SeqId seq = 0;
-  std::vector<int32_t> fed;    // tokens in the draft KV (a prefix of known + pending + drafts)
+  std::vector<int32_t> fed;  // tokens in the draft KV (a prefix of known + pending + drafts)
 };
 
 class DraftModelRows : public DraftRows {
@@ -101,12 +101,13 @@ class DraftModelRows : public DraftRows {
       auto& r = rows_[static_cast<size_t>(asks[i].row)];
       feeds[i].assign(r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()), r.known.end());
       feeds[i].push_back(asks[i].pending);
+      // A round feeds the pending token, and after a full accept the last draft before it.
+      out[i].caught_up = std::max(0, static_cast<int>(feeds[i].size()) - 2);
     }
     // The coupled draw: draft i samples with the key the target uses at its position. Rows that
     // need nothing but their logits (and no q) are drawn by the backend, as the target's are.
-    const bool on_backend = std::all_of(asks.begin(), asks.end(), [](const DraftRequestRow& a) {
-      return a.sampling->logits_only() && !a.want_q;
-    });
+    const bool on_backend = std::all_of(
+        asks.begin(), asks.end(), [](const DraftRequestRow& a) { return a.sampling->logits_only() && !a.want_q; });
     const auto position_of = [&](size_t i, int step) {
       return static_cast<uint64_t>(asks[i].position) + 1 + static_cast<uint64_t>(step);
     };
