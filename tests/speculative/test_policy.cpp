@@ -92,6 +92,31 @@ TEST(DepthPolicy, DraftsOneTokenWhereAWindowOfTwoCostsAsMuchAsOne) {
   EXPECT_LE(depth, 2);
 }
 
+TEST(DepthPolicy, InABatchEveryRowsWindowIsCharged) {
+  // Eight rows: a plain iteration is a forward of 8 tokens; forwards of 9 and 10 tokens were
+  // measured at its cost (a quiet moment, or the knee), while 16 and 24 tokens, what eight rows
+  // drafting one or two tokens each make, cost 1.8 and 2.7 times as much. At an acceptance of
+  // about 0.6 no depth pays; priced as if only this row drafted, one or two drafts looked free.
+  CostModel costs;
+  for (int i = 0; i < 20; ++i) {
+    for (int tokens : {8, 9, 10}) costs.observe_forward(tokens, kneed(8));
+    for (int tokens : {16, 24}) costs.observe_forward(tokens, kneed(tokens));
+  }
+  costs.observe_draft(10, 10 * 1e-6);
+  DepthPolicy policy(10, true);
+  for (int i = 0; i < 40; ++i) policy.observe(2, i % 5 < 3 ? 2 : 0);
+  EXPECT_EQ(policy.next_depth(costs, 8), 0);
+}
+
+TEST(DepthPolicy, APositionRejectedWithinTheDraftedDepthStaysLow) {
+  // Two drafts a round: the first is rejected three rounds in four, the second always. The
+  // second position is tried only in the rounds the first is accepted; the others must not
+  // lift its estimate back toward the prior (they asked for it and never reached it).
+  DepthPolicy policy(10, true);
+  for (int i = 0; i < 80; ++i) policy.observe(2, i % 4 == 0 ? 1 : 0);
+  EXPECT_LT(policy.expected_emitted(2) - policy.expected_emitted(1), 0.05);
+}
+
 TEST(CostModel, AColdFirstDraftFigureFallsWithinAFewRounds) {
   // A request's first draft runs on cold caches; its figure must not price the next rounds.
   CostModel costs;
