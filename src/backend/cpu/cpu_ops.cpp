@@ -79,9 +79,13 @@ void parallel_units(ThreadPool& pool, int64_t units, int64_t work_per_unit, int6
   grain = (grain + align - 1) / align * align;
   if (grain >= units || pool.size() == 1) {
     fn(0, static_cast<size_t>(units));
-  } else {
-    pool.parallel_for(static_cast<size_t>(units), static_cast<size_t>(grain), fn);
+    return;
   }
+  // As many chunks as the minimum allows, up to one per thread, of equal size: chunks of the
+  // minimum grain split e.g. three grains' worth 1:2, and the thread with one waited for the other.
+  const int64_t parts = std::min<int64_t>(static_cast<int64_t>(pool.size()), (units + grain - 1) / grain);
+  grain = ((units + parts - 1) / parts + align - 1) / align * align;
+  pool.parallel_for(static_cast<size_t>(units), static_cast<size_t>(grain), fn);
 }
 
 void check_host(const Tensor& t, const char* op, const char* name) {
