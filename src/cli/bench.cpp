@@ -35,7 +35,7 @@ struct BenchOptions {
   std::string suite = std::string(SPECDEC_SOURCE_DIR) + "/bench/prompts.json";
   bool json = false;
   bool skip_plain = false;
-  int repeats = 3;
+  int repeats = 5;
   bool no_adaptive = false;
   // Greedy unless --temperature is given; seeded, so plain and speculative runs draw alike.
   SamplingParams sampling = greedy_params();
