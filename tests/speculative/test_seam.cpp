@@ -191,7 +191,8 @@ TEST_F(DraftModelSeam, CountsOnlyMissedRoundsAsCatchUp) {
   int64_t pos = static_cast<int64_t>(prompt.size());
   const DraftProposal first = propose(*rows, 0, 1858, pos, 4);
   ASSERT_EQ(first.tokens.size(), 4u);
-  EXPECT_EQ(first.caught_up, 0);
+  // prefill only records the prompt; the first draft feeds it (all but the usual one token).
+  EXPECT_EQ(first.caught_up, static_cast<int>(prompt.size()) - 1);
   RowCommit c;
   c.pending = 1858;
   c.accepted = 4;
@@ -214,6 +215,39 @@ TEST_F(DraftModelSeam, CountsOnlyMissedRoundsAsCatchUp) {
   // The draft KV holds 385 (fed with the last round); it now feeds 17, 29 and the pending 31:
   // one token more than a round's usual two.
   EXPECT_EQ(propose(*rows, 0, pending, pos, 2).caught_up, 1);
+}
+
+// A prompt longer than a catch-up block is fed in blocks; the drafts must be the draft model's
+// own greedy continuation, computed here by one forward over the whole prompt and steps.
+TEST_F(DraftModelSeam, CatchesUpALongPromptInBlocks) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 1100; ++i) prompt.push_back(5 + (i * 37) % 4000);
+  auto rows = open();
+  append(*rows, kEmpty);
+  rows->prefill(0, prompt);
+  const int32_t pending = 1858;
+  const DraftProposal got = propose(*rows, 0, pending, static_cast<int64_t>(prompt.size()), 3);
+  EXPECT_EQ(got.caught_up, static_cast<int>(prompt.size()) - 1);
+
+  auto cache = draft_->make_cache(128);
+  const auto seq = cache->create();
+  ASSERT_TRUE(cache->reserve(seq, static_cast<int>(prompt.size()) + 4));
+  SequenceInput in;
+  in.seq = seq;
+  in.tokens = prompt;
+  in.tokens.push_back(pending);
+  in.logits_at = {static_cast<int32_t>(in.tokens.size()) - 1};
+  std::vector<int32_t> want;
+  for (int step = 0; step < 3; ++step) {
+    ForwardRequest req;
+    req.rows = {in};
+    req.sampling = {SampleRow{}};
+    const ForwardResult res = draft_->forward(req, *cache);
+    want.push_back(res.tokens[0]);
+    in.tokens = {want.back()};
+    in.logits_at = {0};
+  }
+  EXPECT_EQ(got.tokens, want);
 }
 
 TEST_F(DraftModelSeam, FailedAppendLeavesGroupUnchanged) {

@@ -14,6 +14,9 @@ namespace specdec {
 
 namespace {
 
+// Tokens of context a draft call feeds in one forward when it catches a row up.
+constexpr int kCatchUpBlock = 512;
+
 struct DraftRowState {
   std::vector<int32_t> known;  // tokens before the pending one
   KvCache::SeqId seq = 0;
@@ -62,20 +65,13 @@ class DraftModelRows : public DraftRows {
     rows_ = std::move(next);
   }
 
-  // The draft model processes prompt blocks as they come, so drafting later only feeds the one
-  // or two tokens each round adds.
+  // The prompt is only recorded: the first draft() feeds it (in blocks of kCatchUpBlock), so a
+  // row the depth policy never lets draft (a batch where speculation does not pay) costs no
+  // draft-model prefill. Measured at batch 8 on a CPU: eight prompts' draft prefill was ~5 % of
+  // a run in which no row drafted.
   void prefill(int row, std::span<const int32_t> tokens) override {
     auto& r = rows_.at(static_cast<size_t>(row));
     r.known.insert(r.known.end(), tokens.begin(), tokens.end());
-    if (r.fed.size() != r.known.size() - tokens.size() ||
-        static_cast<int>(r.known.size()) >= model_->config().max_position)
-      return;  // out of step (a restored row): the next draft() catches up
-    SPECDEC_CHECK(cache_->reserve(r.seq, static_cast<int>(r.known.size())), "the draft model's KV cache is full");
-    SequenceInput in;
-    in.seq = r.seq;
-    in.tokens.assign(tokens.begin(), tokens.end());
-    model_->forward(ForwardRequest{{in}, {}}, *cache_);
-    r.fed.insert(r.fed.end(), tokens.begin(), tokens.end());
   }
 
   std::vector<DraftProposal> draft(std::span<const DraftRequestRow> asks) override {
@@ -99,10 +95,22 @@ class DraftModelRows : public DraftRows {
     std::vector<std::vector<int32_t>> feeds(asks.size());
     for (size_t i : live) {
       auto& r = rows_[static_cast<size_t>(asks[i].row)];
+      // Context the draft KV lacks beyond the last block goes in first, a block a forward.
+      while (r.known.size() - r.fed.size() > static_cast<size_t>(kCatchUpBlock)) {
+        SequenceInput in;
+        in.seq = r.seq;
+        in.tokens.assign(r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()),
+                         r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()) + kCatchUpBlock);
+        SPECDEC_CHECK(cache_->reserve(r.seq, static_cast<int>(r.fed.size()) + kCatchUpBlock),
+                      "the draft model's KV cache is full");
+        model_->forward(ForwardRequest{{in}, {}}, *cache_);
+        r.fed.insert(r.fed.end(), in.tokens.begin(), in.tokens.end());
+        out[i].caught_up += kCatchUpBlock;
+      }
       feeds[i].assign(r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()), r.known.end());
       feeds[i].push_back(asks[i].pending);
       // A round feeds the pending token, and after a full accept the last draft before it.
-      out[i].caught_up = std::max(0, static_cast<int>(feeds[i].size()) - 2);
+      out[i].caught_up += std::max(0, static_cast<int>(feeds[i].size()) - 2);
     }
     // The coupled draw: draft i samples with the key the target uses at its position. Rows that
     // need nothing but their logits (and no q) are drawn by the backend, as the target's are.
