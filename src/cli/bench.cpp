@@ -178,9 +178,42 @@ std::string describe(const SamplingParams& p) {
                  p.min_p > 0.0f ? str_cat(", min-p ", p.min_p) : std::string());
 }
 
-void plain_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, nlohmann::json& report) {
+// One prompt of the suite (bench/prompts.json: {"prompts": [{"name", "category", "prompt",
+// "max_tokens"}, ...]}).
+struct SuitePrompt {
+  std::string name, category, text;
+  int max_tokens = 0;
+};
+
+std::vector<SuitePrompt> load_suite(const std::string& path) {
+  nlohmann::json suite;
+  try {
+    suite = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat("bench suite ", path, " is not valid JSON: ", e.what()));
+  }
+  SPECDEC_CHECK(
+      suite.is_object() && suite.contains("prompts") && suite["prompts"].is_array() && !suite["prompts"].empty(),
+      "bench suite ", path, " must be an object with a non-empty \"prompts\" array");
+  std::vector<SuitePrompt> prompts;
+  for (const auto& p : suite["prompts"]) {
+    const std::string at = str_cat("bench suite ", path, ": prompt ", prompts.size());
+    SPECDEC_CHECK(p.is_object(), at, " is not an object");
+    for (const char* key : {"name", "category", "prompt"})
+      SPECDEC_CHECK(p.contains(key) && p[key].is_string(), at, " needs a string \"", key, "\"");
+    SPECDEC_CHECK(p.contains("max_tokens") && p["max_tokens"].is_number_integer(), at,
+                  " needs an integer \"max_tokens\"");
+    SuitePrompt sp{p["name"], p["category"], p["prompt"], p["max_tokens"].get<int>()};
+    SPECDEC_CHECK(!sp.text.empty(), at, " (", sp.name, ") has an empty prompt");
+    SPECDEC_CHECK(sp.max_tokens >= 2, at, " (", sp.name, "): max_tokens must be at least 2, got ", sp.max_tokens);
+    prompts.push_back(std::move(sp));
+  }
+  return prompts;
+}
+
+void plain_bench(const BenchOptions& o, Session& s, const std::vector<SuitePrompt>& suite, nlohmann::json& report) {
   std::string text;
-  for (const auto& p : suite["prompts"]) text += p["prompt"].get<std::string>();
+  for (const auto& p : suite) text += p.text;
   const bool gpu = s.backend->device() == Device::cuda;
   const double bandwidth = gpu ? measure_device_bandwidth(*s.backend)
                                : measure_host_bandwidth(static_cast<size_t>(std::max(0, o.common.threads)));
@@ -272,15 +305,15 @@ Pair measure_pair(BenchEngine& plain_engine, BenchEngine& spec_engine, const std
   return best;
 }
 
-void spec_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, nlohmann::json& report) {
+void spec_bench(const BenchOptions& o, Session& s, const std::vector<SuitePrompt>& suite, nlohmann::json& report) {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> names, categories;
   std::vector<int> lengths;
-  for (const auto& p : suite["prompts"]) {
-    prompts.push_back(s.tokenizer->encode(p["prompt"].get<std::string>(), false));
-    names.push_back(p["name"]);
-    categories.push_back(p["category"]);
-    lengths.push_back(p["max_tokens"]);
+  for (const auto& p : suite) {
+    prompts.push_back(s.tokenizer->encode(p.text, false));
+    names.push_back(p.name);
+    categories.push_back(p.category);
+    lengths.push_back(p.max_tokens);
   }
   std::vector<std::vector<int32_t>> batch;
   int max_len = 0, batch_tokens = 1;
@@ -292,7 +325,7 @@ void spec_bench(const BenchOptions& o, Session& s, const nlohmann::json& suite, 
   }
   for (const auto& p : prompts) batch_tokens = std::max(batch_tokens, static_cast<int>(p.size()) + 1);
   std::string text;
-  for (const auto& p : suite["prompts"]) text += p["prompt"].get<std::string>();
+  for (const auto& p : suite) text += p.text;
   nlohmann::json methods = nlohmann::json::array();
   for (const std::string& draft : o.drafts) {
     BenchEngine plain_engine = make_engine(s, o.spec_batch, batch_tokens, "", 0);
@@ -385,8 +418,8 @@ void add_bench(CLI::App& app) {
     SPECDEC_CHECK(o->num_draft >= 0, "--num-draft-tokens must not be negative, got ", o->num_draft);
     for (int b : o->batches) SPECDEC_CHECK(b >= 1, "--batch-sizes must be positive, got ", b);
     SPECDEC_CHECK(o->prompt_tokens >= 1 && o->gen_tokens >= 2, "--prompt-tokens must be >= 1 and --new-tokens >= 2");
+    const std::vector<SuitePrompt> suite = load_suite(o->suite);
     Session s = open_session(o->common);
-    nlohmann::json suite = nlohmann::json::parse(read_file(o->suite));
     nlohmann::json report;
     report["model"] = o->common.model_dir;
     if (!o->skip_plain) plain_bench(*o, s, suite, report);

@@ -45,8 +45,10 @@ void write(const fs::path& p, const std::string& bytes) {
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
   for (char c : s) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
+    if (c == '\'')
+      q += "'\\''";
+    else
+      q += c;
   }
   return q + "'";
 }
@@ -144,8 +146,8 @@ struct Safetensors {
 };
 
 std::vector<std::string> generate_args(const std::vector<std::string>& extra) {
-  std::vector<std::string> a = {"generate", "--device", "cpu", "--prompt", "def f(x):", "--max-tokens", "8",
-                                "--temperature", "0"};
+  std::vector<std::string> a = {
+      "generate", "--device", "cpu", "--prompt", "def f(x):", "--max-tokens", "8", "--temperature", "0"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -209,8 +211,9 @@ TEST_F(Cli, GreedyTokensMatchTheReference) {
     std::vector<int> expected = ref["target"]["greedy"][i].get<std::vector<int>>();
     expected.resize(kTokens);
     for (const std::string draft : {"", "ngram", "draft"}) {
-      std::vector<std::string> args = {"generate", "--device", "cpu", "--prompt", text, "--max-tokens",
-                                       std::to_string(kTokens), "--temperature", "0", "--ignore-eos"};
+      std::vector<std::string> args = {
+          "generate",      "--device", "cpu",         "--prompt", text, "--max-tokens", std::to_string(kTokens),
+          "--temperature", "0",        "--ignore-eos"};
       if (!draft.empty()) args.insert(args.end(), {"--draft", draft == "draft" ? kDraft : draft});
       const auto j = run_json(args);
       EXPECT_EQ(j["stats"]["prompt_tokens"].get<size_t>(), ref["prompts"][i].size()) << "prompt " << i;
@@ -222,9 +225,8 @@ TEST_F(Cli, GreedyTokensMatchTheReference) {
 TEST_F(Cli, PromptFileGivesTheSameResultAsPrompt) {
   write(dir_ / "prompt.txt", "def f(x):");
   const auto inline_prompt = run_json(generate_args({}));
-  const auto file_prompt = run_json(
-      {"generate", "--device", "cpu", "--prompt-file", (dir_ / "prompt.txt").string(), "--max-tokens", "8",
-       "--temperature", "0"});
+  const auto file_prompt = run_json({"generate", "--device", "cpu", "--prompt-file", (dir_ / "prompt.txt").string(),
+                                     "--max-tokens", "8", "--temperature", "0"});
   expect_plain_stats(file_prompt);
   EXPECT_EQ(file_prompt["tokens"], inline_prompt["tokens"]);
   EXPECT_EQ(file_prompt["stats"]["prompt_tokens"], inline_prompt["stats"]["prompt_tokens"]);
@@ -329,22 +331,18 @@ TEST_F(Cli, EmptyPrompt) {
 }
 
 TEST_F(Cli, MissingPromptFile) {
-  expect_error(run({"generate", "--device", "cpu", "--prompt-file", (dir_ / "nothing.txt").string()}),
-               "nothing.txt");
+  expect_error(run({"generate", "--device", "cpu", "--prompt-file", (dir_ / "nothing.txt").string()}), "nothing.txt");
 }
 
 TEST_F(Cli, PromptLongerThanTheContext) {
   std::string text;
   for (int i = 0; i < 3000; ++i) text += "x = 1\n";
   write(dir_ / "long.txt", text);
-  expect_error(run({"generate", "--device", "cpu", "--prompt-file", (dir_ / "long.txt").string(), "--max-tokens",
-                    "8"}),
+  expect_error(run({"generate", "--device", "cpu", "--prompt-file", (dir_ / "long.txt").string(), "--max-tokens", "8"}),
                "2048");
 }
 
-TEST_F(Cli, DraftWithAnotherVocabulary) {
-  expect_error(run(generate_args({"--draft", kTinyLlama})), "vocab");
-}
+TEST_F(Cli, DraftWithAnotherVocabulary) { expect_error(run(generate_args({"--draft", kTinyLlama})), "vocab"); }
 
 TEST_F(Cli, UnknownSpecMode) {
   expect_error(run(generate_args({"--draft", "ngram", "--spec-mode", "greedy"})), "greedy");
@@ -368,8 +366,24 @@ TEST_F(Cli, NegativeMemorySizes) {
   expect_error(run({"bench", "--device", "cpu", "--temperature", "-1"}), "temperature");
 }
 
-TEST_F(Cli, UnknownDevice) {
-  expect_error(run({"generate", "--device", "tpu", "--prompt", "def f(x):"}), "tpu");
+TEST_F(Cli, MalformedBenchSuite) {
+  const auto bench = [&](const std::string& name, const std::string& body) {
+    const fs::path suite = dir_ / name;
+    write(suite, body);
+    return run(
+        {"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--repeats", "1", "--suite", suite.string()});
+  };
+  expect_error(bench("cut.json", "{\"prompts\": ["), "not valid JSON");
+  expect_error(bench("empty.json", "{\"prompts\": []}"), "non-empty \"prompts\"");
+  expect_error(bench("nolen.json", R"({"prompts": [{"name": "a", "category": "c", "prompt": "def f():"}]})"),
+               "max_tokens");
+  expect_error(
+      bench("short.json", R"({"prompts": [{"name": "a", "category": "c", "prompt": "def f():", "max_tokens": 1}]})"),
+      "at least 2");
+  expect_error(bench("noprompt.json", R"({"prompts": [{"name": "a", "category": "c", "max_tokens": 8}]})"),
+               "\"prompt\"");
 }
+
+TEST_F(Cli, UnknownDevice) { expect_error(run({"generate", "--device", "tpu", "--prompt", "def f(x):"}), "tpu"); }
 
 }  // namespace
