@@ -101,6 +101,15 @@ DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
   for (std::vector<int>& seen : seen_) seen.assign(static_cast<size_t>(max_depth_), 0);
 }
 
+bool DepthPolicy::could_pay(const CostModel& costs, int rows) const {
+  const double plain_rate = 1.0 / costs.row_cost(1, rows);
+  for (int k = 1; k <= max_depth_; ++k) {
+    const double rate = (k + 1) / (costs.row_cost(k + 1, rows) + costs.draft_cost(k));
+    if (rate > plain_rate * kMinGain) return true;
+  }
+  return false;
+}
+
 double DepthPolicy::expected_emitted(int k) const {
   const std::vector<double>& cond = cond_[run_];
   double total = 1.0, reach = 1.0;
@@ -115,7 +124,17 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
   if (!adaptive_ || max_depth_ == 0) return max_depth_;
   if (paused_ > 0) {
     --paused_;
-    return paused_ == 0 ? 1 : 0;  // probe with one draft when the pause ends
+    if (paused_ > 0) return 0;
+    // The pause ends with a probe of one draft, unless the measured costs leave no depth that
+    // would pay even if every draft were accepted: then a probe can only lose (and a draft
+    // model's probe first catches up on every token of the pause; at batch 8 on a CPU those
+    // probes cost 8-10 % of a run whose rows never drafted otherwise). The pause is renewed.
+    if (costs.calibrated() && costs.slope_known() && !could_pay(costs, rows)) {
+      paused_ = backoff_;
+      backoff_ = std::min(backoff_ * 2, 64);
+      return 0;
+    }
+    return 1;
   }
   // Until the cost fit has data, draft moderately: a full-depth window in every row of a big
   // batch is the most expensive way to learn that speculation does not pay there. Until windows

@@ -59,6 +59,8 @@ class DepthPolicy {
   int max_depth() const { return max_depth_; }
   // Expected tokens the next round emits with k drafts: 1 + sum over j <= k of P(first j accepted).
   double expected_emitted(int k) const;
+  // Whether some depth would beat a plain step if every draft were accepted.
+  bool could_pay(const CostModel& costs, int rows) const;
 
  private:
   int max_depth_;

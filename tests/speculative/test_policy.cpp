@@ -117,6 +117,30 @@ TEST(DepthPolicy, APositionRejectedWithinTheDraftedDepthStaysLow) {
   EXPECT_LT(policy.expected_emitted(2) - policy.expected_emitted(1), 0.05);
 }
 
+TEST(DepthPolicy, DoesNotProbeWhereNoDepthCouldPay) {
+  // Every token of a forward costs a whole step and a draft a tenth of one: no depth pays even
+  // at full acceptance, so a paused row must not probe. Where drafts are free it must.
+  CostModel dear, cheap;
+  for (int i = 0; i < 40; ++i) {
+    const int tokens = 1 + i % 4;
+    dear.observe_forward(tokens, 1e-3 * tokens);
+    cheap.observe_forward(tokens, 1e-3);
+  }
+  dear.observe_draft(10, 10 * 0.1e-3);
+  cheap.observe_draft(10, 10 * 1e-6);
+  for (CostModel* costs : {&dear, &cheap}) {
+    DepthPolicy policy(10, true);
+    for (int i = 0; i < 30; ++i) policy.observe(10, 0);
+    int probes = 0;
+    for (int round = 0; round < 200; ++round) probes += policy.next_depth(*costs, 1) > 0;
+    if (costs == &dear) {
+      EXPECT_EQ(probes, 0);
+    } else {
+      EXPECT_GE(probes, 3);
+    }
+  }
+}
+
 TEST(CostModel, AColdFirstDraftFigureFallsWithinAFewRounds) {
   // A request's first draft runs on cold caches; its figure must not price the next rounds.
   CostModel costs;
