@@ -129,7 +129,9 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
     // would pay even if every draft were accepted: then a probe can only lose (and a draft
     // model's probe first catches up on every token of the pause; at batch 8 on a CPU those
     // probes cost 8-10 % of a run whose rows never drafted otherwise). The pause is renewed.
-    if (costs.calibrated() && costs.slope_known() && !could_pay(costs, rows)) {
+    // Until the back-off reaches its cap; then a probe goes out anyway, so that a row whose
+    // costs were measured in a bad minute is not held off for good.
+    if (backoff_ < 64 && costs.calibrated() && costs.slope_known() && !could_pay(costs, rows)) {
       paused_ = backoff_;
       backoff_ = std::min(backoff_ * 2, 64);
       return 0;

@@ -119,7 +119,8 @@ TEST(DepthPolicy, APositionRejectedWithinTheDraftedDepthStaysLow) {
 
 TEST(DepthPolicy, DoesNotProbeWhereNoDepthCouldPay) {
   // Every token of a forward costs a whole step and a draft a tenth of one: no depth pays even
-  // at full acceptance, so a paused row must not probe. Where drafts are free it must.
+  // at full acceptance, so a paused row probes only once its back-off has reached the cap (64
+  // rounds), against 4, 8, 16, 32, 64, 64 rounds apart where drafts are free.
   CostModel dear, cheap;
   for (int i = 0; i < 40; ++i) {
     const int tokens = 1 + i % 4;
@@ -134,9 +135,9 @@ TEST(DepthPolicy, DoesNotProbeWhereNoDepthCouldPay) {
     int probes = 0;
     for (int round = 0; round < 200; ++round) probes += policy.next_depth(*costs, 1) > 0;
     if (costs == &dear) {
-      EXPECT_EQ(probes, 0);
+      EXPECT_LE(probes, 3);
     } else {
-      EXPECT_GE(probes, 3);
+      EXPECT_GE(probes, 6);
     }
   }
 }
