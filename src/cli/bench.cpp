@@ -211,9 +211,15 @@ std::vector<SuitePrompt> load_suite(const std::string& path) {
   return prompts;
 }
 
-void plain_bench(const BenchOptions& o, Session& s, const std::vector<SuitePrompt>& suite, nlohmann::json& report) {
+// Every prompt of the suite run together: the text synthetic prompts are cut from.
+std::string suite_text(const std::vector<SuitePrompt>& suite) {
   std::string text;
   for (const auto& p : suite) text += p.text;
+  return text;
+}
+
+void plain_bench(const BenchOptions& o, Session& s, const std::vector<SuitePrompt>& suite, nlohmann::json& report) {
+  const std::string text = suite_text(suite);
   const bool gpu = s.backend->device() == Device::cuda;
   const double bandwidth = gpu ? measure_device_bandwidth(*s.backend)
                                : measure_host_bandwidth(static_cast<size_t>(std::max(0, o.common.threads)));
@@ -307,25 +313,17 @@ Pair measure_pair(BenchEngine& plain_engine, BenchEngine& spec_engine, const std
 
 void spec_bench(const BenchOptions& o, Session& s, const std::vector<SuitePrompt>& suite, nlohmann::json& report) {
   std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::string> names, categories;
-  std::vector<int> lengths;
-  for (const auto& p : suite) {
-    prompts.push_back(s.tokenizer->encode(p.text, false));
-    names.push_back(p.name);
-    categories.push_back(p.category);
-    lengths.push_back(p.max_tokens);
-  }
+  for (const auto& p : suite) prompts.push_back(s.tokenizer->encode(p.text, false));
   std::vector<std::vector<int32_t>> batch;
   int max_len = 0, batch_tokens = 1;
   for (int i = 0; i < o.spec_batch; ++i) {
     const size_t p = static_cast<size_t>(i) % prompts.size();
     batch.push_back(prompts[p]);
-    max_len = std::max(max_len, lengths[p]);
+    max_len = std::max(max_len, suite[p].max_tokens);
     batch_tokens += static_cast<int>(prompts[p].size());
   }
   for (const auto& p : prompts) batch_tokens = std::max(batch_tokens, static_cast<int>(p.size()) + 1);
-  std::string text;
-  for (const auto& p : suite) text += p.text;
+  const std::string text = suite_text(suite);
   nlohmann::json methods = nlohmann::json::array();
   for (const std::string& draft : o.drafts) {
     BenchEngine plain_engine = make_engine(s, o.spec_batch, batch_tokens, "", 0);
@@ -346,18 +344,19 @@ void spec_bench(const BenchOptions& o, Session& s, const std::vector<SuitePrompt
                 "decode", "accept", "mean len", "same");
     nlohmann::json per_prompt = nlohmann::json::array();
     for (size_t i = 0; i < prompts.size(); ++i) {
-      const Pair m = measure_pair(plain_engine, spec_engine, {prompts[i]}, lengths[i], o);
+      const SuitePrompt& sp = suite[i];
+      const Pair m = measure_pair(plain_engine, spec_engine, {prompts[i]}, sp.max_tokens, o);
       const RunResult& plain = m.plain;
       const RunResult& spec = m.spec;
       const double pt = plain.generated / plain.wall, st = spec.generated / spec.wall;
       const double pd = decode_rate(plain), sd = decode_rate(spec);
       const auto& tel = spec.results[0].stats.speculative;
       const bool same = plain.results[0].tokens == spec.results[0].tokens;
-      std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %7.2fx %8.2f %8.2f %5s\n", names[i].c_str(), categories[i].c_str(),
-                  pt, st, m.speedup, m.decode_speedup, tel.acceptance_rate(), tel.mean_accepted_length(),
+      std::printf("%-16s %-16s %10.1f %10.1f %7.2fx %7.2fx %8.2f %8.2f %5s\n", sp.name.c_str(), sp.category.c_str(), pt,
+                  st, m.speedup, m.decode_speedup, tel.acceptance_rate(), tel.mean_accepted_length(),
                   same ? "yes" : "NO");
-      per_prompt.push_back({{"prompt", names[i]},
-                            {"category", categories[i]},
+      per_prompt.push_back({{"prompt", sp.name},
+                            {"category", sp.category},
                             {"plain_tokens_per_s", pt},
                             {"spec_tokens_per_s", st},
                             {"speedup", m.speedup},

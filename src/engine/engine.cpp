@@ -22,7 +22,6 @@ const char* finish_reason_name(FinishReason reason) {
     case FinishReason::length:
       return "length";
     case FinishReason::stop:
-      return "stop";
     case FinishReason::eos:
       return "stop";
     case FinishReason::cancelled:

@@ -16,6 +16,7 @@ constexpr double kMinSpread = 0.5;    // tokens: spread of recent widths needed 
 constexpr double kLaterPrior = 0.85;  // prior acceptance of drafts after the first
 constexpr double kRelax = 0.1;        // per round, untried positions' drift back to that prior
 constexpr double kTableRate = 0.1;    // moving-average rate of each token count's measured cost
+constexpr int kMaxBackoff = 64;       // rounds: the longest pause between probes
 }  // namespace
 
 void CostModel::observe_forward(int tokens, double seconds) {
@@ -101,13 +102,21 @@ DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
   for (std::vector<int>& seen : seen_) seen.assign(static_cast<size_t>(max_depth_), 0);
 }
 
+// Seconds of one row's round with k drafts: its verify window of k + 1 tokens and the drafts.
+static double round_cost(const CostModel& costs, int rows, int k) {
+  return costs.row_cost(k + 1, rows) + costs.draft_cost(k);
+}
+
 bool DepthPolicy::could_pay(const CostModel& costs, int rows) const {
   const double plain_rate = 1.0 / costs.row_cost(1, rows);
-  for (int k = 1; k <= max_depth_; ++k) {
-    const double rate = (k + 1) / (costs.row_cost(k + 1, rows) + costs.draft_cost(k));
-    if (rate > plain_rate * kMinGain) return true;
-  }
+  for (int k = 1; k <= max_depth_; ++k)
+    if ((k + 1) / round_cost(costs, rows, k) > plain_rate * kMinGain) return true;
   return false;
+}
+
+void DepthPolicy::pause() {
+  paused_ = backoff_;
+  backoff_ = std::min(backoff_ * 2, kMaxBackoff);
 }
 
 double DepthPolicy::expected_emitted(int k) const {
@@ -131,9 +140,8 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
     // probes cost 8-10 % of a run whose rows never drafted otherwise). The pause is renewed.
     // Until the back-off reaches its cap; then a probe goes out anyway, so that a row whose
     // costs were measured in a bad minute is not held off for good.
-    if (backoff_ < 64 && costs.calibrated() && costs.slope_known() && !could_pay(costs, rows)) {
-      paused_ = backoff_;
-      backoff_ = std::min(backoff_ * 2, 64);
+    if (backoff_ < kMaxBackoff && costs.calibrated() && costs.slope_known() && !could_pay(costs, rows)) {
+      pause();
       return 0;
     }
     return 1;
@@ -152,16 +160,14 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
   double best_rate = 1.0 / plain;
   int best = 0;
   for (int k = 1; k <= max_depth_; ++k) {
-    const double cost = costs.row_cost(k + 1, rows) + costs.draft_cost(k);
-    const double rate = expected_emitted(k) / cost;
+    const double rate = expected_emitted(k) / round_cost(costs, rows, k);
     if (rate > best_rate * (best == 0 ? kMinGain : 1.0)) {
       best_rate = rate;
       best = k;
     }
   }
   if (best == 0) {
-    paused_ = backoff_;
-    backoff_ = std::min(backoff_ * 2, 64);
+    pause();
   } else {
     backoff_ = 4;
   }

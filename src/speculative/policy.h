@@ -63,6 +63,9 @@ class DepthPolicy {
   bool could_pay(const CostModel& costs, int rows) const;
 
  private:
+  // Pauses speculation for backoff_ rounds and doubles the next pause (up to the cap).
+  void pause();
+
   int max_depth_;
   bool adaptive_;
   // cond_[r][i]: P(draft i accepted | drafts before it accepted), in regime r = whether the last

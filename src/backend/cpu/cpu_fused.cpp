@@ -22,20 +22,14 @@ constexpr int64_t kBlock = 64;
 constexpr int64_t kMinLinearChunkWork = 1 << 16;
 
 // Runs fn over [0, units) as one dispatch split evenly between the pool's threads (chunks a
-// multiple of `align`), or on the calling thread when the whole job is below one chunk's worth.
-// parallel_units' minimum-grain rule would give a 2:1 split for e.g. 768 q/k/v columns.
+// multiple of `align`), or on the calling thread when the whole job is below two shares of
+// kMinLinearChunkWork.
 void parallel_even(ThreadPool& pool, int64_t units, int64_t work_per_unit, int64_t align,
                    const std::function<void(size_t, size_t)>& fn) {
   if (units <= 0) return;
   const int64_t total = units * std::max<int64_t>(work_per_unit, 1);
-  const int64_t parts = std::min<int64_t>(static_cast<int64_t>(pool.size()), total / kMinLinearChunkWork);
-  if (parts <= 1) {
-    fn(0, static_cast<size_t>(units));
-    return;
-  }
-  int64_t grain = (units + parts - 1) / parts;
-  grain = (grain + align - 1) / align * align;
-  pool.parallel_for(static_cast<size_t>(units), static_cast<size_t>(grain), fn);
+  parallel_parts(pool, units, std::min<int64_t>(static_cast<int64_t>(pool.size()), total / kMinLinearChunkWork), align,
+                 fn);
 }
 
 float* grow(std::vector<float>& scratch, int64_t elements) {

@@ -77,14 +77,18 @@ void parallel_units(ThreadPool& pool, int64_t units, int64_t work_per_unit, int6
   const int64_t per = std::max<int64_t>(work_per_unit, 1);
   int64_t grain = std::max<int64_t>((min_work + per - 1) / per, 1);
   grain = (grain + align - 1) / align * align;
-  if (grain >= units || pool.size() == 1) {
-    fn(0, static_cast<size_t>(units));
-    return;
-  }
+  if (grain >= units) return fn(0, static_cast<size_t>(units));
   // As many chunks as the minimum allows, up to one per thread, of equal size: chunks of the
   // minimum grain split e.g. three grains' worth 1:2, and the thread with one waited for the other.
-  const int64_t parts = std::min<int64_t>(static_cast<int64_t>(pool.size()), (units + grain - 1) / grain);
-  grain = ((units + parts - 1) / parts + align - 1) / align * align;
+  parallel_parts(pool, units, std::min<int64_t>(static_cast<int64_t>(pool.size()), (units + grain - 1) / grain), align,
+                 fn);
+}
+
+void parallel_parts(ThreadPool& pool, int64_t units, int64_t parts, int64_t align,
+                    const std::function<void(size_t, size_t)>& fn) {
+  if (units <= 0) return;
+  if (parts <= 1 || pool.size() == 1) return fn(0, static_cast<size_t>(units));
+  const int64_t grain = ((units + parts - 1) / parts + align - 1) / align * align;
   pool.parallel_for(static_cast<size_t>(units), static_cast<size_t>(grain), fn);
 }
 

@@ -23,6 +23,10 @@ void check_dtype(const Tensor& t, DType dtype, const char* op, const char* name)
 // arithmetic inside one unit.
 void parallel_units(ThreadPool& pool, int64_t units, int64_t work_per_unit, int64_t min_work, int64_t align,
                     const std::function<void(size_t, size_t)>& fn);
+// Runs fn over [0, units) in `parts` chunks of equal size (a multiple of `align` units, the last
+// shorter), on the calling thread when parts <= 1.
+void parallel_parts(ThreadPool& pool, int64_t units, int64_t parts, int64_t align,
+                    const std::function<void(size_t, size_t)>& fn);
 // Work (element operations) a chunk must reach before it is worth a thread.
 constexpr int64_t kMinChunkWork = 1 << 18;
 
