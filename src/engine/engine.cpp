@@ -64,6 +64,8 @@ struct Engine::Group {
   std::shared_ptr<DraftMethod> method;
   std::unique_ptr<DraftRows> rows;
   std::vector<Row*> members;
+  DraftCost draft_cost;        // seconds per drafted token of this group's method
+  int forced_probes_left = 0;  // this iteration's probes against the measured costs
   int index_of(const Row* row) const {
     auto it = std::find(members.begin(), members.end(), row);
     return it == members.end() ? -1 : static_cast<int>(it - members.begin());
@@ -257,14 +259,15 @@ bool Engine::step() {
   std::map<Group*, std::vector<DraftRequestRow>> asks;
   std::map<Group*, std::vector<Row*>> askers;
   std::map<Row*, DraftProposal> proposals;
+  for (auto& [name, g] : groups_) g->forced_probes_left = 1;
   for (auto& r : rows_) {
     Row& row = *r;
     if (!row.decoding || row.finish != FinishReason::none || !row.policy) continue;
-    int depth = row.policy->next_depth(costs_, std::max(1, decoding));
+    Group* g = group_of(row);
+    int depth = row.policy->next_depth(costs_, g->draft_cost, std::max(1, decoding), &g->forced_probes_left);
     depth = std::min(depth, row.max_tokens - row.generated() - 1);
     depth = std::min<int>(depth, max_position - static_cast<int>(row.pending_pos) - 1);
     if (depth <= 0) continue;
-    Group* g = group_of(row);
     DraftRequestRow ask;
     ask.row = g->index_of(&row);
     ask.pending = row.pending;
@@ -288,7 +291,7 @@ bool Engine::step() {
     }
     // A call that also caught a row up on the tokens of rounds it did not draft in (after a
     // pause) would charge that one-off to every drafted token, and so prolong the pause.
-    if (!caught_up) costs_.observe_draft(drafted, secs);
+    if (!caught_up) g->draft_cost.observe(drafted, secs);
     for (Row* row : askers[g]) row->telemetry.draft_ns += static_cast<int64_t>(secs * 1e9 / askers[g].size());
   }
 

@@ -59,7 +59,7 @@ void CostModel::observe_forward(int tokens, double seconds) {
   }
 }
 
-void CostModel::observe_draft(int drafted_tokens, double seconds) {
+void DraftCost::observe(int drafted_tokens, double seconds) {
   if (drafted_tokens <= 0) return;
   // A round may include a catch-up feed (the tokens of rounds the row did not draft in); it is
   // not the price of a draft, so one observation may at most double the estimate. The first
@@ -67,14 +67,14 @@ void CostModel::observe_draft(int drafted_tokens, double seconds) {
   // 2-3x its steady cost): the estimate falls fast and rises slowly, or a request would spend
   // most of its rounds drafting shallow while a cold first figure decays.
   const double per = seconds / drafted_tokens;
-  if (!draft_seen_) {
-    per_draft_ = per;
-  } else if (per < per_draft_) {
-    per_draft_ = 0.5 * per_draft_ + 0.5 * per;
+  if (!seen_) {
+    per_token_ = per;
+  } else if (per < per_token_) {
+    per_token_ = 0.5 * per_token_ + 0.5 * per;
   } else {
-    per_draft_ = 0.8 * per_draft_ + 0.2 * std::min(per, 2.0 * per_draft_);
+    per_token_ = 0.8 * per_token_ + 0.2 * std::min(per, 2.0 * per_token_);
   }
-  draft_seen_ = true;
+  seen_ = true;
 }
 
 double CostModel::forward_cost(int tokens) const {
@@ -103,14 +103,14 @@ DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
 }
 
 // Seconds of one row's round with k drafts: its verify window of k + 1 tokens and the drafts.
-static double round_cost(const CostModel& costs, int rows, int k) {
-  return costs.row_cost(k + 1, rows) + costs.draft_cost(k);
+static double round_cost(const CostModel& costs, const DraftCost& draft, int rows, int k) {
+  return costs.row_cost(k + 1, rows) + draft.cost(k);
 }
 
-bool DepthPolicy::could_pay(const CostModel& costs, int rows) const {
+bool DepthPolicy::could_pay(const CostModel& costs, const DraftCost& draft, int rows) const {
   const double plain_rate = 1.0 / costs.row_cost(1, rows);
   for (int k = 1; k <= max_depth_; ++k)
-    if ((k + 1) / round_cost(costs, rows, k) > plain_rate * kMinGain) return true;
+    if ((k + 1) / round_cost(costs, draft, rows, k) > plain_rate * kMinGain) return true;
   return false;
 }
 
@@ -129,20 +129,26 @@ double DepthPolicy::expected_emitted(int k) const {
   return total;
 }
 
-int DepthPolicy::next_depth(const CostModel& costs, int rows) {
+int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left) {
   if (!adaptive_ || max_depth_ == 0) return max_depth_;
   if (paused_ > 0) {
     --paused_;
     if (paused_ > 0) return 0;
     // The pause ends with a probe of one draft, unless the measured costs leave no depth that
     // would pay even if every draft were accepted: then a probe can only lose (and a draft
-    // model's probe first catches up on every token of the pause; at batch 8 on a CPU those
-    // probes cost 8-10 % of a run whose rows never drafted otherwise). The pause is renewed.
+    // model's probe first catches up on every token of the pause). The pause is renewed.
     // Until the back-off reaches its cap; then a probe goes out anyway, so that a row whose
-    // costs were measured in a bad minute is not held off for good.
-    if (backoff_ < kMaxBackoff && costs.calibrated() && costs.slope_known() && !could_pay(costs, rows)) {
-      pause();
-      return 0;
+    // costs were measured in a bad minute is not held off for good. Such forced probes are
+    // rationed: the rows of a batch start together and reach the cap in the same iteration,
+    // and eight draft-model rows catching up on their whole context at once cost 42 ms, 4 % of
+    // a batch-8 run whose rows never drafted otherwise (measured on a CPU).
+    if (costs.calibrated() && costs.slope_known() && !could_pay(costs, draft, rows)) {
+      const bool forced = backoff_ >= kMaxBackoff && (!forced_probes_left || *forced_probes_left > 0);
+      if (!forced) {
+        pause();
+        return 0;
+      }
+      if (forced_probes_left) --*forced_probes_left;
     }
     return 1;
   }
@@ -160,7 +166,7 @@ int DepthPolicy::next_depth(const CostModel& costs, int rows) {
   double best_rate = 1.0 / plain;
   int best = 0;
   for (int k = 1; k <= max_depth_; ++k) {
-    const double rate = expected_emitted(k) / round_cost(costs, rows, k);
+    const double rate = expected_emitted(k) / round_cost(costs, draft, rows, k);
     if (rate > best_rate * (best == 0 ? kMinGain : 1.0)) {
       best_rate = rate;
       best = k;

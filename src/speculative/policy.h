@@ -14,21 +14,19 @@ namespace specdec {
 // one token, and every token after that adds a compute-bound share (measured: 0.80, 1.00, 1.27,
 // 1.42, 1.68 ms for 1, 3, 4, 5, 6 tokens). So each token count up to kTable keeps its own
 // measured cost; a straight-line fit of seconds on tokens (fixed + per_token * T) prices the
-// counts not measured yet, from the nearest measured count below. Drafting costs per_draft
-// seconds per drafted token.
+// counts not measured yet, from the nearest measured count below. One per engine: every row's
+// window is part of the same forward.
 class CostModel {
  public:
   static constexpr int kTable = 64;
 
   void observe_forward(int tokens, double seconds);
-  void observe_draft(int drafted_tokens, double seconds);
   // Cost of one row's window of `width` tokens in an iteration of `rows` rows: its share of an
   // iteration in which every row has a window that wide. The rows of a batch decide alike and
   // in the same iteration; priced alone, each row's window looked nearly free (the next token
   // counts cost about what the plain iteration did), and eight rows drafting two tokens each
   // made forwards of 24 tokens that cost three plain ones (measured, batch 8 on a CPU).
   double row_cost(int width, int rows) const;
-  double draft_cost(int tokens) const { return per_draft_ * tokens; }
   // Predicted seconds of a forward of `tokens` tokens.
   double forward_cost(int tokens) const;
   bool calibrated() const { return samples_ >= 4; }
@@ -39,19 +37,34 @@ class CostModel {
  private:
   // Exponentially weighted least squares of seconds on tokens.
   double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
-  double fixed_ = 0, per_token_ = 0, per_draft_ = 0;
+  double fixed_ = 0, per_token_ = 0;
   int samples_ = 0;
-  bool slope_known_ = false;  // some recent widths spread enough to fit the slope
-  bool draft_seen_ = false;
+  bool slope_known_ = false;                   // some recent widths spread enough to fit the slope
   std::array<double, kTable + 1> measured_{};  // moving average of seconds, per token count
   std::array<int, kTable + 1> seen_{};         // forwards of each token count observed
+};
+
+// Seconds per drafted token of one draft method, measured online. One per method group: an
+// n-gram lookup costs microseconds where a draft model's step costs a tenth of a target step,
+// and a row must be priced by its own method's figure.
+class DraftCost {
+ public:
+  void observe(int drafted_tokens, double seconds);
+  double cost(int tokens) const { return per_token_ * tokens; }
+
+ private:
+  double per_token_ = 0;
+  bool seen_ = false;
 };
 
 class DepthPolicy {
  public:
   DepthPolicy(int max_depth, bool adaptive, double prior_acceptance = 0.6);
-  // Depth for the next round (0 = a plain target step this round).
-  int next_depth(const CostModel& costs, int rows);
+  // Depth for the next round (0 = a plain target step this round). A paused row whose pause
+  // ends probes with one draft; where the measured costs say no depth could pay, that probe
+  // goes out only at the back-off cap and only while *forced_probes_left > 0 (then it takes
+  // one; null = no limit): the engine allows one such probe per method group and iteration.
+  int next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left = nullptr);
   // The round's outcome: drafts proposed and accepted (proposed 0 = nothing to learn).
   void observe(int drafted, int accepted);
   // Estimated acceptance of the next round's first draft.
@@ -60,7 +73,7 @@ class DepthPolicy {
   // Expected tokens the next round emits with k drafts: 1 + sum over j <= k of P(first j accepted).
   double expected_emitted(int k) const;
   // Whether some depth would beat a plain step if every draft were accepted.
-  bool could_pay(const CostModel& costs, int rows) const;
+  bool could_pay(const CostModel& costs, const DraftCost& draft, int rows) const;
 
  private:
   // Pauses speculation for backoff_ rounds and doubles the next pause (up to the cap).

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "speculative/policy.h"
 
@@ -84,10 +85,11 @@ TEST(DepthPolicy, DraftsOneTokenWhereAWindowOfTwoCostsAsMuchAsOne) {
   // pays; five do not (a straight line through these costs charges the second token 0.1 ms and
   // the policy then drafts nothing).
   CostModel costs = kneed_model();
-  costs.observe_draft(10, 10 * 1e-6);
+  DraftCost draft;
+  draft.observe(10, 10 * 1e-6);
   DepthPolicy policy(10, true);
   for (int i = 0; i < 40; ++i) policy.observe(5, i % 4 == 0 ? 1 : 0);
-  const int depth = policy.next_depth(costs, 1);
+  const int depth = policy.next_depth(costs, draft, 1);
   EXPECT_GE(depth, 1);
   EXPECT_LE(depth, 2);
 }
@@ -102,10 +104,11 @@ TEST(DepthPolicy, InABatchEveryRowsWindowIsCharged) {
     for (int tokens : {8, 9, 10}) costs.observe_forward(tokens, kneed(8));
     for (int tokens : {16, 24}) costs.observe_forward(tokens, kneed(tokens));
   }
-  costs.observe_draft(10, 10 * 1e-6);
+  DraftCost draft;
+  draft.observe(10, 10 * 1e-6);
   DepthPolicy policy(10, true);
   for (int i = 0; i < 40; ++i) policy.observe(2, i % 5 < 3 ? 2 : 0);
-  EXPECT_EQ(policy.next_depth(costs, 8), 0);
+  EXPECT_EQ(policy.next_depth(costs, draft, 8), 0);
 }
 
 TEST(DepthPolicy, APositionRejectedWithinTheDraftedDepthStaysLow) {
@@ -127,14 +130,16 @@ TEST(DepthPolicy, DoesNotProbeWhereNoDepthCouldPay) {
     dear.observe_forward(tokens, 1e-3 * tokens);
     cheap.observe_forward(tokens, 1e-3);
   }
-  dear.observe_draft(10, 10 * 0.1e-3);
-  cheap.observe_draft(10, 10 * 1e-6);
-  for (CostModel* costs : {&dear, &cheap}) {
+  DraftCost dear_draft, cheap_draft;
+  dear_draft.observe(10, 10 * 0.1e-3);
+  cheap_draft.observe(10, 10 * 1e-6);
+  for (bool is_dear : {true, false}) {
     DepthPolicy policy(10, true);
     for (int i = 0; i < 30; ++i) policy.observe(10, 0);
     int probes = 0;
-    for (int round = 0; round < 200; ++round) probes += policy.next_depth(*costs, 1) > 0;
-    if (costs == &dear) {
+    for (int round = 0; round < 200; ++round)
+      probes += is_dear ? policy.next_depth(dear, dear_draft, 1) > 0 : policy.next_depth(cheap, cheap_draft, 1) > 0;
+    if (is_dear) {
       EXPECT_LE(probes, 3);
     } else {
       EXPECT_GE(probes, 6);
@@ -142,16 +147,58 @@ TEST(DepthPolicy, DoesNotProbeWhereNoDepthCouldPay) {
   }
 }
 
-TEST(CostModel, AColdFirstDraftFigureFallsWithinAFewRounds) {
+TEST(DepthPolicy, RationsProbesThatTheCostsSayCannotPay) {
+  // Eight rows paused together reach the back-off cap in the same iteration. Where the costs
+  // say no depth could pay, only as many of them probe as the iteration allows (the engine
+  // allows one per method group); the others renew their pause. Probes that could pay are
+  // not rationed.
+  CostModel dear;
+  for (int i = 0; i < 40; ++i) {
+    const int tokens = 8 * (1 + i % 4);
+    dear.observe_forward(tokens, 1e-3 * tokens);
+  }
+  DraftCost draft;
+  draft.observe(10, 10 * 0.1e-3);
+  std::vector<DepthPolicy> rows(8, DepthPolicy(10, true));
+  for (DepthPolicy& row : rows)
+    for (int i = 0; i < 30; ++i) row.observe(10, 0);
+  int probes = 0, iterations_with_probes = 0;
+  for (int iteration = 0; iteration < 400; ++iteration) {
+    int allowed = 1, here = 0;
+    for (DepthPolicy& row : rows) here += row.next_depth(dear, draft, 8, &allowed) > 0;
+    EXPECT_LE(here, 1);
+    probes += here;
+    iterations_with_probes += here > 0;
+  }
+  EXPECT_GE(probes, 3);  // the cap's probes still go out, one row at a time
+  EXPECT_EQ(probes, iterations_with_probes);
+
+  CostModel cheap;
+  for (int i = 0; i < 40; ++i) cheap.observe_forward(8 * (1 + i % 4), 8e-3);
+  DraftCost free_draft;
+  free_draft.observe(10, 10 * 1e-6);
+  std::vector<DepthPolicy> hopeful(8, DepthPolicy(10, true));
+  for (DepthPolicy& row : hopeful)
+    for (int i = 0; i < 30; ++i) row.observe(10, 0);
+  int most = 0;
+  for (int iteration = 0; iteration < 20; ++iteration) {
+    int allowed = 1, here = 0;
+    for (DepthPolicy& row : hopeful) here += row.next_depth(cheap, free_draft, 8, &allowed) > 0;
+    most = std::max(most, here);
+  }
+  EXPECT_EQ(most, 8);
+}
+
+TEST(DraftCost, AColdFirstDraftFigureFallsWithinAFewRounds) {
   // A request's first draft runs on cold caches; its figure must not price the next rounds.
-  CostModel costs;
-  costs.observe_draft(1, 0.4e-3);
-  for (int i = 0; i < 3; ++i) costs.observe_draft(2, 2 * 0.1e-3);
-  EXPECT_LT(costs.draft_cost(1), 0.15e-3);
+  DraftCost draft;
+  draft.observe(1, 0.4e-3);
+  for (int i = 0; i < 3; ++i) draft.observe(2, 2 * 0.1e-3);
+  EXPECT_LT(draft.cost(1), 0.15e-3);
   // A slow round raises the estimate by at most half of itself... and slowly.
-  const double before = costs.draft_cost(1);
-  costs.observe_draft(1, 10e-3);
-  EXPECT_LT(costs.draft_cost(1), 1.3 * before);
+  const double before = draft.cost(1);
+  draft.observe(1, 10e-3);
+  EXPECT_LT(draft.cost(1), 1.3 * before);
 }
 
 TEST(DepthPolicy, LearnsARowsAcceptanceWithinAFewRounds) {
@@ -170,28 +217,31 @@ TEST(DepthPolicy, AnEarlyRejectionDoesNotCapTheDepthForGood) {
   // Drafts cost a third of a plain step here, so a second draft pays only at an acceptance
   // above ~0.75 (the prior, 0.85, is above; one rejection takes the estimate below).
   CostModel costs = calibrated_model();
-  costs.observe_draft(10, 10 * 0.3e-3);
+  DraftCost draft;
+  draft.observe(10, 10 * 0.3e-3);
   DepthPolicy policy(10, true);
   policy.observe(1, 1);  // so that the rejection lands in the after-a-full-accept regime
   policy.observe(3, 1);
   for (int i = 0; i < 30; ++i) policy.observe(1, 1);
-  EXPECT_GE(policy.next_depth(costs, 1), 2);
+  EXPECT_GE(policy.next_depth(costs, draft, 1), 2);
 }
 
 TEST(DepthPolicy, SpeculatesDeepWhenDraftsAreAcceptedEvenAfterASpike) {
   CostModel costs = calibrated_model();
-  costs.observe_draft(10, 10 * 1e-6);
+  DraftCost draft;
+  draft.observe(10, 10 * 1e-6);
   DepthPolicy policy(10, true);
   for (int i = 0; i < 30; ++i) policy.observe(10, 10);
-  EXPECT_EQ(policy.next_depth(costs, 1), 10);
+  EXPECT_EQ(policy.next_depth(costs, draft, 1), 10);
   costs.observe_forward(11, 0.050);
-  EXPECT_EQ(policy.next_depth(costs, 1), 10);
+  EXPECT_EQ(policy.next_depth(costs, draft, 1), 10);
 }
 
 TEST(DepthPolicy, PredictsARoundFromWhatTheLastOneDid) {
   // Copy spans: 4 rounds whose 10 drafts are all accepted, then 4 rounds that accept only the
   // first draft. After a full accept the next round is likely long, after a break short.
   const CostModel costs = calibrated_model();
+  const DraftCost draft;
   DepthPolicy after_full(10, true), after_break(10, true);
   for (int span = 0; span < 20; ++span) {
     for (DepthPolicy* policy : {&after_full, &after_break}) {
@@ -204,8 +254,8 @@ TEST(DepthPolicy, PredictsARoundFromWhatTheLastOneDid) {
   after_break.observe(10, 1);
   EXPECT_GT(after_full.expected_emitted(10), 7.0);
   EXPECT_GT(after_full.expected_emitted(10), after_break.expected_emitted(10) + 2.0);
-  EXPECT_EQ(after_full.next_depth(costs, 1), 10);
-  EXPECT_LE(after_break.next_depth(costs, 1), 2);
+  EXPECT_EQ(after_full.next_depth(costs, draft, 1), 10);
+  EXPECT_LE(after_break.next_depth(costs, draft, 1), 2);
   // A plain step (nothing drafted) leaves the regime as it was.
   after_full.observe(0, 0);
   EXPECT_GT(after_full.expected_emitted(10), 7.0);
@@ -218,9 +268,10 @@ TEST(DepthPolicy, DraftsShallowUntilTheSlopeIsMeasured) {
   for (int i = 0; i < 20; ++i) costs.observe_forward(1, truth(1));
   ASSERT_TRUE(costs.calibrated());
   ASSERT_FALSE(costs.slope_known());
+  const DraftCost draft;
   DepthPolicy policy(10, true);
   for (int i = 0; i < 30; ++i) policy.observe(10, 10);
-  const int first = policy.next_depth(costs, 1), second = policy.next_depth(costs, 1);
+  const int first = policy.next_depth(costs, draft, 1), second = policy.next_depth(costs, draft, 1);
   EXPECT_LE(std::max(first, second), 3);
   EXPECT_NE(first, second);  // widths that differ, so that the fit learns the slope
   // Windows of those widths give the fit its slope; then the depth follows the acceptance.
@@ -229,18 +280,19 @@ TEST(DepthPolicy, DraftsShallowUntilTheSlopeIsMeasured) {
     costs.observe_forward(4, truth(4));
   }
   ASSERT_TRUE(costs.slope_known());
-  EXPECT_EQ(policy.next_depth(costs, 1), 10);
+  EXPECT_EQ(policy.next_depth(costs, draft, 1), 10);
 }
 
 TEST(DepthPolicy, PausesWhenDraftsAreRejected) {
   CostModel costs = calibrated_model();
-  costs.observe_draft(10, 10 * 1e-6);
+  DraftCost draft;
+  draft.observe(10, 10 * 1e-6);
   DepthPolicy policy(10, true);
   for (int i = 0; i < 30; ++i) policy.observe(10, 0);
-  EXPECT_EQ(policy.next_depth(costs, 1), 0);
+  EXPECT_EQ(policy.next_depth(costs, draft, 1), 0);
   // Not adaptive: always the maximum depth.
   DepthPolicy fixed(10, false);
-  EXPECT_EQ(fixed.next_depth(costs, 1), 10);
+  EXPECT_EQ(fixed.next_depth(costs, draft, 1), 10);
 }
 
 }  // namespace
