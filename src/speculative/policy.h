@@ -14,8 +14,8 @@ namespace specdec {
 // one token, and every token after that adds a compute-bound share (measured: 0.80, 1.00, 1.27,
 // 1.42, 1.68 ms for 1, 3, 4, 5, 6 tokens). So each token count up to kTable keeps its own
 // measured cost; a straight-line fit of seconds on tokens (fixed + per_token * T) prices the
-// counts not measured yet, from the nearest measured count below. One per engine: every row's
-// window is part of the same forward.
+// counts not measured yet (or measured only once), from the nearest measured count below. One
+// per engine: every row's window is part of the same forward.
 class CostModel {
  public:
   static constexpr int kTable = 64;

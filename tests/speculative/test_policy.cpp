@@ -80,6 +80,22 @@ TEST(CostModel, PricesEachWidthAsMeasured) {
   EXPECT_LT(costs.row_cost(12, 1), 2.0 * kneed(12));
 }
 
+TEST(CostModel, ACountsFirstForwardDoesNotPriceIt) {
+  // A fresh engine's first window of four tokens ran at twice its cost (page faults in grown
+  // buffers). Priced by that figure, depth three looked dear and was not chosen again, so the
+  // figure stood; a count measured once is priced from the counts below it instead.
+  CostModel costs;
+  costs.observe_forward(4, 2.0 * kneed(4));
+  for (int i = 0; i < 200; ++i) {
+    const int tokens = i % 2 == 0 ? 3 : 8;
+    costs.observe_forward(tokens, kneed(tokens));
+  }
+  EXPECT_LT(costs.row_cost(4, 1), 1.25 * kneed(4));
+  // From its second forward on, a count is priced as measured: the running mean of the two.
+  costs.observe_forward(4, 1.3 * kneed(4));
+  EXPECT_NEAR(costs.row_cost(4, 1), (2.0 + 1.3) / 2 * kneed(4), 1e-9);
+}
+
 TEST(DepthPolicy, DraftsOneTokenWhereAWindowOfTwoCostsAsMuchAsOne) {
   // Drafts accepted a quarter of the time: one more token in a window that costs nothing extra
   // pays; five do not (a straight line through these costs charges the second token 0.1 ms and
