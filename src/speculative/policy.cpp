@@ -61,20 +61,22 @@ void CostModel::observe_forward(int tokens, double seconds) {
 
 void DraftCost::observe(int drafted_tokens, double seconds) {
   if (drafted_tokens <= 0) return;
-  // A round may include a catch-up feed (the tokens of rounds the row did not draft in); it is
-  // not the price of a draft, so one observation may at most double the estimate. The first
-  // rounds run on cold caches (the draft model's first steps after a request's prefill measured
-  // 2-3x its steady cost): the estimate falls fast and rises slowly, or a request would spend
-  // most of its rounds drafting shallow while a cold first figure decays.
-  const double per = seconds / drafted_tokens;
-  if (!seen_) {
+  // The first call runs on cold caches (a draft model's first steps after a request's prefill
+  // measured 2-3x its steady cost), so it prices drafts only until the second call replaces it.
+  // Then a running mean over the first calls and a moving average: an unbiased figure, since
+  // calls of different depths cost different amounts per token (a first step after a target
+  // forward costs more than the next). An estimate that fell fast and rose slowly sat at the
+  // cheap calls' figure and drafted where it did not pay (a GPU draft model at 0.92x plain,
+  // measured). A round may include a catch-up feed (the tokens of rounds the row did not draft
+  // in): one observation counts at most twice the estimate.
+  double per = seconds / drafted_tokens;
+  if (calls_ <= 1) {
     per_token_ = per;
-  } else if (per < per_token_) {
-    per_token_ = 0.5 * per_token_ + 0.5 * per;
   } else {
-    per_token_ = 0.8 * per_token_ + 0.2 * std::min(per, 2.0 * per_token_);
+    per = std::min(per, kMaxSpike * per_token_);
+    per_token_ += std::max(kAlphaRate, 1.0 / calls_) * (per - per_token_);
   }
-  seen_ = true;
+  calls_ = std::min(calls_ + 1, 1000);
 }
 
 double CostModel::forward_cost(int tokens) const {

@@ -54,7 +54,7 @@ class DraftCost {
 
  private:
   double per_token_ = 0;
-  bool seen_ = false;
+  int calls_ = 0;  // calls observed
 };
 
 class DepthPolicy {
