@@ -13,9 +13,9 @@ namespace specdec {
 // count: on a CPU, windows of up to three tokens still stream the weights at about the cost of
 // one token, and every token after that adds a compute-bound share (measured: 0.80, 1.00, 1.27,
 // 1.42, 1.68 ms for 1, 3, 4, 5, 6 tokens). So each token count up to kTable keeps its own
-// measured cost; a straight-line fit of seconds on tokens (fixed + per_token * T) prices the
-// counts not measured yet (or measured only once), from the nearest measured count below. One
-// per engine: every row's window is part of the same forward.
+// measured cost (the median of its first forwards, then a moving average); a straight-line fit of seconds on tokens
+// (fixed + per_token * T) prices the counts not measured yet (or measured only once), from the nearest measured count
+// below. One per engine: every row's window is part of the same forward.
 class CostModel {
  public:
   static constexpr int kTable = 64;
@@ -42,6 +42,8 @@ class CostModel {
   bool slope_known_ = false;                   // some recent widths spread enough to fit the slope
   std::array<double, kTable + 1> measured_{};  // moving average of seconds, per token count
   std::array<int, kTable + 1> seen_{};         // forwards of each token count observed
+  static constexpr int kWarm = 5;              // a count's first forwards, priced by their median
+  std::array<std::array<double, kWarm>, kTable + 1> first_{};
 };
 
 // Seconds per drafted token of one draft method, measured online. One per method group: an
