@@ -15,8 +15,7 @@ constexpr double kMaxSpike = 2.0;     // an observed forward counts at most this
 constexpr double kMinSpread = 0.5;    // tokens: spread of recent widths needed to refit the slope
 constexpr double kLaterPrior = 0.85;  // prior acceptance of drafts after the first
 constexpr double kRelax = 0.1;        // per round, untried positions' drift back to that prior
-constexpr double kTableRate = 0.03;   // moving-average rate of each token count's figure (slow: see speed_)
-constexpr double kSpeedRate = 0.2;    // moving-average rate of the machine's speed factor
+constexpr double kTableRate = 0.1;    // moving-average rate of each token count's measured cost
 constexpr int kMaxBackoff = 64;       // rounds: the longest pause between probes
 }  // namespace
 
@@ -26,16 +25,6 @@ void CostModel::observe_forward(int tokens, double seconds) {
   // prediction: a lone spike then moves the fit a little instead of pausing speculation for
   // dozens of rounds, while a lasting change still pulls the fit all the way within a few rounds.
   if (calibrated()) seconds = std::min(seconds, kMaxSpike * forward_cost(tokens));
-  // The machine's speed moves (other load on a shared host: a plain CPU step read 0.75 ms one
-  // minute and 1.0 the next), while the policy keeps choosing a few widths and stops measuring
-  // the others. Every forward therefore updates a common speed factor from the ratio of its time
-  // to its count's figure, quickly, and the figures themselves are kept in units of that factor
-  // and move slowly. A width last measured in a fast minute is then priced at today's speed
-  // too (measured: windows of three priced 10 % above a plain step measured in a slower minute,
-  // against 40 % in fact, and free-c drafted at a loss).
-  if (tokens >= 1 && tokens <= kTable && seen_[static_cast<size_t>(tokens)] >= kWarm)
-    speed_ += kSpeedRate * (seconds / measured_[static_cast<size_t>(tokens)] - speed_);
-  seconds /= speed_;
   if (tokens >= 1 && tokens <= kTable) {
     double& m = measured_[static_cast<size_t>(tokens)];
     int& n = seen_[static_cast<size_t>(tokens)];
@@ -109,9 +98,7 @@ void DraftCost::observe(int drafted_tokens, double seconds) {
   calls_ = std::min(calls_ + 1, 1000);
 }
 
-double CostModel::forward_cost(int tokens) const { return speed_ * relative_cost(tokens); }
-
-double CostModel::relative_cost(int tokens) const {
+double CostModel::forward_cost(int tokens) const {
   tokens = std::max(1, tokens);
   // The nearest count at or below `tokens` measured more than once, plus the fitted slope for
   // the rest; then one measured once; the fit alone when none has been measured. A count's

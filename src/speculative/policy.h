@@ -44,10 +44,6 @@ class CostModel {
   std::array<int, kTable + 1> seen_{};         // forwards of each token count observed
   static constexpr int kWarm = 5;              // a count's first forwards, priced by their median
   std::array<std::array<double, kWarm>, kTable + 1> first_{};
-  // The machine's current speed: seconds = speed_ * the figures above, which are kept in its
-  // units (as is the straight-line fit).
-  double speed_ = 1.0;
-  double relative_cost(int tokens) const;  // forward_cost in units of speed_
 };
 
 // Seconds per drafted token of one draft method, measured online. One per method group: an

@@ -80,22 +80,6 @@ TEST(CostModel, PricesEachWidthAsMeasured) {
   EXPECT_LT(costs.row_cost(12, 1), 2.0 * kneed(12));
 }
 
-TEST(CostModel, AWidthMeasuredInAnotherMinuteFollowsTheMachinesSpeed) {
-  // Windows of five measured while the machine ran 1.4x slower (other load), then only plain
-  // steps at the normal speed: the window is priced at today's speed, not that minute's. And
-  // the other way round.
-  for (double then : {1.4, 0.7}) {
-    CostModel costs;
-    for (int i = 0; i < 40; ++i) {
-      const int tokens = i % 2 == 0 ? 1 : 5;
-      costs.observe_forward(tokens, then * kneed(tokens));
-    }
-    for (int i = 0; i < 100; ++i) costs.observe_forward(1, kneed(1));
-    EXPECT_NEAR(costs.row_cost(1, 1), kneed(1), 0.03 * kneed(1)) << then;
-    EXPECT_NEAR(costs.row_cost(5, 1), kneed(5), 0.05 * kneed(5)) << then;
-  }
-}
-
 TEST(CostModel, SlowFirstForwardsDoNotSetACountsPrice) {
   // A GPU's replayed step: its first forwards run call by call and then record (0.19 and 0.52
   // ms), every later one takes 0.15 ms. A mean of the first five priced it at 0.23 ms; a row
