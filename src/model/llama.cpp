@@ -150,6 +150,7 @@ Tensor LlamaModel::bind(const std::string& name) {
 
 void LlamaModel::ensure(Buffer& buffer, size_t bytes) {
   if (buffer.bytes() >= bytes && buffer.data()) return;
+  one_off_ = true;
   // Grow by half again so a slowly rising batch size reallocates rarely.
   const size_t want = std::max(bytes, buffer.bytes() + buffer.bytes() / 2);
   backend_.synchronize();  // queued kernels may still read the old buffer
@@ -196,6 +197,7 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
       sampling.empty() ? Selection::logits : (all_greedy ? Selection::argmax : Selection::sample);
   const bool selects = selection != Selection::logits;
 
+  one_off_ = false;
   // Sizes a scratch buffer for a layout (growing it if needed), then lays the views out in it.
   auto scratch = [this](Buffer& buffer, auto make) {
     Carver measure = Carver::measure();
@@ -314,6 +316,7 @@ void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_l
   } else {
     decoder();
   }
+  result.one_off = one_off_;
   if (N > 0 && selects) {
     backend_.copy(out.tokens.rows(0, N), Tensor(result.tokens.data(), DType::i32, {N}));
   } else if (N > 0) {
@@ -331,6 +334,7 @@ void LlamaModel::replay_or_run(const ReplayKey& key, const std::function<void()>
   if (recordings_.size() > kMaxRecordings && !recordings_.contains(key)) recordings_.clear();
   Replay& r = recordings_[key];
   if (r.recording && r.recording->replay()) return;
+  one_off_ = true;
   r.recording.reset();
   // The first step of a shape runs call by call: it creates whatever the backend makes lazily
   // (scratch, GEMM plans), which a recording must not do. Later steps record and replay.

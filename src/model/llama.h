@@ -50,7 +50,7 @@ class LlamaModel {
   Tensor bind(const std::string& name);
   // Grows `buffer` to at least `bytes` (never shrinks), so steady-state forwards allocate nothing.
   // Moving a buffer drops the recordings that point into it.
-  void ensure(Buffer& buffer, size_t bytes);
+  void ensure(Buffer& buffer, size_t bytes);  // grows the buffer (and sets one_off_) if it is short
 
   // What a forward returns per output row: its logits, or its token, taken by Backend::argmax
   // when every row is greedy and by Backend::sample otherwise.
@@ -79,6 +79,7 @@ class LlamaModel {
   ModelConfig config_;
   WeightStore store_;  // keeps the mappings the CPU views point into alive
   Backend& backend_;
+  bool one_off_ = false;  // this forward grew a buffer or did not replay a replayable shape
   std::vector<Buffer> uploads_;
   Tensor embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;

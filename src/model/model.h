@@ -41,6 +41,10 @@ struct ForwardResult {
   std::vector<int32_t> tokens;           // [total logits_at] drawn per ForwardRequest::sampling, else empty
   std::vector<int> row_offsets;          // size rows+1: row r's logits rows are [row_offsets[r], row_offsets[r+1])
   std::vector<std::vector<float>> taps;  // per tap layer: [total logits_at, hidden]
+  // The forward paid one-off costs: it grew the model's buffers (their first pages fault), or
+  // its shape ran call by call for the first time or recorded its replay. Its time is no price
+  // of the next forward of that shape.
+  bool one_off = false;
 
   // Logits row i (of the total), vocab floats.
   const float* logits_row(int i) const { return logits.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab); }

@@ -22,8 +22,7 @@ namespace specdec {
 namespace {
 
 bool cpu_has(const std::string& isa) {
-  const bool avx2 =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   if (isa == "avx2") return avx2;
   if (isa == "avx512-bf16") return cpu_has("avx512") && __builtin_cpu_supports("avx512bf16");
   if (isa == "avx512")
@@ -63,9 +62,10 @@ std::vector<float> run_chunked(Model& model, KvCache& cache, KvCache::SeqId seq,
   for (size_t begin = 0; begin < tokens.size(); begin += chunk) {
     const size_t n = std::min(chunk, tokens.size() - begin);
     EXPECT_TRUE(cache.reserve(seq, cache.length(seq) + static_cast<int>(n)));
-    SequenceInput row{seq, {tokens.begin() + static_cast<std::ptrdiff_t>(begin),
-                            tokens.begin() + static_cast<std::ptrdiff_t>(begin + n)},
-                      all_positions(n)};
+    SequenceInput row{
+        seq,
+        {tokens.begin() + static_cast<std::ptrdiff_t>(begin), tokens.begin() + static_cast<std::ptrdiff_t>(begin + n)},
+        all_positions(n)};
     const ForwardResult result = model.forward(ForwardRequest{{row}, {}}, cache);
     logits.insert(logits.end(), result.logits.begin(), result.logits.end());
   }
@@ -109,9 +109,8 @@ TEST_P(ForwardInvariance, LogitsDoNotDependOnTheOtherRowsOfTheBatch) {
   // then the window together with a decode step and a 9-token prefill chunk.
   const auto a = cache->create(), s = cache->create(), b = cache->create();
   ASSERT_TRUE(cache->reserve(a, 37 + 1) && cache->reserve(s, 21 + 3) && cache->reserve(b, 5 + 9));
-  ForwardRequest first{{{a, tokens_for(37, vocab, 3), {36, 0}}, {s, prompt, all_positions(21)},
-                        {b, tokens_for(5, vocab, 4), {4}}},
-                       {}};
+  ForwardRequest first{
+      {{a, tokens_for(37, vocab, 3), {36, 0}}, {s, prompt, all_positions(21)}, {b, tokens_for(5, vocab, 4), {4}}}, {}};
   const ForwardResult r1 = model->forward(first, *cache);
   ASSERT_EQ(r1.row_offsets, (std::vector<int>{0, 2, 23, 24}));
   const std::vector<float> batched_prompt(r1.logits_row(2), r1.logits_row(23));
@@ -182,7 +181,10 @@ std::vector<Case> invariance_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Models, ForwardInvariance, ::testing::ValuesIn(invariance_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return info.param.model + "_" + (info.param.isa.empty() ? "best" : info.param.isa == "avx512-bf16" ? "avx512bf16" : info.param.isa);
+                           return info.param.model + "_" +
+                                  (info.param.isa.empty()            ? "best"
+                                   : info.param.isa == "avx512-bf16" ? "avx512bf16"
+                                                                     : info.param.isa);
                          });
 
 // ---- taps and errors, on one tiny model ----
@@ -251,7 +253,8 @@ TEST_F(ForwardApi, RowsWithoutLogitsStillWriteTheirKv) {
   auto cache = model->make_cache(4);
   const auto a = cache->create(), b = cache->create();
   ASSERT_TRUE(cache->reserve(a, 10) && cache->reserve(b, 10));
-  const ForwardResult silent = model->forward(ForwardRequest{{{a, {tokens.begin(), tokens.begin() + 9}, {}}}, {}}, *cache);
+  const ForwardResult silent =
+      model->forward(ForwardRequest{{{a, {tokens.begin(), tokens.begin() + 9}, {}}}, {}}, *cache);
   EXPECT_TRUE(silent.logits.empty());
   EXPECT_EQ(silent.row_offsets, (std::vector<int>{0, 0}));
   EXPECT_EQ(cache->length(a), 9);
@@ -416,6 +419,33 @@ TEST_F(ForwardApi, RejectsMalformedRequestsWithoutTouchingTheCache) {
   EXPECT_EQ(cache->length(s), 0);
   model->forward(ForwardRequest{{{s, {1, 2}, {1}}}, {}}, *cache);
   EXPECT_EQ(cache->length(s), 2);
+}
+
+TEST(ForwardCosts, FirstForwardsOfAShapeAreMarkedOneOff) {
+  // The depth policy prices forwards by their timings; those that grew the model's buffers, or
+  // ran a replayable shape call by call or recorded it, say so, and a repeat of the same shape
+  // does not (a replayed decode step is recorded on its second run, replayed from its third).
+  auto backend = make_backend(testing::test_backend_options());
+  auto model = Model::load(model_dir("llama"), *backend);
+  const int V = model->config().vocab_size;
+  auto cache = model->make_cache(16);
+  const auto seq = cache->create();
+  ASSERT_TRUE(cache->reserve(seq, 64));
+  const std::vector<SampleRow> greedy(1);
+  EXPECT_TRUE(model->forward(ForwardRequest{{{seq, tokens_for(8, V, 3), {7}}}, {}, greedy}, *cache).one_off);
+  bool last = true;
+  for (int step = 0; step < 4; ++step)
+    last = model->forward(ForwardRequest{{{seq, {5}, {0}}}, {}, greedy}, *cache).one_off;
+  EXPECT_FALSE(last) << "a decode step repeated four times";
+  // A window wider than any forward before grows the buffers; the same window again does not.
+  const std::vector<SampleRow> window(16);
+  const int at = cache->length(seq);
+  EXPECT_TRUE(
+      model->forward(ForwardRequest{{{seq, tokens_for(16, V, 4), all_positions(16)}}, {}, window}, *cache).one_off);
+  cache->truncate(seq, at);
+  ASSERT_TRUE(cache->reserve(seq, 64));
+  EXPECT_FALSE(
+      model->forward(ForwardRequest{{{seq, tokens_for(16, V, 4), all_positions(16)}}, {}, window}, *cache).one_off);
 }
 
 TEST(ModelLoad, NamesWhatIsMissing) {
