@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -70,7 +71,7 @@ class DepthPolicy {
   // The round's outcome: drafts proposed and accepted (proposed 0 = nothing to learn).
   void observe(int drafted, int accepted);
   // Estimated acceptance of the next round's first draft.
-  double acceptance() const { return cond_[run_].empty() ? 0.0 : cond_[run_][0]; }
+  double acceptance() const { return cond_[run_].empty() ? 0.0 : estimate(0); }
   int max_depth() const { return max_depth_; }
   // Expected tokens the next round emits with k drafts: 1 + sum over j <= k of P(first j accepted).
   double expected_emitted(int k) const;
@@ -78,6 +79,8 @@ class DepthPolicy {
   bool could_pay(const CostModel& costs, const DraftCost& draft, int rows) const;
 
  private:
+  // P(draft i accepted | drafts before it accepted) in the current regime.
+  double estimate(std::size_t i) const;
   // Pauses speculation for backoff_ rounds and doubles the next pause (up to the cap).
   void pause();
 

@@ -295,6 +295,25 @@ TEST(DepthPolicy, PredictsARoundFromWhatTheLastOneDid) {
   EXPECT_GT(after_full.expected_emitted(10), 7.0);
 }
 
+TEST(DepthPolicy, ARegimeNotYetSeenBorrowsTheOthersEstimates) {
+  // GPU-like costs: a replayed plain step 0.15 ms, any window 0.25 ms and up, n-gram drafts
+  // free. The row's first drafts are accepted one time in five and its second never; then one
+  // probe is accepted whole, so the next round is the first after a full accept. With that
+  // regime's priors (0.6, 0.85, ...) it asked for seven drafts; with the row's own figures it
+  // does not draft.
+  CostModel costs;
+  for (int i = 0; i < 64; ++i) {
+    const int tokens = 1 + i % 8;
+    costs.observe_forward(tokens, tokens == 1 ? 0.15e-3 : 0.25e-3 + 0.015e-3 * (tokens - 2));
+  }
+  DraftCost draft;
+  draft.observe(10, 10 * 1e-6);
+  DepthPolicy policy(10, true);
+  for (int i = 0; i < 20; ++i) policy.observe(2, i % 5 == 0 ? 1 : 0);
+  policy.observe(1, 1);
+  EXPECT_EQ(policy.next_depth(costs, draft, 1), 0);
+}
+
 TEST(DepthPolicy, DraftsShallowUntilTheSlopeIsMeasured) {
   // Only one-token steps seen: the cost of a drafted token is unknown, and the policy must not
   // take it for free, however good the acceptance looks.
