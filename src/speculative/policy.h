@@ -14,9 +14,10 @@ namespace specdec {
 // count: on a CPU, windows of up to three tokens still stream the weights at about the cost of
 // one token, and every token after that adds a compute-bound share (measured: 0.80, 1.00, 1.27,
 // 1.42, 1.68 ms for 1, 3, 4, 5, 6 tokens). So each token count up to kTable keeps its own
-// measured cost (the median of its first forwards, then a moving average); a straight-line fit of seconds on tokens
-// (fixed + per_token * T) prices the counts not measured yet (or measured only once), from the nearest measured count
-// below. One per engine: every row's window is part of the same forward.
+// measured cost (the median of its first forwards, then a moving average; the engine does not
+// report forwards that paid one-off costs); a straight-line fit of seconds on tokens
+// (fixed + per_token * T) prices the counts not measured yet (or measured only once), from the
+// nearest measured count below. One per engine: every row's window is part of the same forward.
 class CostModel {
  public:
   static constexpr int kTable = 64;
