@@ -49,8 +49,8 @@ class LlamaModel {
   // backend's (CPU), otherwise an uploaded copy owned by this model.
   Tensor bind(const std::string& name);
   // Grows `buffer` to at least `bytes` (never shrinks), so steady-state forwards allocate nothing.
-  // Moving a buffer drops the recordings that point into it.
-  void ensure(Buffer& buffer, size_t bytes);  // grows the buffer (and sets one_off_) if it is short
+  // Moving a buffer drops the recordings that point into it and marks the forward one-off.
+  void ensure(Buffer& buffer, size_t bytes);
 
   // What a forward returns per output row: its logits, or its token, taken by Backend::argmax
   // when every row is greedy and by Backend::sample otherwise.

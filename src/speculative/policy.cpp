@@ -34,18 +34,12 @@ void CostModel::observe_forward(int tokens, double seconds) {
     // measured), and a mean of them priced plain steps 45 % too dear for the rest of an
     // engine's life, since a row that drafts every round never measures them again.
     if (n < kWarm) {
+      // Kept sorted: insert this one, then take the lower median of the n + 1 seen.
       std::array<double, kWarm>& first = first_[static_cast<size_t>(tokens)];
-      first[static_cast<size_t>(n)] = seconds;
-      // The lower median of the n + 1 seen: the (n / 2 + 1)-th smallest.
-      const auto k = static_cast<size_t>(n / 2);
-      for (size_t i = 0; i <= static_cast<size_t>(n); ++i) {
-        size_t below = 0, equal_before = 0;
-        for (size_t j = 0; j <= static_cast<size_t>(n); ++j) {
-          below += first[j] < first[i];
-          equal_before += j < i && first[j] == first[i];
-        }
-        if (below + equal_before == k) m = first[i];
-      }
+      auto i = static_cast<size_t>(n);
+      for (; i > 0 && first[i - 1] > seconds; --i) first[i] = first[i - 1];
+      first[i] = seconds;
+      m = first[static_cast<size_t>(n / 2)];
     } else {
       m += kTableRate * (std::min(seconds, kMaxSpike * m) - m);
     }

@@ -41,11 +41,11 @@ class CostModel {
   double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
   double fixed_ = 0, per_token_ = 0;
   int samples_ = 0;
-  bool slope_known_ = false;                   // some recent widths spread enough to fit the slope
-  std::array<double, kTable + 1> measured_{};  // moving average of seconds, per token count
-  std::array<int, kTable + 1> seen_{};         // forwards of each token count observed
-  static constexpr int kWarm = 5;              // a count's first forwards, priced by their median
-  std::array<std::array<double, kWarm>, kTable + 1> first_{};
+  bool slope_known_ = false;                                   // some recent widths spread enough to fit the slope
+  std::array<double, kTable + 1> measured_{};                  // moving average of seconds, per token count
+  std::array<int, kTable + 1> seen_{};                         // forwards of each token count observed
+  static constexpr int kWarm = 5;                              // a count's first forwards, priced by their median
+  std::array<std::array<double, kWarm>, kTable + 1> first_{};  // each count's first forwards, sorted
 };
 
 // Seconds per drafted token of one draft method, measured online. One per method group: an
