@@ -64,7 +64,7 @@ struct Engine::Group {
   std::shared_ptr<DraftMethod> method;
   std::unique_ptr<DraftRows> rows;
   std::vector<Row*> members;
-  DraftCost draft_cost;        // seconds per drafted token of this group's method
+  DraftCost draft_cost;        // seconds of this group's draft calls
   int forced_probes_left = 0;  // this iteration's probes against the measured costs
   int index_of(const Row* row) const {
     auto it = std::find(members.begin(), members.end(), row);
@@ -282,16 +282,16 @@ bool Engine::step() {
     const auto t0 = Clock::now();
     std::vector<DraftProposal> got = g->rows->draft(list);
     const double secs = seconds_since(t0);
-    int drafted = 0;
+    int depth = 0;
     bool caught_up = false;
     for (size_t i = 0; i < got.size(); ++i) {
-      drafted += static_cast<int>(got[i].tokens.size());
+      depth = std::max(depth, static_cast<int>(got[i].tokens.size()));
       caught_up = caught_up || got[i].caught_up > 0;
       proposals[askers[g][i]] = std::move(got[i]);
     }
     // A call that also caught a row up on the tokens of rounds it did not draft in (after a
     // pause) would charge that one-off to every drafted token, and so prolong the pause.
-    if (!caught_up) g->draft_cost.observe(drafted, secs);
+    if (!caught_up) g->draft_cost.observe(depth, secs);
     for (Row* row : askers[g]) row->telemetry.draft_ns += static_cast<int64_t>(secs * 1e9 / askers[g].size());
   }
 

@@ -72,24 +72,36 @@ void CostModel::observe_forward(int tokens, double seconds) {
   }
 }
 
-void DraftCost::observe(int drafted_tokens, double seconds) {
-  if (drafted_tokens <= 0) return;
+void DraftCost::observe(int depth, double seconds) {
+  if (depth <= 0) return;
   // The first call runs on cold caches (a draft model's first steps after a request's prefill
   // measured 2-3x its steady cost), so it prices drafts only until the second call replaces it.
-  // Then a running mean over the first calls and a moving average: an unbiased figure, since
-  // calls of different depths cost different amounts per token (a first step after a target
-  // forward costs more than the next). An estimate that fell fast and rose slowly sat at the
-  // cheap calls' figure and drafted where it did not pay (a GPU draft model at 0.92x plain,
-  // measured). A round may include a catch-up feed (the tokens of rounds the row did not draft
-  // in): one observation counts at most twice the estimate.
-  double per = seconds / drafted_tokens;
-  if (calls_ <= 1) {
-    per_token_ = per;
-  } else {
-    per = std::min(per, kMaxSpike * per_token_);
-    per_token_ += std::max(kAlphaRate, 1.0 / calls_) * (per - per_token_);
-  }
+  // Later, one call counts at most twice its prediction: a descheduled thread must not pause
+  // speculation for dozens of rounds.
+  if (calls_ == 1) sw_ = sx_ = sy_ = sxx_ = sxy_ = 0;
+  if (calls_ >= 2) seconds = std::min(seconds, kMaxSpike * cost(depth));
   calls_ = std::min(calls_ + 1, 1000);
+  sw_ = sw_ * kDecay + 1;
+  sx_ = sx_ * kDecay + depth;
+  sy_ = sy_ * kDecay + seconds;
+  sxx_ = sxx_ * kDecay + double(depth) * depth;
+  sxy_ = sxy_ * kDecay + double(depth) * seconds;
+  const double var = sw_ * sxx_ - sx_ * sx_;
+  if (var > kMinSpread * kMinSpread * sw_ * sw_) {
+    const double slope = (sw_ * sxy_ - sx_ * sy_) / var;
+    const double intercept = (sy_ - slope * sx_) / sw_;
+    if (slope > 0 && intercept >= 0) {
+      per_step_ = slope;
+      fixed_ = intercept;
+      return;
+    }
+  }
+  // One depth seen (or a fit that makes no sense on noisy calls): split the mean call as a call
+  // of that depth plus one step for its fixed part, what a draft model's call does (it feeds the
+  // last round's tokens in a forward of its own).
+  const double mean_depth = sx_ / sw_;
+  per_step_ = (sy_ / sw_) / (mean_depth + 1);
+  fixed_ = per_step_;
 }
 
 double CostModel::forward_cost(int tokens) const {
@@ -124,7 +136,7 @@ DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
 
 // Seconds of one row's round with k drafts: its verify window of k + 1 tokens and the drafts.
 static double round_cost(const CostModel& costs, const DraftCost& draft, int rows, int k) {
-  return costs.row_cost(k + 1, rows) + draft.cost(k);
+  return costs.row_cost(k + 1, rows) + draft.cost(k, rows);
 }
 
 bool DepthPolicy::could_pay(const CostModel& costs, const DraftCost& draft, int rows) const {

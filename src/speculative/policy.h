@@ -3,6 +3,7 @@
 // pause speculation for a row where no depth beats a plain step.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -48,16 +49,25 @@ class CostModel {
   std::array<std::array<double, kWarm>, kTable + 1> first_{};  // each count's first forwards, sorted
 };
 
-// Seconds per drafted token of one draft method, measured online. One per method group: an
-// n-gram lookup costs microseconds where a draft model's step costs a tenth of a target step,
-// and a row must be priced by its own method's figure.
+// Seconds of one draft method's call, measured online: a fixed part per call and a part per
+// step of depth, fitted like the forward costs (least squares with forgetting, refitted while
+// the depths seen spread). The fixed part is what a call pays whatever its depth: a draft model
+// first feeds the tokens the last round emitted. Priced per drafted token instead, a row that
+// drafted one token a round measured 0.2-0.3 ms a token against 0.12 for the steps of a deep
+// call (bundled draft model on a CPU), so deep rounds looked twice their price and the row
+// stayed shallow. One per method group: an n-gram lookup costs microseconds where a draft
+// model's step costs a tenth of a target step.
 class DraftCost {
  public:
-  void observe(int drafted_tokens, double seconds);
-  double cost(int tokens) const { return per_token_ * tokens; }
+  // One call that drafted up to `depth` tokens a row (its rows draft in parallel).
+  void observe(int depth, double seconds);
+  // One row's share of a call of depth k among `rows` rows that all draft: the call's steps run
+  // every row at once.
+  double cost(int k, int rows = 1) const { return k <= 0 ? 0.0 : (fixed_ + per_step_ * k) / std::max(1, rows); }
 
  private:
-  double per_token_ = 0;
+  double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  double fixed_ = 0, per_step_ = 0;
   int calls_ = 0;  // calls observed
 };
 

@@ -235,6 +235,50 @@ TEST(DraftCost, AveragesCallsOfDifferentCostsPerToken) {
   EXPECT_NEAR(draft.cost(1), 0.08e-3, 0.004e-3);
 }
 
+TEST(DraftCost, PricesADeepCallByItsStepsNotByAShallowCallsFigurePerToken) {
+  // A draft model's call: 0.06 ms whatever its depth (feeding the last round's tokens) and
+  // 0.115 ms a step. Calls of one and three drafts cost 0.175 and 0.405 ms, 0.175 and 0.135 ms a
+  // drafted token; priced per token, a call of eight looked like 1.2 ms against its 0.98.
+  DraftCost draft;
+  for (int i = 0; i < 40; ++i) {
+    const int depth = i % 2 == 0 ? 1 : 3;
+    draft.observe(depth, (0.06 + 0.115 * depth) * 1e-3);
+  }
+  EXPECT_NEAR(draft.cost(8), 0.98e-3, 0.02e-3);
+  EXPECT_NEAR(draft.cost(1), 0.175e-3, 0.01e-3);
+  EXPECT_EQ(draft.cost(0), 0.0);
+  // Rows draft in parallel: each of four rows pays a quarter of the call.
+  EXPECT_NEAR(draft.cost(8, 4), draft.cost(8) / 4, 1e-12);
+}
+
+TEST(DraftCost, OneDepthSeenCountsOneStepForTheCallsFixedPart) {
+  // Only calls of one draft seen (0.2 ms each): the call is split as a step for feeding the last
+  // round's tokens and one for the draft, so a call of five is priced at six steps, 0.6 ms, not
+  // five whole calls (1.0 ms): the row must be able to try a depth it has not measured.
+  DraftCost draft;
+  for (int i = 0; i < 10; ++i) draft.observe(1, 0.2e-3);
+  EXPECT_NEAR(draft.cost(1), 0.2e-3, 1e-9);
+  EXPECT_NEAR(draft.cost(5), 0.6e-3, 1e-9);
+}
+
+TEST(DepthPolicy, DraftsDeepWhenADraftModelsCallsHaveAFixedPart) {
+  // A draft model's calls cost 0.06 ms plus 0.115 ms a step, measured at depths 1 and 3 only; a
+  // plain step costs 0.65 ms and a window the measured CPU line. Four rounds in five accept all
+  // eight drafts, the fifth two. Each further draft adds ~0.25 ms for nearly a token, so deep
+  // rounds pay; priced at the shallow calls' 0.155 ms a drafted token the policy drafted two.
+  CostModel costs;
+  const double window[] = {0, 0.648, 0.685, 0.788, 0.986, 1.118, 1.246, 1.458, 1.556, 1.824};
+  for (int i = 0; i < 90; ++i) costs.observe_forward(1 + i % 9, window[1 + i % 9] * 1e-3);
+  DraftCost draft;
+  for (int i = 0; i < 40; ++i) {
+    const int depth = i % 2 == 0 ? 1 : 3;
+    draft.observe(depth, (0.06 + 0.115 * depth) * 1e-3);
+  }
+  DepthPolicy policy(8, true);
+  for (int i = 0; i < 30; ++i) policy.observe(8, i % 5 == 0 ? 2 : 8);
+  EXPECT_GE(policy.next_depth(costs, draft, 1), 6);
+}
+
 TEST(DepthPolicy, LearnsARowsAcceptanceWithinAFewRounds) {
   // A request lasts some 30 rounds: three rejected first drafts must already tell.
   DepthPolicy policy(10, true);
