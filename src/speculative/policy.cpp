@@ -17,6 +17,7 @@ constexpr double kLaterPrior = 0.85;  // prior acceptance of drafts after the fi
 constexpr double kRelax = 0.1;        // per round, untried positions' drift back to that prior
 constexpr double kTableRate = 0.1;    // moving-average rate of each token count's measured cost
 constexpr int kMaxBackoff = 64;       // rounds: the longest pause between probes
+constexpr double kShrink = 3.0;       // rounds of a regime's own evidence that weigh as much as the pooled estimate
 }  // namespace
 
 void CostModel::observe_forward(int tokens, double seconds) {
@@ -152,14 +153,18 @@ void DepthPolicy::pause() {
 }
 
 double DepthPolicy::estimate(size_t i) const {
-  // A position this regime has never tried takes what the other regime learned there, if it
-  // tried it: the row's own evidence beats the prior. On free-c (n-gram, first drafts accepted
-  // one time in ten) every accepted one-draft probe put the row in the after-a-full-accept regime,
-  // whose untouched priors (0.6, then 0.85) asked for seven drafts, all rejected; on a GPU, where
-  // a window costs twice a replayed step, seven such rounds cost 8 % of the request (measured).
-  const int other = 1 - run_;
-  if (seen_[run_][i] == 0 && seen_[other][i] > 0) return cond_[other][i];
-  return cond_[run_][i];
+  // The regime's own estimate, shrunk toward the estimate over both regimes in proportion to
+  // how often the regime tried the position. Split two ways, a request's 30-odd rounds leave
+  // each regime few observations: two rejected first drafts after full accepts put that regime's
+  // estimate at 0.3 and paused a draft-model row whose first drafts were accepted 58 % of the
+  // time there and 78 % overall (bundled draft model, complete-parser; a pause costs four plain
+  // rounds). A regime that has not tried a position takes the pooled estimate outright: on free-c
+  // (n-gram, first drafts accepted one time in ten) every accepted one-draft probe put the row
+  // in the after-a-full-accept regime, whose untouched priors (0.6, then 0.85) asked for seven
+  // drafts, all rejected.
+  const double n = seen_[run_][i];
+  const double w = n / (n + kShrink);
+  return w * cond_[run_][i] + (1 - w) * cond_[2][i];
 }
 
 double DepthPolicy::expected_emitted(int k) const {
@@ -224,29 +229,32 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
 
 void DepthPolicy::observe(int drafted, int accepted) {
   if (drafted <= 0) return;  // a plain step: nothing learned, the regime stays
-  std::vector<double>& cond = cond_[run_];
-  // Positions tried: the accepted ones and the first rejected one, if any.
+  // Positions tried: the accepted ones and the first rejected one, if any. The round counts for
+  // its regime and for the pooled estimate.
   const int tried = std::min(drafted, accepted + 1);
-  std::vector<int>& seen = seen_[run_];
-  for (int i = 0; i < tried && i < static_cast<int>(cond.size()); ++i) {
-    double& c = cond[static_cast<size_t>(i)];
-    // A running mean with the prior as one observation, until it has been seen often enough
-    // for the moving average: a request is only some 30 rounds long, and an average at rate
-    // kAlphaRate would take most of them to move from its prior.
-    int& n = seen[static_cast<size_t>(i)];
-    const double rate = std::max(kAlphaRate, 1.0 / (n + 2));
-    n = std::min(n + 1, 1000);
-    c = std::clamp(c + rate * ((i < accepted ? 1.0 : 0.0) - c), 0.001, 0.999);
+  for (int r : {run_, 2}) {
+    std::vector<double>& cond = cond_[r];
+    std::vector<int>& seen = seen_[r];
+    for (int i = 0; i < tried && i < static_cast<int>(cond.size()); ++i) {
+      double& c = cond[static_cast<size_t>(i)];
+      // A running mean with the prior as one observation, until it has been seen often enough
+      // for the moving average: a request is only some 30 rounds long, and an average at rate
+      // kAlphaRate would take most of them to move from its prior.
+      int& n = seen[static_cast<size_t>(i)];
+      const double rate = std::max(kAlphaRate, 1.0 / (n + 2));
+      n = std::min(n + 1, 1000);
+      c = std::clamp(c + rate * ((i < accepted ? 1.0 : 0.0) - c), 0.001, 0.999);
+    }
+    // Positions beyond the depth this round drafted drift back towards the prior: one early
+    // rejection at position i would otherwise keep every later round shorter than i, and the
+    // estimate that stops the policy from drafting there would never be tested again (measured:
+    // a draft model accepting 97 % of its drafts held at depth 1 for a whole request by one such
+    // rejection). Positions behind a rejection within the drafted depth stay: the round did ask
+    // for them, and letting them drift kept a row at free-c drafting a second token that was
+    // never accepted (measured: 22 of 22).
+    for (size_t i = static_cast<size_t>(std::max(drafted, 1)); i < cond.size(); ++i)
+      if (cond[i] < kLaterPrior) cond[i] += kRelax * (kLaterPrior - cond[i]);
   }
-  // Positions beyond the depth this round drafted drift back towards the prior: one early
-  // rejection at position i would otherwise keep every later round shorter than i, and the
-  // estimate that stops the policy from drafting there would never be tested again (measured: a
-  // draft model accepting 97 % of its drafts held at depth 1 for a whole request by one such
-  // rejection). Positions behind a rejection within the drafted depth stay: the round did ask
-  // for them, and letting them drift kept a row at free-c drafting a second token that was
-  // never accepted (measured: 22 of 22).
-  for (size_t i = static_cast<size_t>(std::max(drafted, 1)); i < cond.size(); ++i)
-    if (cond[i] < kLaterPrior) cond[i] += kRelax * (kLaterPrior - cond[i]);
   run_ = accepted >= drafted ? 1 : 0;
 }
 

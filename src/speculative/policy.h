@@ -102,8 +102,8 @@ class DepthPolicy {
   // span is accepted whole (hence per-position conditionals rather than one geometric rate), and
   // a round that follows a fully accepted one is usually still inside the span being copied,
   // while one that follows a rejection usually starts where the copy broke off.
-  std::vector<double> cond_[2];
-  std::vector<int> seen_[2];  // rounds that tried each position, per regime
+  std::vector<double> cond_[3];  // [2]: both regimes pooled
+  std::vector<int> seen_[3];     // rounds that tried each position, per regime (and pooled)
   int run_ = 0;
   int paused_ = 0;           // rounds left before speculation is probed again
   int backoff_ = 4;          // length of the next pause

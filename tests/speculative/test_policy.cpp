@@ -358,6 +358,30 @@ TEST(DepthPolicy, ARegimeNotYetSeenBorrowsTheOthersEstimates) {
   EXPECT_EQ(policy.next_depth(costs, draft, 1), 0);
 }
 
+TEST(DepthPolicy, TwoRejectionsInOneRegimeDoNotPauseARowThatPays) {
+  // A draft-model row (calls of 0.06 ms plus 0.115 ms a step, CPU window costs): its rounds
+  // after a rejection accept three drafts in four; twice, the round after a full accept has
+  // its first draft rejected. Estimated from those two rounds alone, the after-a-full-accept
+  // regime's first position stood at 0.2 and the row paused for four plain rounds although its
+  // drafts pay overall.
+  CostModel costs;
+  const double window[] = {0, 0.648, 0.685, 0.788, 0.986, 1.118, 1.246, 1.458, 1.556, 1.824};
+  for (int i = 0; i < 90; ++i) costs.observe_forward(1 + i % 9, window[1 + i % 9] * 1e-3);
+  DraftCost draft;
+  for (int i = 0; i < 40; ++i) {
+    const int depth = i % 2 == 0 ? 1 : 3;
+    draft.observe(depth, (0.06 + 0.115 * depth) * 1e-3);
+  }
+  DepthPolicy policy(8, true);
+  for (int i = 0; i < 12; ++i) policy.observe(3, i % 4 == 0 ? 0 : 2);
+  policy.observe(3, 3);
+  policy.observe(3, 0);  // the first draft after a full accept: rejected
+  policy.observe(3, 3);
+  policy.observe(3, 0);  // again
+  policy.observe(3, 3);
+  EXPECT_GT(policy.next_depth(costs, draft, 1), 0);
+}
+
 TEST(DepthPolicy, DraftsShallowUntilTheSlopeIsMeasured) {
   // Only one-token steps seen: the cost of a drafted token is unknown, and the policy must not
   // take it for free, however good the acceptance looks.
