@@ -384,6 +384,31 @@ TEST_F(Cli, MalformedBenchSuite) {
                "\"prompt\"");
 }
 
+TEST_F(Cli, BenchReplaysThePolicyAgainstTheBestSchedule) {
+  const fs::path suite = dir_ / "replay.json";
+  write(suite, R"({"prompts": [{"name": "copy", "category": "c", "max_tokens": 24,
+    "prompt": "def add(a, b):\n    return a + b\n\n\ndef add(a, b):\n"}]})");
+  const RunResult r = run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
+                           suite.string(), "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto ls = lines(r.out);
+  ASSERT_FALSE(ls.empty());
+  const auto report = nlohmann::json::parse(ls.back());
+  const auto& forward = report["replay"]["forward_ms"];
+  ASSERT_EQ(forward.size(), 17u);
+  for (const auto& ms : forward) EXPECT_GT(ms.get<double>(), 0.0);
+  const auto& prompt = report["replay"]["methods"][0]["prompts"][0];
+  const double best = prompt["best_schedule"]["decode_speedup"];
+  EXPECT_GE(best + 1e-9, prompt["policy"]["decode_speedup"].get<double>());
+  EXPECT_GE(best + 1e-9, prompt["best_fixed_depth"]["decode_speedup"].get<double>());
+  EXPECT_LE(prompt["policy"]["accepted"].get<int>(), prompt["policy"]["drafted"].get<int>());
+  // The copy is found: some drafts are accepted on the best schedule.
+  EXPECT_GT(prompt["best_schedule"]["accepted"].get<int>(), 0);
+  expect_error(run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
+                    suite.string(), "--temperature", "0.8"}),
+               "greedy");
+}
+
 TEST_F(Cli, UnknownDevice) { expect_error(run({"generate", "--device", "tpu", "--prompt", "def f(x):"}), "tpu"); }
 
 }  // namespace
