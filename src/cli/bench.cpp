@@ -477,7 +477,7 @@ ReplayTrace ngram_trace(const std::vector<int32_t>& prompt, const std::vector<in
 
 void replay_bench(const BenchOptions& o, Session& s, const std::vector<SuitePrompt>& suite, nlohmann::json& report) {
   SPECDEC_CHECK(o.sampling.greedy(), "--replay needs greedy decoding: sampled tokens change from run to run");
-  constexpr int kWidths = 17, kReps = 41;
+  constexpr int kWidths = 17, kReps = 15;
   std::vector<std::vector<int32_t>> prompts;
   int batch_tokens = 1;
   for (const auto& p : suite) {
@@ -489,17 +489,21 @@ void replay_bench(const BenchOptions& o, Session& s, const std::vector<SuiteProm
   std::vector<std::vector<int32_t>> generated;
   for (size_t i = 0; i < prompts.size(); ++i)
     generated.push_back(run_batch(plain_engine, {prompts[i]}, suite[i].max_tokens, o.sampling, 0).results[0].tokens);
-  // Target forwards of 1 .. kWidths tokens at a context of 128, widths interleaved so that a
-  // drifting machine shifts them alike; each prompt's prefill.
+  // Target forwards of 1 .. kWidths tokens at a context of 128: each width's median over a block
+  // of calls (a width follows itself, as a plain step does in decoding), then the median over
+  // three passes, so that a drifting machine does not tilt one width against the others.
   const std::vector<int32_t> context = synthetic_prompt(s, suite_text(suite), 128, 3);
   Scratch target = scratch(*s.model, context, kWidths + 16);
   ReplayCosts measured;
   measured.forward.assign(kWidths + 1, 0.0);
   {
     std::vector<std::vector<double>> t(kWidths + 1);
-    for (int rep = 0; rep < kReps; ++rep)
-      for (int w = 1; w <= kWidths; ++w)
-        t[static_cast<size_t>(w)].push_back(median_seconds(1, [&] { window(*s.model, target, w); }));
+    for (int pass = 0; pass < 3; ++pass)
+      for (int w = 1; w <= kWidths; ++w) {
+        for (int i = 0; i < 3; ++i) window(*s.model, target, w);  // not timed: the switch of width
+        t[static_cast<size_t>(w)].push_back(median_seconds(kReps, [&] { window(*s.model, target, w); }));
+      }
+
     for (int w = 1; w <= kWidths; ++w) measured.forward[static_cast<size_t>(w)] = median(t[static_cast<size_t>(w)]);
   }
   std::vector<double> prefill;
