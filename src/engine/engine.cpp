@@ -291,7 +291,7 @@ bool Engine::step() {
     }
     // A call that also caught a row up on the tokens of rounds it did not draft in (after a
     // pause) would charge that one-off to every drafted token, and so prolong the pause.
-    if (!caught_up) g->draft_cost.observe(depth, secs);
+    if (!caught_up) g->draft_cost.observe(depth, secs / static_cast<double>(got.size()));
     for (Row* row : askers[g]) row->telemetry.draft_ns += static_cast<int64_t>(secs * 1e9 / askers[g].size());
   }
 

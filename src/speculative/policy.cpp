@@ -137,7 +137,7 @@ DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
 
 // Seconds of one row's round with k drafts: its verify window of k + 1 tokens and the drafts.
 static double round_cost(const CostModel& costs, const DraftCost& draft, int rows, int k) {
-  return costs.row_cost(k + 1, rows) + draft.cost(k, rows);
+  return costs.row_cost(k + 1, rows) + draft.cost(k);
 }
 
 bool DepthPolicy::could_pay(const CostModel& costs, const DraftCost& draft, int rows) const {

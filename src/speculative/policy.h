@@ -59,11 +59,12 @@ class CostModel {
 // model's step costs a tenth of a target step.
 class DraftCost {
  public:
-  // One call that drafted up to `depth` tokens a row (its rows draft in parallel).
+  // One call that drafted up to `depth` tokens a row; `seconds` is one row's share of its time.
+  // Its rows draft in parallel: a call of eight rows costs more than one of a single row but far
+  // less than eight of them, so the share is measured at the batch the engine runs.
   void observe(int depth, double seconds);
-  // One row's share of a call of depth k among `rows` rows that all draft: the call's steps run
-  // every row at once.
-  double cost(int k, int rows = 1) const { return k <= 0 ? 0.0 : (fixed_ + per_step_ * k) / std::max(1, rows); }
+  // A row's share of a call of depth k.
+  double cost(int k) const { return k <= 0 ? 0.0 : fixed_ + per_step_ * k; }
 
  private:
   double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;

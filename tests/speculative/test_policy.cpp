@@ -247,8 +247,6 @@ TEST(DraftCost, PricesADeepCallByItsStepsNotByAShallowCallsFigurePerToken) {
   EXPECT_NEAR(draft.cost(8), 0.98e-3, 0.02e-3);
   EXPECT_NEAR(draft.cost(1), 0.175e-3, 0.01e-3);
   EXPECT_EQ(draft.cost(0), 0.0);
-  // Rows draft in parallel: each of four rows pays a quarter of the call.
-  EXPECT_NEAR(draft.cost(8, 4), draft.cost(8) / 4, 1e-12);
 }
 
 TEST(DraftCost, OneDepthSeenCountsOneStepForTheCallsFixedPart) {
