@@ -543,10 +543,23 @@ void replay_bench(const BenchOptions& o, Session& s, const std::vector<SuiteProm
       costs.draft_step = std::max(0.0, (eight - one) / 7);
       costs.draft_fixed = std::max(0.0, one - costs.draft_step);
       costs.catch_up = costs.draft_step;
+      // A verify window of w tokens follows a draft call of depth w - 1, whose steps take some
+      // of the target's weights out of the caches: time the windows that way.
+      for (int w = 2; w <= kWidths; ++w) {
+        std::vector<double> t;
+        for (int rep = 0; rep < kReps; ++rep) {
+          for (int j = 0; j < w - 1; ++j) window(*draft_model, d, 1);
+          t.push_back(median_seconds(1, [&] { window(*s.model, target, w); }));
+        }
+        costs.forward[static_cast<size_t>(w)] = median(t);
+      }
       for (size_t i = 0; i < prompts.size(); ++i)
         draft_prefill[i] = median_seconds(3, [&] { Scratch fresh = scratch(*draft_model, prompts[i], 1); });
-      std::printf("draft model %s: a call of depth k after a target forward: %.3f + %.3f k ms\n", draft.c_str(),
-                  costs.draft_fixed * 1e3, costs.draft_step * 1e3);
+      std::printf(
+          "draft model %s: a call of depth k after a target forward: %.3f + %.3f k ms; a window of 2 / 4 / 8 tokens "
+          "after a call: %.3f / %.3f / %.3f ms\n",
+          draft.c_str(), costs.draft_fixed * 1e3, costs.draft_step * 1e3, costs.forward[2] * 1e3,
+          costs.forward[4] * 1e3, costs.forward[8] * 1e3);
     }
     std::printf(
         "\nreplay: %s (depth up to %d); speedups over plain decoding: decode phase / whole request (prefill "
