@@ -359,6 +359,9 @@ void add_bench(CLI::App& app) {
   cmd->add_flag("--replay", o->replay,
                 "speculative suite, greedy: replay each request against this machine's measured costs for the default "
                 "policy, every fixed depth and the best schedule, instead of timing runs");
+  cmd->add_option("--replay-window-cost", o->replay_window_cost,
+                  "with --replay: what if a verify window's tokens beyond the first cost this many times as much")
+      ->capture_default_str();
   cmd->add_option("--repeats", o->repeats,
                   "speculative suite: plain/speculative pairs; speedup = median pair ratio, tokens/s = fastest run")
       ->capture_default_str();
@@ -370,6 +373,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--seed", o->sampling.seed, "with --temperature: the sampler's seed");
   cmd->callback([o] {
     SPECDEC_CHECK(o->repeats >= 1, "--repeats must be at least 1");
+    SPECDEC_CHECK(o->replay_window_cost >= 0, "--replay-window-cost must not be negative, got ", o->replay_window_cost);
     SPECDEC_CHECK(!o->replay || !o->drafts.empty(),
                   "--replay replays speculative decoding: name a method with --draft");
     SPECDEC_CHECK(o->spec_batch >= 1, "--spec-batch must be at least 1, got ", o->spec_batch);

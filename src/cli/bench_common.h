@@ -31,6 +31,7 @@ struct BenchOptions {
   int repeats = 5;
   bool no_adaptive = false;
   bool replay = false;
+  double replay_window_cost = 1.0;  // --replay: scale of a window's cost beyond a plain step
   // Greedy unless --temperature is given; seeded, so plain and speculative runs draw alike.
   SamplingParams sampling = greedy_params();
 };

@@ -32,10 +32,11 @@ void run(GenerateCommand& c) {
   c.gen.adaptive = !c.no_adaptive;
   Generator generator(c.model);
   std::function<void(std::string_view)> stream;
-  if (!c.json) stream = [](std::string_view piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
-  };
+  if (!c.json)
+    stream = [](std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
   const Generation g = generator.generate(text, c.gen, stream);
   if (c.json) {
     nlohmann::json j;
@@ -56,10 +57,9 @@ void run(GenerateCommand& c) {
   }
   std::fprintf(stdout, "\n");
   std::fflush(stdout);  // the text ends before the stats line, also when both go to one file
-  std::fprintf(stderr,
-               "[stats] prompt tokens %d, generated tokens %zu, prefill %.1f tokens/s, decode %.1f tokens/s, finish %s",
-               g.prompt_tokens, g.tokens.size(), g.prefill_tokens_per_s, g.decode_tokens_per_s,
-               g.finish_reason.c_str());
+  std::fprintf(
+      stderr, "[stats] prompt tokens %d, generated tokens %zu, prefill %.1f tokens/s, decode %.1f tokens/s, finish %s",
+      g.prompt_tokens, g.tokens.size(), g.prefill_tokens_per_s, g.decode_tokens_per_s, g.finish_reason.c_str());
   if (!c.gen.draft.empty())
     std::fprintf(stderr, ", %s acceptance %.2f, mean accepted length %.2f", c.gen.draft.c_str(), g.acceptance_rate,
                  g.mean_accepted_length);
@@ -75,8 +75,8 @@ void add_common(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--device", o.device, "cpu or cuda (default: cuda when a GPU is present)");
   cmd.add_option("--threads", o.threads, "CPU threads (default: all)");
   cmd.add_option("--cpu-isa", o.cpu_isa, "CPU kernels: avx512, avx2, scalar or avx512-bf16 (default: best exact)");
-  cmd.add_flag_callback("--fast-gpu", [&o] { o.batch_invariant = false; },
-                        "GPU: fast kernels instead of batch-invariant ones");
+  cmd.add_flag_callback(
+      "--fast-gpu", [&o] { o.batch_invariant = false; }, "GPU: fast kernels instead of batch-invariant ones");
   cmd.add_option("--kv-memory", o.kv_memory_gb, "KV cache size in GiB (default: 1 on the CPU, 16 on a GPU)");
   cmd.add_option("--gpu-memory", o.gpu_memory_gb,
                  "GPU: cap on the device memory pool in GiB (default: the free memory at start)");

@@ -19,7 +19,8 @@ void add_info(CLI::App& app) {
     weights.validate(llama_weight_specs(c));
     const Tokenizer tok = Tokenizer::load(o->model_dir);
     std::map<std::string, size_t> dtypes;
-    for (const auto& [name, t] : weights.all()) dtypes[std::string(dtype_name(t.dtype))] += static_cast<size_t>(t.numel());
+    for (const auto& [name, t] : weights.all())
+      dtypes[std::string(dtype_name(t.dtype))] += static_cast<size_t>(t.numel());
     std::printf("model          %s\n", o->model_dir.c_str());
     std::printf("architecture   %s (%s)\n", c.architecture.c_str(), c.model_type.c_str());
     std::printf("parameters     %zu (%.1f M), %.1f MB of weights\n", weights.parameter_count(),

@@ -184,10 +184,16 @@ void replay_bench(const BenchOptions& o, Session& s, const std::vector<SuiteProm
           draft.c_str(), costs.draft_fixed * 1e3, costs.draft_step * 1e3, costs.forward[2] * 1e3,
           costs.forward[4] * 1e3, costs.forward[8] * 1e3);
     }
+    // What if a window's tokens beyond the first cost o.replay_window_cost times as much.
+    for (int w = 2; w <= kWidths; ++w) {
+      double& f = costs.forward[static_cast<size_t>(w)];
+      f = costs.forward[1] + o.replay_window_cost * (f - costs.forward[1]);
+    }
     std::printf(
-        "\nreplay: %s (depth up to %d); speedups over plain decoding: decode phase / whole request (prefill "
+        "\nreplay: %s (depth up to %d%s); speedups over plain decoding: decode phase / whole request (prefill "
         "counted in both)\n",
-        draft.c_str(), depth);
+        draft.c_str(), depth,
+        o.replay_window_cost == 1.0 ? "" : str_cat(", window tokens at ", o.replay_window_cost, "x").c_str());
     std::printf("%-18s %9s %15s %9s %20s %15s\n", "prompt", "plain ms", "policy", "tok/fwd", "best fixed depth",
                 "best schedule");
     nlohmann::json per_prompt = nlohmann::json::array();

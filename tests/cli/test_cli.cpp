@@ -407,6 +407,9 @@ TEST_F(Cli, BenchReplaysThePolicyAgainstTheBestSchedule) {
   expect_error(run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
                     suite.string(), "--temperature", "0.8"}),
                "greedy");
+  expect_error(run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
+                    suite.string(), "--replay-window-cost", "-1"}),
+               "--replay-window-cost");
 }
 
 TEST_F(Cli, UnknownDevice) { expect_error(run({"generate", "--device", "tpu", "--prompt", "def f(x):"}), "tpu"); }
