@@ -27,19 +27,25 @@ double median_seconds(int reps, Fn&& fn) {
   return median(t);
 }
 
-// A scratch sequence of `context` tokens in its own cache.
+// A scratch sequence in its own cache, with room for `room` tokens past its context.
 struct Scratch {
   std::unique_ptr<KvCache> cache;
   KvCache::SeqId seq = 0;
   int context = 0;
 };
 
-Scratch scratch(Model& model, const std::vector<int32_t>& context, int room) {
+Scratch empty_scratch(Model& model, int room) {
   Scratch sc;
-  sc.cache = model.make_cache((static_cast<int>(context.size()) + room) / 16 + 4);
+  sc.cache = model.make_cache(room / 16 + 4);
   sc.seq = sc.cache->create();
+  SPECDEC_CHECK(sc.cache->reserve(sc.seq, room), "replay: the scratch KV cache is too small");
+  return sc;
+}
+
+// A scratch sequence holding `context` (fed in one forward).
+Scratch scratch(Model& model, const std::vector<int32_t>& context, int room) {
+  Scratch sc = empty_scratch(model, static_cast<int>(context.size()) + room);
   sc.context = static_cast<int>(context.size());
-  SPECDEC_CHECK(sc.cache->reserve(sc.seq, sc.context + room), "replay: the scratch KV cache is too small");
   model.forward(ForwardRequest{{SequenceInput{sc.seq, context, {}}}, {}}, *sc.cache);
   return sc;
 }
@@ -59,13 +65,11 @@ std::vector<int32_t> teacher_forced(Model& model, const std::vector<int32_t>& pr
                                     const std::vector<int32_t>& tokens) {
   std::vector<int32_t> all = prompt;
   all.insert(all.end(), tokens.begin(), tokens.end());
-  std::unique_ptr<KvCache> cache = model.make_cache(static_cast<int>(all.size()) / 16 + 4);
-  const KvCache::SeqId seq = cache->create();
-  SPECDEC_CHECK(cache->reserve(seq, static_cast<int>(all.size())), "replay: the scratch KV cache is too small");
-  SequenceInput in{seq, all, {}};
+  Scratch sc = empty_scratch(model, static_cast<int>(all.size()));
+  SequenceInput in{sc.seq, all, {}};
   for (size_t j = 0; j < tokens.size(); ++j) in.logits_at.push_back(static_cast<int32_t>(prompt.size() + j) - 1);
   const size_t n = in.logits_at.size();
-  return model.forward(ForwardRequest{{in}, {}, std::vector<SampleRow>(n)}, *cache).tokens;
+  return model.forward(ForwardRequest{{in}, {}, std::vector<SampleRow>(n)}, *sc.cache).tokens;
 }
 
 // run[t]: how many of the predictions from t on equal the generated tokens.

@@ -8,7 +8,7 @@
 namespace specdec {
 
 namespace {
-constexpr double kDecay = 0.97;       // forgetting factor of the cost fit
+constexpr double kDecay = 0.97;       // forgetting factor of the cost fits
 constexpr double kAlphaRate = 0.2;    // EMA rate of the acceptance estimate
 constexpr double kMinGain = 1.03;     // speculate only when it is expected to pay by 3 %
 constexpr double kMaxSpike = 2.0;     // an observed forward counts at most this many predictions
@@ -19,6 +19,14 @@ constexpr double kTableRate = 0.1;    // moving-average rate of each token count
 constexpr int kMaxBackoff = 64;       // rounds: the longest pause between probes
 constexpr double kShrink = 3.0;       // rounds of a regime's own evidence that weigh as much as the pooled estimate
 }  // namespace
+
+void ForgettingFit::add(double x, double y) {
+  sw_ = sw_ * kDecay + 1;
+  sx_ = sx_ * kDecay + x;
+  sy_ = sy_ * kDecay + y;
+  sxx_ = sxx_ * kDecay + x * x;
+  sxy_ = sxy_ * kDecay + x * y;
+}
 
 void CostModel::observe_forward(int tokens, double seconds) {
   // Timings on a shared machine have a heavy right tail (a descheduled pool worker costs a whole
@@ -46,30 +54,24 @@ void CostModel::observe_forward(int tokens, double seconds) {
     }
     n = std::min(n + 1, 1000);
   }
-  sw_ = sw_ * kDecay + 1;
-  sx_ = sx_ * kDecay + tokens;
-  sy_ = sy_ * kDecay + seconds;
-  sxx_ = sxx_ * kDecay + double(tokens) * tokens;
-  sxy_ = sxy_ * kDecay + double(tokens) * seconds;
+  fit_.add(tokens, seconds);
   ++samples_;
-  // var / sw² is the weighted variance of the recent widths. The slope is refitted only while
-  // they spread by at least kMinSpread tokens: after a long run of equal plain steps (speculation
-  // paused) one probe among them would otherwise set the slope from a single noisy sample, or the
-  // spread would vanish and the slope with it, so that drafting looked free and the policy
-  // resumed, paid, and paused again. Between such phases the slope learned last is kept and only
-  // the intercept follows the timings.
-  const double var = sw_ * sxx_ - sx_ * sx_;
-  if (var > kMinSpread * kMinSpread * sw_ * sw_) {
-    per_token_ = std::max(0.0, (sw_ * sxy_ - sx_ * sy_) / var);
+  // The slope is refitted only while the recent widths spread by at least kMinSpread tokens:
+  // after a long run of equal plain steps (speculation paused) one probe among them would
+  // otherwise set the slope from a single noisy sample, or the spread would vanish and the slope
+  // with it, so that drafting looked free and the policy resumed, paid, and paused again. Between such phases the slope
+  // learned last is kept and only the intercept follows the timings.
+  if (fit_.spreads(kMinSpread)) {
+    per_token_ = std::max(0.0, fit_.slope());
     slope_known_ = true;
   }
   if (slope_known_) {
-    fixed_ = std::max(0.0, (sy_ - per_token_ * sx_) / sw_);
+    fixed_ = std::max(0.0, fit_.intercept(per_token_));
   } else {
     // No spread seen yet: attribute the cost to the fixed part (weights read once per iteration
     // dominate a memory-bound forward) until windows of other widths show the slope.
-    fixed_ = sy_ / sw_;
-    per_token_ = 0.02 * fixed_ / std::max(1.0, sx_ / sw_);
+    fixed_ = fit_.mean_y();
+    per_token_ = 0.02 * fixed_ / std::max(1.0, fit_.mean_x());
   }
 }
 
@@ -79,18 +81,13 @@ void DraftCost::observe(int depth, double seconds) {
   // measured 2-3x its steady cost), so it prices drafts only until the second call replaces it.
   // Later, one call counts at most twice its prediction: a descheduled thread must not pause
   // speculation for dozens of rounds.
-  if (calls_ == 1) sw_ = sx_ = sy_ = sxx_ = sxy_ = 0;
+  if (calls_ == 1) fit_ = ForgettingFit{};
   if (calls_ >= 2) seconds = std::min(seconds, kMaxSpike * cost(depth));
   calls_ = std::min(calls_ + 1, 1000);
-  sw_ = sw_ * kDecay + 1;
-  sx_ = sx_ * kDecay + depth;
-  sy_ = sy_ * kDecay + seconds;
-  sxx_ = sxx_ * kDecay + double(depth) * depth;
-  sxy_ = sxy_ * kDecay + double(depth) * seconds;
-  const double var = sw_ * sxx_ - sx_ * sx_;
-  if (var > kMinSpread * kMinSpread * sw_ * sw_) {
-    const double slope = (sw_ * sxy_ - sx_ * sy_) / var;
-    const double intercept = (sy_ - slope * sx_) / sw_;
+  fit_.add(depth, seconds);
+  if (fit_.spreads(kMinSpread)) {
+    const double slope = fit_.slope();
+    const double intercept = fit_.intercept(slope);
     if (slope > 0 && intercept >= 0) {
       per_step_ = slope;
       fixed_ = intercept;
@@ -100,8 +97,7 @@ void DraftCost::observe(int depth, double seconds) {
   // One depth seen (or a fit that makes no sense on noisy calls): split the mean call as a call
   // of that depth plus one step for its fixed part, what a draft model's call does (it feeds the
   // last round's tokens in a forward of its own).
-  const double mean_depth = sx_ / sw_;
-  per_step_ = (sy_ / sw_) / (mean_depth + 1);
+  per_step_ = fit_.mean_y() / (fit_.mean_x() + 1);
   fixed_ = per_step_;
 }
 

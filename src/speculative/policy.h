@@ -11,6 +11,25 @@
 
 namespace specdec {
 
+// Least squares of y on x with exponential forgetting: each new point weighs 1, earlier ones
+// 0.97 times less per point. The forward costs and the draft costs are both fitted with it.
+class ForgettingFit {
+ public:
+  void add(double x, double y);
+  // Whether the recent x spread by at least `spread` (their weighted standard deviation), so
+  // that a slope can be fitted.
+  bool spreads(double spread) const { return variance() > spread * spread * sw_ * sw_; }
+  double slope() const { return (sw_ * sxy_ - sx_ * sy_) / variance(); }
+  // The intercept that goes with `slope`.
+  double intercept(double slope) const { return (sy_ - slope * sx_) / sw_; }
+  double mean_x() const { return sx_ / sw_; }
+  double mean_y() const { return sy_ / sw_; }
+
+ private:
+  double variance() const { return sw_ * sxx_ - sx_ * sx_; }  // sw² times the weighted variance
+  double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+};
+
 // Iteration costs, measured online. A target forward's cost is not a straight line in its token
 // count: on a CPU, windows of up to three tokens still stream the weights at about the cost of
 // one token, and every token after that adds a compute-bound share (measured: 0.80, 1.00, 1.27,
@@ -38,8 +57,7 @@ class CostModel {
   bool slope_known() const { return slope_known_; }
 
  private:
-  // Exponentially weighted least squares of seconds on tokens.
-  double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  ForgettingFit fit_;  // seconds on tokens
   double fixed_ = 0, per_token_ = 0;
   int samples_ = 0;
   bool slope_known_ = false;                                   // some recent widths spread enough to fit the slope
@@ -67,7 +85,7 @@ class DraftCost {
   double cost(int k) const { return k <= 0 ? 0.0 : fixed_ + per_step_ * k; }
 
  private:
-  double sw_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  ForgettingFit fit_;  // seconds on depth
   double fixed_ = 0, per_step_ = 0;
   int calls_ = 0;  // calls observed
 };
