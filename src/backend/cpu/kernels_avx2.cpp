@@ -1,7 +1,7 @@
 // AVX2 + FMA kernels. linear keeps one 8-lane accumulator per output (lane l takes the
 // k ≡ l mod 8 terms; the K tail goes through a zero-padded copy that adds exact zeros) and folds
-// it with a fixed tree; register tiles of up to 3 x rows × 4 weight rows share loads. A tile's
-// shape never changes the operations one output sees.
+// it with a fixed tree; register tiles of x rows × weight rows (3 × 4, or 4 × 2 and 5 × 2 for
+// four and five x rows) share loads. A tile's shape never changes the operations one output sees.
 #include <immintrin.h>
 
 #include <array>
@@ -12,7 +12,7 @@
 namespace specdec::cpu {
 namespace {
 
-constexpr int kMaxMr = 3;
+constexpr int kMaxMr = 5;
 constexpr int kMaxNr = 4;
 // Prefetch distance along each weight stream.
 constexpr int64_t kPrefetchBytes = 2048;
@@ -120,22 +120,29 @@ constexpr TileTable kTiles = tile_table<W>(std::make_integer_sequence<int, kMaxM
 template <DType W>
 void linear_typed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   const TileTable& tiles = kTiles<W>;
-  // A tile's weight rows come from kMaxNr equal segments of [n_begin, n_end), one row from each:
-  // every segment is read front to back, so the weights arrive as kMaxNr long sequential streams
-  // instead of kMaxNr interleaved rows of one block (which halved the read bandwidth on Zen 3: one
-  // x row 6 → 15 GB/s on one thread). x tiles run inside each weight tile, so weights are read
-  // from memory once whatever M is.
-  const int64_t seg = (n_end - n_begin) / kMaxNr;
-  const int64_t ahead = kPrefetchBytes;
+  // Up to three x rows: one pass of 3 × 4 tiles. Four or five (verify windows of depth 3 and 4):
+  // one pass of 4 × 2 or 5 × 2 tiles, which cost about what three rows do (3.3 and 3.7 against
+  // 2.8 ms for 44 MB of weights, one thread), where a 3 × 4 pass plus a pass for the rest cost
+  // 6.0 ms: on Zen 3 each pass of 3 × 4 tiles runs at the FMA and widening ports' pace, not the
+  // memory's. More rows: passes of 3 × 4 tiles, the rows split evenly (8 = 3 + 3 + 2).
+  const int64_t nr_main = a.M == 4 || a.M == 5 ? 2 : kMaxNr;
+  const int64_t m_tiles = a.M <= 5 ? 1 : (a.M + 2) / 3;
+  // A tile's weight rows come from nr_main equal segments of [n_begin, n_end), one row from each:
+  // every segment is read front to back, so the weights arrive as a few long sequential streams
+  // instead of interleaved rows of one block (which halved the read bandwidth on Zen 3: one x row
+  // 6 → 15 GB/s on one thread). x tiles run inside each weight tile, so weights are read from
+  // memory once whatever M is.
+  const int64_t seg = (n_end - n_begin) / nr_main;
   auto run = [&](int64_t n0, int64_t nr, int64_t stride) {
-    for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMr) {
-      const int64_t mr = a.M - m0 < kMaxMr ? a.M - m0 : kMaxMr;
+    for (int64_t t = 0, m0 = 0; t < m_tiles; ++t) {
+      const int64_t mr = (a.M - m0) / (m_tiles - t);
       // The first x tile of each weight tile pulls its streams' next bytes toward the cache.
-      tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0, stride, m0 == 0 ? ahead : 0);
+      tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0, stride, m0 == 0 ? kPrefetchBytes : 0);
+      m0 += mr;
     }
   };
-  for (int64_t i = 0; i < seg; ++i) run(n_begin + i, kMaxNr, seg);
-  const int64_t rest = n_begin + kMaxNr * seg;
+  for (int64_t i = 0; i < seg; ++i) run(n_begin + i, nr_main, seg);
+  const int64_t rest = n_begin + nr_main * seg;
   if (rest < n_end) run(rest, n_end - rest, 1);
 }
 
