@@ -124,11 +124,11 @@ void linear_typed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   // Up to three x rows: one pass of 3 × 4 tiles. Four or five (verify windows of depth 3 and 4):
   // one pass of 4 × 2 or 5 × 2 tiles, which cost about what three rows do (3.3 and 3.7 against
   // 2.8 ms for 44 MB of weights, one thread), where a 3 × 4 pass plus a pass for the rest cost
-  // 6.0 ms: on Zen 3 each pass runs at the FMA and widening ports' pace, not the memory's. More
-  // rows (wide windows, prefill): passes of 4 × 3 tiles, the rows split evenly (11 = 4 + 4 + 3),
-  // 3-19 % faster than passes of 3 × 4 from 8 rows up (each widened weight vector feeds four
-  // FMAs instead of three; the 4 × 3 tiles ran 73-76 against 67-70 GFLOP/s with the weights in
-  // L2, one thread).
+  // 6.0 ms: on Zen 3 each pass runs at the core's pace, not the memory's. More rows (wide
+  // windows, prefill): passes of 4 × 3 tiles, the rows split evenly (11 = 4 + 4 + 3), 3-19 %
+  // faster than passes of 3 × 4 from 8 rows up (each widened weight vector feeds four FMAs
+  // instead of three; the 4 × 3 tiles ran 73-76 against 67-70 GFLOP/s with the weights in L2,
+  // one thread).
   const int64_t nr_main = a.M == 4 || a.M == 5 ? 2 : a.M >= 6 ? 3 : kMaxNr;
   const int64_t m_tiles = a.M <= 5 ? 1 : (a.M + 3) / 4;
   // A tile's weight rows come from nr_main equal segments of [n_begin, n_end), one row from each:
