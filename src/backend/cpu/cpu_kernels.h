@@ -76,8 +76,10 @@ struct Kernels {
 void attend_scalar(const AttendArgs& args);
 void attend_avx2(const AttendArgs& args);
 void attend_avx512(const AttendArgs& args);
-// silu_mul with the C library's expf (scalar and AVX2 tables), and with an AVX-512 e^x.
+// silu_mul with the C library's expf (scalar table), and with an 8- and a 16-lane e^x of the same
+// arithmetic (AVX2 and AVX-512 tables).
 void silu_mul_scalar(const float* g, const float* u, float* out, int64_t n);
+void silu_mul_avx2(const float* g, const float* u, float* out, int64_t n);
 void silu_mul_avx512(const float* g, const float* u, float* out, int64_t n);
 
 const Kernels& scalar_kernels();

@@ -163,10 +163,58 @@ void linear_avx2(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
+// e^x, 8 lanes: exp_avx512's arithmetic (2^n · p(r) with n = round(x · log2 e), r = x − n · ln 2
+// in two parts, p the degree-7 Taylor polynomial; x clamped to ±110 first, NaN passing), with 2^n
+// applied as two exact powers of two, 2^⌊n/2⌋ · 2^(n − ⌊n/2⌋), each a normal float for
+// |n| ≤ 159: the second product is the only one that can round, as scalef rounds once.
+inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_max_ps(_mm256_set1_ps(-110.0f), _mm256_min_ps(_mm256_set1_ps(110.0f), x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i n1 = _mm256_srai_epi32(ni, 1);
+  const __m256i n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+// silu(g) · u = g / (1 + e^-g) · u, with silu_mul_scalar's roundings around exp_avx2.
+inline __m256 silu_times_avx2(__m256 g, __m256 u) {
+  const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
 }  // namespace
 
+void silu_mul_avx2(const float* g, const float* u, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, silu_times_avx2(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+  }
+  if (i < n) {  // the tail through zero-padded copies: lanes are independent
+    const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
+    alignas(32) float gb[8] = {}, ub[8] = {}, ob[8];
+    std::memcpy(gb, g + i, bytes);
+    std::memcpy(ub, u + i, bytes);
+    _mm256_store_ps(ob, silu_times_avx2(_mm256_load_ps(gb), _mm256_load_ps(ub)));
+    std::memcpy(out + i, ob, bytes);
+  }
+}
+
 const Kernels& avx2_kernels() {
-  static const Kernels k{"avx2", linear_avx2, attend_avx2, silu_mul_scalar};
+  static const Kernels k{"avx2", linear_avx2, attend_avx2, silu_mul_avx2};
   return k;
 }
 
