@@ -59,8 +59,9 @@ void CostModel::observe_forward(int tokens, double seconds) {
   // The slope is refitted only while the recent widths spread by at least kMinSpread tokens:
   // after a long run of equal plain steps (speculation paused) one probe among them would
   // otherwise set the slope from a single noisy sample, or the spread would vanish and the slope
-  // with it, so that drafting looked free and the policy resumed, paid, and paused again. Between such phases the slope
-  // learned last is kept and only the intercept follows the timings.
+  // with it, so that drafting looked free and the policy resumed, paid, and paused again.
+  // Between such phases the slope learned last is kept and only the intercept follows the
+  // timings.
   if (fit_.spreads(kMinSpread)) {
     per_token_ = std::max(0.0, fit_.slope());
     slope_known_ = true;

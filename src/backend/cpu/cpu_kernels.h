@@ -76,8 +76,21 @@ struct Kernels {
 void attend_scalar(const AttendArgs& args);
 void attend_avx2(const AttendArgs& args);
 void attend_avx512(const AttendArgs& args);
-// silu_mul with the C library's expf (scalar table), and with an 8- and a 16-lane e^x of the same
-// arithmetic (AVX2 and AVX-512 tables).
+// The vector e^x of the AVX2 and AVX-512 tables, one arithmetic: 2^n · p(r) with
+// n = round(x · log2 e) and r = x − n · ln 2 (ln 2 in two parts, so r is exact to a few ulp), p the
+// degree-7 Taylor polynomial of e^r on |r| ≤ ln 2 / 2 (truncation below 6e-9 relative; within 2 ulp
+// of the correctly rounded e^x), evaluated by Horner from kExpPoly[0]; x clamped to ±kExpClamp
+// first (NaN passes), so large x gives inf and small x gives 0, as expf does.
+constexpr float kExpClamp = 110.0f;
+constexpr float kExpLog2e = 1.44269504088896341f;
+constexpr float kExpLn2Hi = 0.693359375f;
+constexpr float kExpLn2Lo = -2.12194440e-4f;
+constexpr float kExpPoly[8] = {1.0f / 5040.0f, 1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f,
+                               1.0f / 6.0f,    0.5f,          1.0f,          1.0f};
+constexpr int kExpPolyTerms = 8;
+
+// silu_mul with the C library's expf (scalar table), and with that e^x on 8 and 16 lanes (AVX2
+// and AVX-512 tables).
 void silu_mul_scalar(const float* g, const float* u, float* out, int64_t n);
 void silu_mul_avx2(const float* g, const float* u, float* out, int64_t n);
 void silu_mul_avx512(const float* g, const float* u, float* out, int64_t n);

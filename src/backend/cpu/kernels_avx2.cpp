@@ -140,37 +140,28 @@ void linear_typed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   // 6 → 15 GB/s on one thread). x tiles run inside each weight tile, so weights are read from
   // memory once whatever M is.
   const int64_t seg = (n_end - n_begin) / nr_main;
-  auto run = [&](int64_t n0, int64_t nr, int64_t stride) {
+  // Weight tiles first .. first + count - 1 (tile i: weight rows i, i + stride, ...), every x tile
+  // passing over all of them before the next x tile; the x rows split evenly over m_tiles.
+  auto passes = [&](int64_t first, int64_t count, int64_t nr, int64_t stride) {
     for (int64_t t = 0, m0 = 0; t < m_tiles; ++t) {
       const int64_t mr = (a.M - m0) / (m_tiles - t);
       // The first x tile of each weight tile pulls its streams' next bytes toward the cache.
-      tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0, stride, m0 == 0 ? kPrefetchBytes : 0);
+      for (int64_t i = first; i < first + count; ++i) {
+        tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, i, stride, m0 == 0 ? kPrefetchBytes : 0);
+      }
       m0 += mr;
     }
   };
-  if (a.M < kBlockRows) {
-    for (int64_t i = 0; i < seg; ++i) run(n_begin + i, nr_main, seg);
-  } else {
-    // Many x rows (prefill): x no longer fits beside the weights in L2, and one pass of every x
-    // tile per weight tile reads all of x again for each weight tile. The weight tiles go in
-    // blocks of about kBlockBytes instead, every x tile passing over a whole block (its weights
-    // from L2) before the next: a 175-token prefill's linears 13-19 % faster.
-    const int64_t tile_bytes = nr_main * a.K * static_cast<int64_t>(dtype_size(W));
-    const int64_t block = kBlockBytes / tile_bytes > 1 ? kBlockBytes / tile_bytes : 1;
-    for (int64_t i0 = 0; i0 < seg; i0 += block) {
-      const int64_t i1 = i0 + block < seg ? i0 + block : seg;
-      for (int64_t t = 0, m0 = 0; t < m_tiles; ++t) {
-        const int64_t mr = (a.M - m0) / (m_tiles - t);
-        for (int64_t i = i0; i < i1; ++i) {
-          tiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr_main - 1)](a, m0, n_begin + i, seg,
-                                                                               m0 == 0 ? kPrefetchBytes : 0);
-        }
-        m0 += mr;
-      }
-    }
-  }
+  // Up to kBlockRows x rows, one weight tile at a time. Many x rows (prefill): x no longer fits
+  // beside the weights in L2, and every x tile passing over one weight tile reads all of x again
+  // for each weight tile; the weight tiles go in blocks of about kBlockBytes instead, every x tile
+  // passing over a whole block (its weights from L2) before the next: a 175-token prefill's
+  // linears 13-19 % faster.
+  const int64_t tile_bytes = nr_main * a.K * static_cast<int64_t>(dtype_size(W));
+  const int64_t block = a.M < kBlockRows || kBlockBytes / tile_bytes < 1 ? 1 : kBlockBytes / tile_bytes;
+  for (int64_t i0 = 0; i0 < seg; i0 += block) passes(n_begin + i0, block < seg - i0 ? block : seg - i0, nr_main, seg);
   const int64_t rest = n_begin + nr_main * seg;
-  if (rest < n_end) run(rest, n_end - rest, 1);
+  if (rest < n_end) passes(rest, 1, n_end - rest, 1);
 }
 
 void linear_avx2(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
@@ -186,24 +177,17 @@ void linear_avx2(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
-// e^x, 8 lanes: exp_avx512's arithmetic (2^n · p(r) with n = round(x · log2 e), r = x − n · ln 2
-// in two parts, p the degree-7 Taylor polynomial; x clamped to ±110 first, NaN passing), with 2^n
-// applied as two exact powers of two, 2^⌊n/2⌋ · 2^(n − ⌊n/2⌋), each a normal float for
-// |n| ≤ 159: the second product is the only one that can round, as scalef rounds once.
+// e^x, 8 lanes (the arithmetic in cpu_kernels.h). AVX2 has no scalef: 2^n is applied as two exact
+// powers of two, 2^⌊n/2⌋ · 2^(n − ⌊n/2⌋), each a normal float for |n| ≤ 159, so the second product
+// is the only one that can round, as scalef rounds once.
 inline __m256 exp_avx2(__m256 x) {
-  x = _mm256_max_ps(_mm256_set1_ps(-110.0f), _mm256_min_ps(_mm256_set1_ps(110.0f), x));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  x = _mm256_max_ps(_mm256_set1_ps(-kExpClamp), _mm256_min_ps(_mm256_set1_ps(kExpClamp), x));
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kExpLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < kExpPolyTerms; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
   const __m256i ni = _mm256_cvtps_epi32(n);
   const __m256i n1 = _mm256_srai_epi32(ni, 1);
   const __m256i n2 = _mm256_sub_epi32(ni, n1);

@@ -152,25 +152,15 @@ void linear_avx512(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   }
 }
 
-// e^x, 16 lanes: 2^n · p(r) with n = round(x · log2 e) and r = x − n · ln 2 (ln 2 in two parts, so
-// r is exact to a few ulp), p the degree-7 Taylor polynomial of e^r on |r| ≤ ln 2 / 2 (truncation
-// below 6e-9 relative; the result is within 2 ulp of the correctly rounded e^x), 2^n applied by
-// scalef. x is clamped to ±110 first (NaN passes: the clamp takes x as its second operand), so
-// large x gives inf and small x gives 0, as expf does.
+// e^x, 16 lanes (the arithmetic in cpu_kernels.h), 2^n applied by scalef.
 inline __m512 exp_avx512(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-110.0f), _mm512_min_ps(_mm512_set1_ps(110.0f), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  x = _mm512_max_ps(_mm512_set1_ps(-kExpClamp), _mm512_min_ps(_mm512_set1_ps(kExpClamp), x));
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kExpLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < kExpPolyTerms; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
   return _mm512_scalef_ps(p, n);
 }
 
