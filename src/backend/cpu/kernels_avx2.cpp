@@ -74,20 +74,30 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t stride, int64_t a
   __m256 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 8 <= K; k += 8) {
+  // One step: eight k of every x row against every weight row, x loaded inside the step so that
+  // no more than MR × NR + MR + 1 vector registers are live.
+  const auto step = [&](int64_t kk) {
     __m256 xv[MR];
-    for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xrow[i] + k);
-    if (ahead && ((static_cast<size_t>(k) * esize) & 63) == 0) {  // once per cache line
+    for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(xrow[i] + kk);
+    for (int j = 0; j < NR; ++j) {
+      const __m256 wv = load_w<W>(wrow[j], kk);
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
+    }
+  };
+  // A cache line (64 bytes) of every weight row at a time, the prefetch outside the steps:
+  // a branch inside each step made g++ keep one more x vector live and spill an accumulator of the
+  // 4 × 3 tile through the stack.
+  constexpr int64_t line = W == DType::f32 ? 16 : 32;  // k per 64 bytes of a weight row
+  int64_t k = 0;
+  for (; k + line <= K; k += line) {
+    if (ahead) {
       for (int j = 0; j < NR; ++j) {
         _mm_prefetch(static_cast<const char*>(wrow[j]) + static_cast<size_t>(k) * esize + ahead, _MM_HINT_T0);
       }
     }
-    for (int j = 0; j < NR; ++j) {
-      const __m256 wv = load_w<W>(wrow[j], k);
-      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
-    }
+    for (int64_t kk = k; kk < k + line; kk += 8) step(kk);
   }
+  for (; k + 8 <= K; k += 8) step(k);
   if (k < K) {
     __m256 xv[MR];
     for (int i = 0; i < MR; ++i) xv[i] = load_x_tail(xrow[i] + k, K - k);
