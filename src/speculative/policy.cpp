@@ -3,6 +3,7 @@
 #include "speculative/policy.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace specdec {
@@ -149,7 +150,7 @@ void DepthPolicy::pause() {
   backoff_ = std::min(backoff_ * 2, kMaxBackoff);
 }
 
-double DepthPolicy::estimate(size_t i) const {
+double DepthPolicy::estimate(size_t i, int regime) const {
   // The regime's own estimate, shrunk toward the estimate over both regimes in proportion to
   // how often the regime tried the position. Split two ways, a request's 30-odd rounds leave
   // each regime few observations: two rejected first drafts after full accepts put that regime's
@@ -159,18 +160,24 @@ double DepthPolicy::estimate(size_t i) const {
   // (n-gram, first drafts accepted one time in ten) every accepted one-draft probe put the row
   // in the after-a-full-accept regime, whose untouched priors (0.6, then 0.85) asked for seven
   // drafts, all rejected.
-  const double n = seen_[run_][i];
+  const double n = seen_[regime][i];
   const double w = n / (n + kShrink);
-  return w * cond_[run_][i] + (1 - w) * cond_[2][i];
+  return w * cond_[regime][i] + (1 - w) * cond_[2][i];
 }
 
-double DepthPolicy::expected_emitted(int k) const {
+double DepthPolicy::expected_emitted(int k, int regime) const {
   double total = 1.0, reach = 1.0;
-  for (size_t i = 0; i < static_cast<size_t>(k) && i < cond_[run_].size(); ++i) {
-    reach *= estimate(i);
+  for (size_t i = 0; i < static_cast<size_t>(k) && i < cond_[regime].size(); ++i) {
+    reach *= estimate(i, regime);
     total += reach;
   }
   return total;
+}
+
+double DepthPolicy::full_accept(int k, int regime) const {
+  double reach = 1.0;
+  for (size_t i = 0; i < static_cast<size_t>(k) && i < cond_[regime].size(); ++i) reach *= estimate(i, regime);
+  return reach;
 }
 
 int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left) {
@@ -206,20 +213,65 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
     wide_probe_ = !wide_probe_;
     return std::min(max_depth_, wide_probe_ ? 3 : 1);
   }
+  // Whether to draft: the best depth for this round alone against a plain step.
   const double plain = costs.row_cost(1, rows);
-  double best_rate = 1.0 / plain;
+  const double plain_rate = 1.0 / plain;
   int best = 0;
+  double best_rate = plain_rate * kMinGain;
   for (int k = 1; k <= max_depth_; ++k) {
     const double rate = expected_emitted(k) / round_cost(costs, draft, rows, k);
-    if (rate > best_rate * (best == 0 ? kMinGain : 1.0)) {
+    if (rate > best_rate) {
       best_rate = rate;
       best = k;
     }
   }
   if (best == 0) {
     pause();
-  } else {
-    backoff_ = 4;
+    return 0;
+  }
+  backoff_ = 4;
+  return std::max(best, long_run_depth(costs, draft, rows));
+}
+
+int DepthPolicy::long_run_depth(const CostModel& costs, const DraftCost& draft, int rows) const {
+  // How deep, beyond that: a round accepted whole puts the next one in the after-a-full-accept
+  // regime, a rejection in the other, and the two can pay very differently. The depth for the
+  // current regime from the pair of depths (one per regime) with the best long-run rate: on a
+  // reply that repeats a seven-token cycle whose proposals hold for six tokens and then break,
+  // depth 5 was accepted whole every time and landed the next round on the broken token (a
+  // wasted window, then a plain step), two rounds a cycle; depth 6 or more lands it on the next
+  // cycle's start, one round a cycle. Round by round, depth 5 looked best (n-gram,
+  // quote-method: decode 1.75 → 2.34× replayed on the same costs). Only deeper: whether to
+  // draft at all stays with the round's own rate, as a pair's rate leans on the other regime's
+  // estimates, which may be old.
+  struct Choice {
+    double emitted, seconds, full;  // per round; full: P(the next round is in regime 1)
+  };
+  std::array<std::vector<Choice>, 2> choices;
+  for (int r = 0; r < 2; ++r) {
+    // A plain step leaves the regime as it is.
+    choices[static_cast<size_t>(r)].push_back({1.0, costs.row_cost(1, rows), r == 1 ? 1.0 : 0.0});
+    for (int k = 1; k <= max_depth_; ++k)
+      choices[static_cast<size_t>(r)].push_back(
+          {expected_emitted(k, r), round_cost(costs, draft, rows, k), full_accept(k, r)});
+  }
+  double best_rate = 0.0;
+  int best = 0;
+  for (int k0 = 0; k0 <= max_depth_; ++k0) {
+    for (int k1 = 0; k1 <= max_depth_; ++k1) {
+      const Choice& c0 = choices[0][static_cast<size_t>(k0)];
+      const Choice& c1 = choices[1][static_cast<size_t>(k1)];
+      // The share of rounds in regime 1 of a two-state chain that leaves 0 on a full accept
+      // and 1 on a rejection; where neither is left, the current regime's share is all.
+      const double leave0 = c0.full, leave1 = 1.0 - c1.full;
+      const double share1 = leave0 + leave1 > 1e-9 ? leave0 / (leave0 + leave1) : (run_ == 1 ? 1.0 : 0.0);
+      const double rate =
+          ((1 - share1) * c0.emitted + share1 * c1.emitted) / ((1 - share1) * c0.seconds + share1 * c1.seconds);
+      if (rate > best_rate) {
+        best_rate = rate;
+        best = run_ == 1 ? k1 : k0;
+      }
+    }
   }
   return best;
 }

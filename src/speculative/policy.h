@@ -104,13 +104,19 @@ class DepthPolicy {
   double acceptance() const { return cond_[run_].empty() ? 0.0 : estimate(0); }
   int max_depth() const { return max_depth_; }
   // Expected tokens the next round emits with k drafts: 1 + sum over j <= k of P(first j accepted).
-  double expected_emitted(int k) const;
+  double expected_emitted(int k) const { return expected_emitted(k, run_); }
   // Whether some depth would beat a plain step if every draft were accepted.
   bool could_pay(const CostModel& costs, const DraftCost& draft, int rows) const;
 
  private:
-  // P(draft i accepted | drafts before it accepted) in the current regime.
-  double estimate(std::size_t i) const;
+  // P(draft i accepted | drafts before it accepted) in regime `regime` (default: the current one).
+  double estimate(std::size_t i) const { return estimate(i, run_); }
+  double estimate(std::size_t i, int regime) const;
+  double expected_emitted(int k, int regime) const;
+  // P(all of k drafts accepted) in `regime`: the chance that the round after it is in regime 1.
+  double full_accept(int k, int regime) const;
+  // The depth for the current regime that maximises the long-run rate over both regimes.
+  int long_run_depth(const CostModel& costs, const DraftCost& draft, int rows) const;
   // Pauses speculation for backoff_ rounds and doubles the next pause (up to the cap).
   void pause();
 
