@@ -181,6 +181,7 @@ double DepthPolicy::full_accept(int k, int regime) const {
 }
 
 int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left) {
+  probing_ = false;
   if (!adaptive_ || max_depth_ == 0) return max_depth_;
   if (paused_ > 0) {
     --paused_;
@@ -201,6 +202,7 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
       }
       if (forced_probes_left) --*forced_probes_left;
     }
+    probing_ = true;
     return 1;
   }
   // Until the cost fit has data, draft moderately: a full-depth window in every row of a big
@@ -305,6 +307,56 @@ void DepthPolicy::observe(int drafted, int accepted) {
       if (cond[i] < kLaterPrior) cond[i] += kRelax * (kLaterPrior - cond[i]);
   }
   run_ = accepted >= drafted ? 1 : 0;
+}
+
+void trim_batch_depths(const CostModel& costs, int plain_rows, std::vector<BatchDepth>& rows) {
+  if (rows.size() + static_cast<size_t>(plain_rows) < 2 || !costs.calibrated()) return;
+  // Expected tokens per second of the forward with these depths.
+  const auto rate = [&](const std::vector<int>& depth) {
+    double emitted = plain_rows, seconds = 0;
+    int tokens = plain_rows;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      emitted += rows[i].policy->expected_emitted(depth[i]);
+      seconds += rows[i].draft->cost(depth[i]);
+      tokens += 1 + depth[i];
+    }
+    return emitted / (seconds + costs.forward_cost(tokens));
+  };
+  std::vector<int> depth(rows.size());
+  int deepest = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    depth[i] = rows[i].depth;
+    deepest = std::max(deepest, depth[i]);
+  }
+  double best = rate(depth);
+  // First a cap on every row's depth (a step of the staircase takes several rows' tokens), then
+  // row by row, any shallower depth, while the forward gains.
+  std::vector<int> trial(depth.size());
+  for (int cap = deepest - 1; cap >= 0; --cap) {
+    for (size_t i = 0; i < depth.size(); ++i) trial[i] = rows[i].fixed ? rows[i].depth : std::min(rows[i].depth, cap);
+    const double r = rate(trial);
+    if (r > best) {
+      best = r;
+      depth = trial;
+    }
+  }
+  for (bool gained = true; gained;) {
+    gained = false;
+    for (size_t i = 0; i < depth.size(); ++i) {
+      if (rows[i].fixed) continue;
+      trial = depth;
+      for (int d = depth[i] - 1; d >= 0; --d) {
+        trial[i] = d;
+        const double r = rate(trial);
+        if (r > best * (1 + 1e-9)) {
+          best = r;
+          depth[i] = d;
+          gained = true;
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].depth = depth[i];
 }
 
 }  // namespace specdec
