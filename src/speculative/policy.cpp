@@ -174,12 +174,6 @@ double DepthPolicy::expected_emitted(int k, int regime) const {
   return total;
 }
 
-double DepthPolicy::full_accept(int k, int regime) const {
-  double reach = 1.0;
-  for (size_t i = 0; i < static_cast<size_t>(k) && i < cond_[regime].size(); ++i) reach *= estimate(i, regime);
-  return reach;
-}
-
 int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left) {
   probing_ = false;
   if (!adaptive_ || max_depth_ == 0) return max_depth_;
@@ -253,9 +247,12 @@ int DepthPolicy::long_run_depth(const CostModel& costs, const DraftCost& draft, 
   for (int r = 0; r < 2; ++r) {
     // A plain step leaves the regime as it is.
     choices[static_cast<size_t>(r)].push_back({1.0, costs.row_cost(1, rows), r == 1 ? 1.0 : 0.0});
-    for (int k = 1; k <= max_depth_; ++k)
-      choices[static_cast<size_t>(r)].push_back(
-          {expected_emitted(k, r), round_cost(costs, draft, rows, k), full_accept(k, r)});
+    double emitted = 1.0, reach = 1.0;
+    for (int k = 1; k <= max_depth_; ++k) {
+      reach *= estimate(static_cast<size_t>(k - 1), r);
+      emitted += reach;
+      choices[static_cast<size_t>(r)].push_back({emitted, round_cost(costs, draft, rows, k), reach});
+    }
   }
   double best_rate = 0.0;
   int best = 0;
@@ -311,45 +308,66 @@ void DepthPolicy::observe(int drafted, int accepted) {
 
 void trim_batch_depths(const CostModel& costs, int plain_rows, std::vector<BatchDepth>& rows) {
   if (rows.size() + static_cast<size_t>(plain_rows) < 2 || !costs.calibrated()) return;
-  // Expected tokens per second of the forward with these depths.
-  const auto rate = [&](const std::vector<int>& depth) {
-    double emitted = plain_rows, seconds = 0;
-    int tokens = plain_rows;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      emitted += rows[i].policy->expected_emitted(depth[i]);
-      seconds += rows[i].draft->cost(depth[i]);
-      tokens += 1 + depth[i];
+  // Each row's expected tokens and draft seconds at each depth up to its own, once; a trial
+  // changes the forward's totals by one row's difference.
+  std::vector<std::vector<double>> emitted(rows.size()), drafting(rows.size());
+  double total_emitted = plain_rows, total_drafting = 0;
+  int tokens = plain_rows;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (int d = 0; d <= rows[i].depth; ++d) {
+      emitted[i].push_back(rows[i].policy->expected_emitted(d));
+      drafting[i].push_back(rows[i].draft->cost(d));
     }
-    return emitted / (seconds + costs.forward_cost(tokens));
-  };
+    total_emitted += emitted[i].back();
+    total_drafting += drafting[i].back();
+    tokens += 1 + rows[i].depth;
+  }
+  const auto rate = [&](double e, double draft_seconds, int t) { return e / (draft_seconds + costs.forward_cost(t)); };
   std::vector<int> depth(rows.size());
   int deepest = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     depth[i] = rows[i].depth;
     deepest = std::max(deepest, depth[i]);
   }
-  double best = rate(depth);
-  // First a cap on every row's depth (a step of the staircase takes several rows' tokens), then
-  // row by row, any shallower depth, while the forward gains.
-  std::vector<int> trial(depth.size());
+  double best = rate(total_emitted, total_drafting, tokens);
+  // First a cap on every row's depth (a step of the staircase takes several rows' tokens)...
+  int best_cap = deepest;
   for (int cap = deepest - 1; cap >= 0; --cap) {
-    for (size_t i = 0; i < depth.size(); ++i) trial[i] = rows[i].fixed ? rows[i].depth : std::min(rows[i].depth, cap);
-    const double r = rate(trial);
-    if (r > best) {
-      best = r;
-      depth = trial;
+    double e = total_emitted, sec = total_drafting;
+    int t = tokens;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int d = rows[i].fixed ? rows[i].depth : std::min(rows[i].depth, cap);
+      e += emitted[i][static_cast<size_t>(d)] - emitted[i].back();
+      sec += drafting[i][static_cast<size_t>(d)] - drafting[i].back();
+      t += d - rows[i].depth;
+    }
+    if (rate(e, sec, t) > best) {
+      best = rate(e, sec, t);
+      best_cap = cap;
     }
   }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int d = rows[i].fixed ? rows[i].depth : std::min(rows[i].depth, best_cap);
+    total_emitted += emitted[i][static_cast<size_t>(d)] - emitted[i].back();
+    total_drafting += drafting[i][static_cast<size_t>(d)] - drafting[i].back();
+    tokens += d - rows[i].depth;
+    depth[i] = d;
+  }
+  // ...then row by row, any shallower depth, while the forward gains.
   for (bool gained = true; gained;) {
     gained = false;
-    for (size_t i = 0; i < depth.size(); ++i) {
+    for (size_t i = 0; i < rows.size(); ++i) {
       if (rows[i].fixed) continue;
-      trial = depth;
+      const auto at = [&](int d) { return static_cast<size_t>(d); };
       for (int d = depth[i] - 1; d >= 0; --d) {
-        trial[i] = d;
-        const double r = rate(trial);
-        if (r > best * (1 + 1e-9)) {
-          best = r;
+        const double e = total_emitted + emitted[i][at(d)] - emitted[i][at(depth[i])];
+        const double sec = total_drafting + drafting[i][at(d)] - drafting[i][at(depth[i])];
+        const int t = tokens + d - depth[i];
+        if (rate(e, sec, t) > best * (1 + 1e-9)) {
+          best = rate(e, sec, t);
+          total_emitted = e;
+          total_drafting = sec;
+          tokens = t;
           depth[i] = d;
           gained = true;
         }

@@ -115,8 +115,6 @@ class DepthPolicy {
   double estimate(std::size_t i) const { return estimate(i, run_); }
   double estimate(std::size_t i, int regime) const;
   double expected_emitted(int k, int regime) const;
-  // P(all of k drafts accepted) in `regime`: the chance that the round after it is in regime 1.
-  double full_accept(int k, int regime) const;
   // The depth for the current regime that maximises the long-run rate over both regimes.
   int long_run_depth(const CostModel& costs, const DraftCost& draft, int rows) const;
   // Pauses speculation for backoff_ rounds and doubles the next pause (up to the cap).
