@@ -260,8 +260,6 @@ bool Engine::step() {
   std::map<Group*, std::vector<Row*>> askers;
   std::map<Row*, DraftProposal> proposals;
   for (auto& [name, g] : groups_) g->forced_probes_left = 1;
-  std::vector<Row*> speculating;
-  std::vector<BatchDepth> depths;
   for (auto& r : rows_) {
     Row& row = *r;
     if (!row.decoding || row.finish != FinishReason::none || !row.policy) continue;
@@ -269,15 +267,6 @@ bool Engine::step() {
     int depth = row.policy->next_depth(costs_, g->draft_cost, std::max(1, decoding), &g->forced_probes_left);
     depth = std::min(depth, row.max_tokens - row.generated() - 1);
     depth = std::min<int>(depth, max_position - static_cast<int>(row.pending_pos) - 1);
-    if (depth <= 0) continue;
-    speculating.push_back(&row);
-    depths.push_back({row.policy.get(), &g->draft_cost, depth, row.policy->probing()});
-  }
-  trim_batch_depths(costs_, decoding - static_cast<int>(speculating.size()), depths);
-  for (size_t i = 0; i < speculating.size(); ++i) {
-    Row& row = *speculating[i];
-    Group* g = group_of(row);
-    const int depth = depths[i].depth;
     if (depth <= 0) continue;
     DraftRequestRow ask;
     ask.row = g->index_of(&row);

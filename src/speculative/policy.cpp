@@ -175,7 +175,6 @@ double DepthPolicy::expected_emitted(int k, int regime) const {
 }
 
 int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left) {
-  probing_ = false;
   if (!adaptive_ || max_depth_ == 0) return max_depth_;
   if (paused_ > 0) {
     --paused_;
@@ -196,7 +195,6 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
       }
       if (forced_probes_left) --*forced_probes_left;
     }
-    probing_ = true;
     return 1;
   }
   // Until the cost fit has data, draft moderately: a full-depth window in every row of a big
@@ -304,77 +302,6 @@ void DepthPolicy::observe(int drafted, int accepted) {
       if (cond[i] < kLaterPrior) cond[i] += kRelax * (kLaterPrior - cond[i]);
   }
   run_ = accepted >= drafted ? 1 : 0;
-}
-
-void trim_batch_depths(const CostModel& costs, int plain_rows, std::vector<BatchDepth>& rows) {
-  if (rows.size() + static_cast<size_t>(plain_rows) < 2 || !costs.calibrated()) return;
-  // Each row's expected tokens and draft seconds at each depth up to its own, once; a trial
-  // changes the forward's totals by one row's difference.
-  std::vector<std::vector<double>> emitted(rows.size()), drafting(rows.size());
-  double total_emitted = plain_rows, total_drafting = 0;
-  int tokens = plain_rows;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    for (int d = 0; d <= rows[i].depth; ++d) {
-      emitted[i].push_back(rows[i].policy->expected_emitted(d));
-      drafting[i].push_back(rows[i].draft->cost(d));
-    }
-    total_emitted += emitted[i].back();
-    total_drafting += drafting[i].back();
-    tokens += 1 + rows[i].depth;
-  }
-  const auto rate = [&](double e, double draft_seconds, int t) { return e / (draft_seconds + costs.forward_cost(t)); };
-  std::vector<int> depth(rows.size());
-  int deepest = 0;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    depth[i] = rows[i].depth;
-    deepest = std::max(deepest, depth[i]);
-  }
-  double best = rate(total_emitted, total_drafting, tokens);
-  // First a cap on every row's depth (a step of the staircase takes several rows' tokens)...
-  int best_cap = deepest;
-  for (int cap = deepest - 1; cap >= 0; --cap) {
-    double e = total_emitted, sec = total_drafting;
-    int t = tokens;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const int d = rows[i].fixed ? rows[i].depth : std::min(rows[i].depth, cap);
-      e += emitted[i][static_cast<size_t>(d)] - emitted[i].back();
-      sec += drafting[i][static_cast<size_t>(d)] - drafting[i].back();
-      t += d - rows[i].depth;
-    }
-    if (rate(e, sec, t) > best) {
-      best = rate(e, sec, t);
-      best_cap = cap;
-    }
-  }
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const int d = rows[i].fixed ? rows[i].depth : std::min(rows[i].depth, best_cap);
-    total_emitted += emitted[i][static_cast<size_t>(d)] - emitted[i].back();
-    total_drafting += drafting[i][static_cast<size_t>(d)] - drafting[i].back();
-    tokens += d - rows[i].depth;
-    depth[i] = d;
-  }
-  // ...then row by row, any shallower depth, while the forward gains.
-  for (bool gained = true; gained;) {
-    gained = false;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i].fixed) continue;
-      const auto at = [&](int d) { return static_cast<size_t>(d); };
-      for (int d = depth[i] - 1; d >= 0; --d) {
-        const double e = total_emitted + emitted[i][at(d)] - emitted[i][at(depth[i])];
-        const double sec = total_drafting + drafting[i][at(d)] - drafting[i][at(depth[i])];
-        const int t = tokens + d - depth[i];
-        if (rate(e, sec, t) > best * (1 + 1e-9)) {
-          best = rate(e, sec, t);
-          total_emitted = e;
-          total_drafting = sec;
-          tokens = t;
-          depth[i] = d;
-          gained = true;
-        }
-      }
-    }
-  }
-  for (size_t i = 0; i < rows.size(); ++i) rows[i].depth = depth[i];
 }
 
 }  // namespace specdec

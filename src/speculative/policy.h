@@ -103,8 +103,6 @@ class DepthPolicy {
   // Estimated acceptance of the next round's first draft.
   double acceptance() const { return cond_[run_].empty() ? 0.0 : estimate(0); }
   int max_depth() const { return max_depth_; }
-  // Whether the last next_depth was the probe that ends a pause (a batch must not trim it).
-  bool probing() const { return probing_; }
   // Expected tokens the next round emits with k drafts: 1 + sum over j <= k of P(first j accepted).
   double expected_emitted(int k) const { return expected_emitted(k, run_); }
   // Whether some depth would beat a plain step if every draft were accepted.
@@ -133,22 +131,6 @@ class DepthPolicy {
   int paused_ = 0;           // rounds left before speculation is probed again
   int backoff_ = 4;          // length of the next pause
   bool wide_probe_ = false;  // alternates the depths drafted while the cost slope is unknown
-  bool probing_ = false;     // the last depth was a pause's closing probe
 };
-
-// One speculating row of a forward, for trim_batch_depths.
-struct BatchDepth {
-  const DepthPolicy* policy;
-  const DraftCost* draft;
-  int depth;           // its policy's choice; trimmed in place
-  bool fixed = false;  // not to be trimmed (a probe)
-};
-
-// Trims the depths of one forward's speculating rows where the whole forward then emits more
-// tokens per second. Each row prices its window as its share of a forward in which every row
-// drafts as deep as it does; a forward's real cost is a staircase in its token count (on a CPU a
-// pass over the weights per four or so tokens), and a few rows' windows can add a pass that
-// their tokens do not pay for. `plain_rows`: the forward's other decoding rows (a token each).
-void trim_batch_depths(const CostModel& costs, int plain_rows, std::vector<BatchDepth>& rows);
 
 }  // namespace specdec

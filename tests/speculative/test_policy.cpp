@@ -439,50 +439,5 @@ TEST(DepthPolicy, DraftsPastTheDepthWhoseFullAcceptsLandOnABreak) {
   EXPECT_GT(cycle.next_depth(costs, draft, 1), 5);
 }
 
-// Forwards whose cost is a staircase in their tokens: 1 ms plus 1 ms a pass, a pass per four
-// tokens (the shape of a CPU's verify windows at batch 8).
-CostModel staircase_model() {
-  CostModel costs;
-  for (int round = 0; round < 3; ++round)
-    for (int t = 1; t <= 40; ++t) costs.observe_forward(t, (1.0 + (t + 3) / 4) * 1e-3);
-  return costs;
-}
-
-TEST(BatchDepths, TrimsWindowsThatAddAPassTheirTokensDoNotPay) {
-  // Six rows decode plainly, two draft two tokens each that are seldom accepted: their windows
-  // make a forward of 12 tokens, three passes instead of two.
-  const CostModel costs = staircase_model();
-  const DraftCost draft;
-  DepthPolicy seldom(10, true);
-  for (int i = 0; i < 30; ++i) seldom.observe(2, i % 4 == 0 ? 1 : 0);
-  std::vector<BatchDepth> rows{{&seldom, &draft, 2}, {&seldom, &draft, 2}};
-  trim_batch_depths(costs, 6, rows);
-  EXPECT_EQ(rows[0].depth, 0);
-  EXPECT_EQ(rows[1].depth, 0);
-  // A probe stays: it is how a paused row learns. With five plain rows, the probe's two tokens
-  // still fit in two passes; the other window's three do not.
-  std::vector<BatchDepth> probe{{&seldom, &draft, 1, true}, {&seldom, &draft, 2}};
-  trim_batch_depths(costs, 5, probe);
-  EXPECT_EQ(probe[0].depth, 1);
-  EXPECT_EQ(probe[1].depth, 0);
-}
-
-TEST(BatchDepths, KeepsWindowsThatPay) {
-  // Eight rows whose three drafts are always accepted: 32 tokens in nine passes' time emit more
-  // per second than eight plain tokens in three. A lone row is left to its own policy.
-  const CostModel costs = staircase_model();
-  const DraftCost draft;
-  DepthPolicy always(10, true);
-  for (int i = 0; i < 30; ++i) always.observe(3, 3);
-  std::vector<BatchDepth> rows(8, BatchDepth{&always, &draft, 3});
-  trim_batch_depths(costs, 0, rows);
-  for (const BatchDepth& row : rows) EXPECT_EQ(row.depth, 3);
-  DepthPolicy seldom(10, true);
-  for (int i = 0; i < 30; ++i) seldom.observe(2, 0);
-  std::vector<BatchDepth> alone{{&seldom, &draft, 2}};
-  trim_batch_depths(costs, 0, alone);
-  EXPECT_EQ(alone[0].depth, 2);
-}
-
 }  // namespace
 }  // namespace specdec
