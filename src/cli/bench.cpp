@@ -2,6 +2,7 @@
 // memory bandwidth, and (with --draft) the prompt suite plain vs speculative, from one run (with
 // --replay, the suite replayed instead: replay_bench.cpp).
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -362,6 +363,10 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--replay-window-cost", o->replay_window_cost,
                   "with --replay: what if a verify window's tokens beyond the first cost this many times as much")
       ->capture_default_str();
+  cmd->add_option("--replay-forward-ms", o->replay_forward_ms,
+                  "with --replay: the target forward of 1, 2, ... tokens in ms (comma-separated) instead of this "
+                  "machine's measured ones, so that two builds' policies replay on the same costs")
+      ->delimiter(',');
   cmd->add_option("--repeats", o->repeats,
                   "speculative suite: plain/speculative pairs; speedup = median pair ratio, tokens/s = fastest run")
       ->capture_default_str();
@@ -374,6 +379,10 @@ void add_bench(CLI::App& app) {
   cmd->callback([o] {
     SPECDEC_CHECK(o->repeats >= 1, "--repeats must be at least 1");
     SPECDEC_CHECK(o->replay_window_cost >= 0, "--replay-window-cost must not be negative, got ", o->replay_window_cost);
+    SPECDEC_CHECK(o->replay_forward_ms.empty() || o->replay_forward_ms.size() >= 2,
+                  "--replay-forward-ms needs the costs of at least 1 and 2 tokens, got ", o->replay_forward_ms.size());
+    for (double ms : o->replay_forward_ms)
+      SPECDEC_CHECK(ms > 0 && std::isfinite(ms), "--replay-forward-ms: every cost must be positive, got ", ms);
     SPECDEC_CHECK(!o->replay || !o->drafts.empty(),
                   "--replay replays speculative decoding: name a method with --draft");
     SPECDEC_CHECK(o->spec_batch >= 1, "--spec-batch must be at least 1, got ", o->spec_batch);

@@ -31,7 +31,8 @@ struct BenchOptions {
   int repeats = 5;
   bool no_adaptive = false;
   bool replay = false;
-  double replay_window_cost = 1.0;  // --replay: scale of a window's cost beyond a plain step
+  double replay_window_cost = 1.0;        // --replay: scale of a window's cost beyond a plain step
+  std::vector<double> replay_forward_ms;  // --replay: target forward of 1, 2, ... tokens instead of measured
   // Greedy unless --temperature is given; seeded, so plain and speculative runs draw alike.
   SamplingParams sampling = greedy_params();
 };

@@ -133,6 +133,15 @@ void replay_bench(const BenchOptions& o, Session& s, const std::vector<SuiteProm
 
     for (int w = 1; w <= kWidths; ++w) measured.forward[static_cast<size_t>(w)] = median(t[static_cast<size_t>(w)]);
   }
+  // Given costs replace the measured ones; widths past the list go on at its last step.
+  const std::vector<double> timed = measured.forward;
+  if (!o.replay_forward_ms.empty()) {
+    const std::vector<double>& given = o.replay_forward_ms;
+    const size_t n = given.size();
+    for (size_t w = 1; w <= static_cast<size_t>(kWidths); ++w)
+      measured.forward[w] =
+          1e-3 * (w <= n ? given[w - 1] : given[n - 1] + static_cast<double>(w - n) * (given[n - 1] - given[n - 2]));
+  }
   std::vector<double> prefill;
   for (const auto& p : prompts) prefill.push_back(median_seconds(5, [&] { Scratch fresh = scratch(*s.model, p, 1); }));
   std::printf(
@@ -178,7 +187,9 @@ void replay_bench(const BenchOptions& o, Session& s, const std::vector<SuiteProm
           for (int j = 0; j < w - 1; ++j) window(*draft_model, d, 1);
           t.push_back(median_seconds(1, [&] { window(*s.model, target, w); }));
         }
-        costs.forward[static_cast<size_t>(w)] = median(t);
+        // With given costs, the window after a call keeps what the call's eviction added here.
+        costs.forward[static_cast<size_t>(w)] =
+            measured.forward[static_cast<size_t>(w)] + median(t) - timed[static_cast<size_t>(w)];
       }
       for (size_t i = 0; i < prompts.size(); ++i)
         draft_prefill[i] = median_seconds(3, [&] { Scratch fresh = scratch(*draft_model, prompts[i], 1); });

@@ -410,6 +410,22 @@ TEST_F(Cli, BenchReplaysThePolicyAgainstTheBestSchedule) {
   expect_error(run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
                     suite.string(), "--replay-window-cost", "-1"}),
                "--replay-window-cost");
+  // Given forward costs replace the measured ones; widths past the list go on at its last step.
+  const RunResult given = run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
+                               suite.string(), "--replay-forward-ms", "1.5,2,2.25", "--json"});
+  ASSERT_EQ(given.status, 0) << given.err;
+  const auto given_forward = nlohmann::json::parse(lines(given.out).back())["replay"]["forward_ms"];
+  ASSERT_EQ(given_forward.size(), 17u);
+  EXPECT_DOUBLE_EQ(given_forward[0].get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(given_forward[1].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(given_forward[2].get<double>(), 2.25);
+  EXPECT_DOUBLE_EQ(given_forward[16].get<double>(), 2.25 + 14 * 0.25);
+  expect_error(run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
+                    suite.string(), "--replay-forward-ms", "1.5"}),
+               "at least 1 and 2 tokens");
+  expect_error(run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
+                    suite.string(), "--replay-forward-ms", "1.5,0"}),
+               "positive");
 }
 
 TEST_F(Cli, UnknownDevice) { expect_error(run({"generate", "--device", "tpu", "--prompt", "def f(x):"}), "tpu"); }
