@@ -388,8 +388,14 @@ TEST_F(Cli, BenchReplaysThePolicyAgainstTheBestSchedule) {
   const fs::path suite = dir_ / "replay.json";
   write(suite, R"({"prompts": [{"name": "copy", "category": "c", "max_tokens": 24,
     "prompt": "def add(a, b):\n    return a + b\n\n\ndef add(a, b):\n"}]})");
-  const RunResult r = run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
-                           suite.string(), "--json"});
+  // `bench --replay` of that suite with n-gram, plus `extra`.
+  const auto replay = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"bench", "--device", "cpu",     "--skip-plain", "--draft",
+                                  "ngram", "--replay", "--suite", suite.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args);
+  };
+  const RunResult r = replay({"--json"});
   ASSERT_EQ(r.status, 0) << r.err;
   const auto ls = lines(r.out);
   ASSERT_FALSE(ls.empty());
@@ -404,15 +410,10 @@ TEST_F(Cli, BenchReplaysThePolicyAgainstTheBestSchedule) {
   EXPECT_LE(prompt["policy"]["accepted"].get<int>(), prompt["policy"]["drafted"].get<int>());
   // The copy is found: some drafts are accepted on the best schedule.
   EXPECT_GT(prompt["best_schedule"]["accepted"].get<int>(), 0);
-  expect_error(run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
-                    suite.string(), "--temperature", "0.8"}),
-               "greedy");
-  expect_error(run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
-                    suite.string(), "--replay-window-cost", "-1"}),
-               "--replay-window-cost");
+  expect_error(replay({"--temperature", "0.8"}), "greedy");
+  expect_error(replay({"--replay-window-cost", "-1"}), "--replay-window-cost");
   // Given forward costs replace the measured ones; widths past the list go on at its last step.
-  const RunResult given = run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
-                               suite.string(), "--replay-forward-ms", "1.5,2,2.25", "--json"});
+  const RunResult given = replay({"--replay-forward-ms", "1.5,2,2.25", "--json"});
   ASSERT_EQ(given.status, 0) << given.err;
   const auto given_forward = nlohmann::json::parse(lines(given.out).back())["replay"]["forward_ms"];
   ASSERT_EQ(given_forward.size(), 17u);
@@ -420,12 +421,8 @@ TEST_F(Cli, BenchReplaysThePolicyAgainstTheBestSchedule) {
   EXPECT_DOUBLE_EQ(given_forward[1].get<double>(), 2.0);
   EXPECT_DOUBLE_EQ(given_forward[2].get<double>(), 2.25);
   EXPECT_DOUBLE_EQ(given_forward[16].get<double>(), 2.25 + 14 * 0.25);
-  expect_error(run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
-                    suite.string(), "--replay-forward-ms", "1.5"}),
-               "at least 1 and 2 tokens");
-  expect_error(run({"bench", "--device", "cpu", "--skip-plain", "--draft", "ngram", "--replay", "--suite",
-                    suite.string(), "--replay-forward-ms", "1.5,0"}),
-               "positive");
+  expect_error(replay({"--replay-forward-ms", "1.5"}), "at least 1 and 2 tokens");
+  expect_error(replay({"--replay-forward-ms", "1.5,0"}), "positive");
 }
 
 TEST_F(Cli, UnknownDevice) { expect_error(run({"generate", "--device", "tpu", "--prompt", "def f(x):"}), "tpu"); }
