@@ -1,8 +1,8 @@
-// AVX2 + FMA attention for one token, one query head at a time. Scores: per position an 8-lane
-// dot over head_dim (tail masked) folded by a fixed tree, four positions per tree. Softmax: exp
-// by a fixed polynomial, summed in 8 lanes indexed by position mod 8. Values: accumulated in
-// position order, 32 dimensions at a time in registers. No step depends on other tokens or on
-// chunking.
+// AVX2 + FMA attention for one token, the query heads of one kv head together (each key and
+// value chunk loaded once for all of them). Scores: per (head, position) an 8-lane FMA chain over
+// head_dim (tail masked) folded by a fixed tree. Softmax: exp by a fixed polynomial, summed in 8
+// lanes indexed by position mod 8. Values: accumulated in position order, 8 dimensions to a
+// register. No step of one head's output depends on the other heads, other tokens or chunking.
 #include <immintrin.h>
 
 #include "backend/cpu/cpu_kernels.h"
@@ -64,109 +64,147 @@ inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
   return _mm256_castps256_ps128(packed);
 }
 
-// s[u] = (q · k_u) * scale for U keys; each key's operations are the same whatever U is.
-template <int U>
-inline void scores(const float* q, const float* const* k, int64_t d, float scale, float* s) {
-  __m256 acc[U];
-  for (int u = 0; u < U; ++u) acc[u] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < d; i += 8) {
-    const __m256i m = tail_mask(d - i);
-    const __m256 qv = _mm256_maskload_ps(q + i, m);
-    for (int u = 0; u < U; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k[u] + i, m), acc[u]);
-  }
-  if constexpr (U == 4) {
-    _mm_storeu_ps(s, _mm_mul_ps(hsum4(acc[0], acc[1], acc[2], acc[3]), _mm_set1_ps(scale)));
-  } else {
-    for (int u = 0; u < U; ++u) s[u] = _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(hsum(acc[u])), _mm_set_ss(scale)));
-  }
+// Loads of eight floats at i of a row of d: plain while whole, masked (zeros past d) at the tail;
+// the same values either way.
+inline __m256 load_d(const float* p, int64_t i, int64_t d) {
+  return i + 8 <= d ? _mm256_loadu_ps(p + i) : _mm256_maskload_ps(p + i, tail_mask(d - i));
 }
 
-template <int C>
-void weighted_values(const AttendArgs& a, int64_t first, float* acc_out) {
-  __m256 acc[C];
-  __m256i m[C];
-  for (int c = 0; c < C; ++c) {
-    acc[c] = _mm256_setzero_ps();
-    m[c] = tail_mask(a.d - first - 8 * c);
-  }
-  for (int64_t j0 = 0; j0 < a.n; j0 += a.block_size) {
-    const float* vb = a.v + static_cast<int64_t>(a.blocks[j0 / a.block_size]) * a.block_size * a.stride + first;
-    const int64_t count = a.n - j0 < a.block_size ? a.n - j0 : a.block_size;
-    for (int64_t j = 0; j < count; ++j) {
-      const __m256 e = _mm256_set1_ps(a.scores[j0 + j]);
-      const float* v = vb + j * a.stride;
-      for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(e, _mm256_maskload_ps(v + 8 * c, m[c]), acc[c]);
+// Keys j .. j + U - 1 of a block (`kb`: its first slot) against H query heads: s[h][j] = (q_h · k)
+// * scale, an 8-lane FMA chain over d folded by hsum's tree. A key's k chunk is loaded once for
+// every head; each score's operations are the same whatever H and U are.
+template <int H, int U>
+inline void scores(const AttendArgs& a, const float* kb, int64_t j, int64_t j_abs) {
+  __m256 acc[H][U];
+  for (int h = 0; h < H; ++h)
+    for (int u = 0; u < U; ++u) acc[h][u] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < a.d; i += 8) {
+    __m256 kv[U];
+    for (int u = 0; u < U; ++u) kv[u] = load_d(kb + (j + u) * a.stride, i, a.d);
+    for (int h = 0; h < H; ++h) {
+      const __m256 qv = load_d(a.q + h * a.d, i, a.d);
+      for (int u = 0; u < U; ++u) acc[h][u] = _mm256_fmadd_ps(qv, kv[u], acc[h][u]);
     }
   }
-  for (int c = 0; c < C; ++c) _mm256_maskstore_ps(acc_out + first + 8 * c, m[c], acc[c]);
+  for (int u = 0; u < U; ++u) {
+    if constexpr (H == 4) {
+      alignas(16) float s[4];
+      _mm_store_ps(s, _mm_mul_ps(hsum4(acc[0][u], acc[1][u], acc[2][u], acc[3][u]), _mm_set1_ps(a.scale)));
+      for (int h = 0; h < 4; ++h) a.scores[h * a.n + j_abs + u] = s[h];
+    } else {
+      for (int h = 0; h < H; ++h) {
+        a.scores[h * a.n + j_abs + u] = _mm_cvtss_f32(_mm_mul_ss(_mm_set_ss(hsum(acc[h][u])), _mm_set_ss(a.scale)));
+      }
+    }
+  }
 }
 
-}  // namespace
-
-namespace {
-
-void attend_one(const AttendArgs& a) {
+template <int H>
+void all_scores(const AttendArgs& a) {
   for (int64_t j0 = 0; j0 < a.n; j0 += a.block_size) {
     const float* kb = a.k + static_cast<int64_t>(a.blocks[j0 / a.block_size]) * a.block_size * a.stride;
     const int64_t count = a.n - j0 < a.block_size ? a.n - j0 : a.block_size;
     int64_t j = 0;
-    for (; j + 4 <= count; j += 4) {
-      const float* k[4] = {kb + j * a.stride, kb + (j + 1) * a.stride, kb + (j + 2) * a.stride,
-                           kb + (j + 3) * a.stride};
-      scores<4>(a.q, k, a.d, a.scale, a.scores + j0 + j);
-    }
-    for (; j < count; ++j) {
-      const float* k[1] = {kb + j * a.stride};
-      scores<1>(a.q, k, a.d, a.scale, a.scores + j0 + j);
-    }
+    for (; j + 2 <= count; j += 2) scores<H, 2>(a, kb, j, j0 + j);
+    if (j < count) scores<H, 1>(a, kb, j, j0 + j);
   }
+}
+
+// One head's softmax numerators in place: e^(s - max), and 1 / their sum (eight lanes indexed by
+// position mod 8, folded by hsum's tree).
+inline float softmax_numerators(float* s, int64_t n) {
   const __m256 neg_inf = _mm256_set1_ps(-__builtin_inff());
   __m256 mx = neg_inf;
-  for (int64_t j = 0; j < a.n; j += 8) {
-    const __m256i m = tail_mask(a.n - j);
-    mx = _mm256_max_ps(mx, _mm256_blendv_ps(neg_inf, _mm256_maskload_ps(a.scores + j, m), _mm256_castsi256_ps(m)));
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
+  if (j < n) {
+    const __m256i m = tail_mask(n - j);
+    mx = _mm256_max_ps(mx, _mm256_blendv_ps(neg_inf, _mm256_maskload_ps(s + j, m), _mm256_castsi256_ps(m)));
   }
   const __m256 mxv = _mm256_set1_ps(hmax(mx));
   __m256 sum = _mm256_setzero_ps();
-  for (int64_t j = 0; j < a.n; j += 8) {
-    const __m256i m = tail_mask(a.n - j);
-    const __m256 e =
-        _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(a.scores + j, m), mxv)), _mm256_castsi256_ps(m));
-    _mm256_maskstore_ps(a.scores + j, m, e);
+  for (j = 0; j + 8 <= n; j += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j), mxv));
+    _mm256_storeu_ps(s + j, e);
     sum = _mm256_add_ps(sum, e);
   }
-  const __m256 inv = _mm256_set1_ps(_mm_cvtss_f32(_mm_div_ss(_mm_set_ss(1.0f), _mm_set_ss(hsum(sum)))));
+  if (j < n) {
+    const __m256i m = tail_mask(n - j);
+    const __m256 e =
+        _mm256_and_ps(exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(s + j, m), mxv)), _mm256_castsi256_ps(m));
+    _mm256_maskstore_ps(s + j, m, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  return _mm_cvtss_f32(_mm_div_ss(_mm_set_ss(1.0f), _mm_set_ss(hsum(sum))));
+}
+
+// Dimensions first .. first + 8 C - 1 of H heads' outputs: the weighted values accumulated in
+// position order (each value chunk loaded once for every head), times the head's 1 / sum.
+template <int H, int C>
+void weighted_values(const AttendArgs& a, int64_t first, const float* inv) {
+  __m256 acc[H][C];
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
+  for (int64_t j0 = 0; j0 < a.n; j0 += a.block_size) {
+    const float* vb = a.v + static_cast<int64_t>(a.blocks[j0 / a.block_size]) * a.block_size * a.stride + first;
+    const int64_t count = a.n - j0 < a.block_size ? a.n - j0 : a.block_size;
+    for (int64_t j = 0; j < count; ++j) {
+      __m256 vv[C];
+      for (int c = 0; c < C; ++c) vv[c] = load_d(vb + j * a.stride - first, first + 8 * c, a.d);
+      for (int h = 0; h < H; ++h) {
+        const __m256 e = _mm256_broadcast_ss(a.scores + h * a.n + j0 + j);
+        for (int c = 0; c < C; ++c) acc[h][c] = _mm256_fmadd_ps(e, vv[c], acc[h][c]);
+      }
+    }
+  }
+  for (int h = 0; h < H; ++h) {
+    const __m256 iv = _mm256_set1_ps(inv[h]);
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = first + 8 * c;
+      const __m256 o = _mm256_mul_ps(acc[h][c], iv);
+      if (i + 8 <= a.d) {
+        _mm256_storeu_ps(a.out + h * a.d + i, o);
+      } else {
+        _mm256_maskstore_ps(a.out + h * a.d + i, tail_mask(a.d - i), o);
+      }
+    }
+  }
+}
+
+// H heads (of one kv head) at once.
+template <int H>
+void attend_heads(const AttendArgs& a) {
+  all_scores<H>(a);
+  float inv[H];
+  for (int h = 0; h < H; ++h) inv[h] = softmax_numerators(a.scores + h * a.n, a.n);
   int64_t first = 0;
-  for (; first + 32 <= a.d; first += 32) weighted_values<4>(a, first, a.out);
-  switch ((a.d - first + 7) / 8) {
-    case 1:
-      weighted_values<1>(a, first, a.out);
-      break;
-    case 2:
-      weighted_values<2>(a, first, a.out);
-      break;
-    case 3:
-      weighted_values<3>(a, first, a.out);
-      break;
-    default:
-      break;
-  }
-  for (int64_t i = 0; i < a.d; i += 8) {
-    const __m256i m = tail_mask(a.d - i);
-    _mm256_maskstore_ps(a.out + i, m, _mm256_mul_ps(_mm256_maskload_ps(a.out + i, m), inv));
-  }
+  for (; first + 16 <= a.d; first += 16) weighted_values<H, 2>(a, first, inv);
+  if (first < a.d) weighted_values<H, 1>(a, first, inv);
+  if (first + 8 < a.d) weighted_values<H, 1>(a, first + 8, inv);
 }
 
 }  // namespace
 
 void attend_avx2(const AttendArgs& a) {
-  for (int64_t g = 0; g < a.heads; ++g) {
-    AttendArgs one = a;
-    one.heads = 1;
-    one.q = a.q + g * a.d;
-    one.out = a.out + g * a.d;
-    one.scores = a.scores + g * a.n;
-    attend_one(one);
+  for (int64_t g = 0; g < a.heads; g += 4) {
+    AttendArgs part = a;
+    part.q = a.q + g * a.d;
+    part.out = a.out + g * a.d;
+    part.scores = a.scores + g * a.n;
+    switch (a.heads - g < 4 ? a.heads - g : 4) {
+      case 1:
+        attend_heads<1>(part);
+        break;
+      case 2:
+        attend_heads<2>(part);
+        break;
+      case 3:
+        attend_heads<3>(part);
+        break;
+      default:
+        attend_heads<4>(part);
+        break;
+    }
   }
 }
 
