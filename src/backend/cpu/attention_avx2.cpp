@@ -146,11 +146,11 @@ void weighted_values(const AttendArgs& a, int64_t first, const float* inv) {
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
   for (int64_t j0 = 0; j0 < a.n; j0 += a.block_size) {
-    const float* vb = a.v + static_cast<int64_t>(a.blocks[j0 / a.block_size]) * a.block_size * a.stride + first;
+    const float* vb = a.v + static_cast<int64_t>(a.blocks[j0 / a.block_size]) * a.block_size * a.stride;
     const int64_t count = a.n - j0 < a.block_size ? a.n - j0 : a.block_size;
     for (int64_t j = 0; j < count; ++j) {
       __m256 vv[C];
-      for (int c = 0; c < C; ++c) vv[c] = load_d(vb + j * a.stride - first, first + 8 * c, a.d);
+      for (int c = 0; c < C; ++c) vv[c] = load_d(vb + j * a.stride, first + 8 * c, a.d);
       for (int h = 0; h < H; ++h) {
         const __m256 e = _mm256_broadcast_ss(a.scores + h * a.n + j0 + j);
         for (int c = 0; c < C; ++c) acc[h][c] = _mm256_fmadd_ps(e, vv[c], acc[h][c]);
