@@ -136,11 +136,10 @@ void replay_bench(const BenchOptions& o, Session& s, const std::vector<SuiteProm
   // Given costs replace the measured ones; widths past the list go on at its last step.
   const std::vector<double> timed = measured.forward;
   if (!o.replay_forward_ms.empty()) {
-    const std::vector<double>& given = o.replay_forward_ms;
-    const size_t n = given.size();
-    for (size_t w = 1; w <= static_cast<size_t>(kWidths); ++w)
-      measured.forward[w] =
-          1e-3 * (w <= n ? given[w - 1] : given[n - 1] + static_cast<double>(w - n) * (given[n - 1] - given[n - 2]));
+    ReplayCosts given;
+    given.forward.push_back(0.0);  // no width 0
+    for (double ms : o.replay_forward_ms) given.forward.push_back(ms * 1e-3);
+    for (int w = 1; w <= kWidths; ++w) measured.forward[static_cast<size_t>(w)] = given.forward_cost(w);
   }
   std::vector<double> prefill;
   for (const auto& p : prompts) prefill.push_back(median_seconds(5, [&] { Scratch fresh = scratch(*s.model, p, 1); }));
