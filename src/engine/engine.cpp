@@ -52,6 +52,7 @@ struct Engine::Row {
   std::string error;
   std::unique_ptr<DepthPolicy> policy;
   SpecTelemetry telemetry;
+  DraftProposal proposal;  // this iteration's drafts, between the draft call and the plan
   bool in_group = false;
   Clock::time_point submitted, admitted, first_token;
   bool got_first = false;
@@ -66,6 +67,11 @@ struct Engine::Group {
   std::vector<Row*> members;
   DraftCost draft_cost;        // seconds of this group's draft calls
   int forced_probes_left = 0;  // this iteration's probes against the measured costs
+  // This iteration's draft asks (and the rows asking) and commits; kept between iterations so
+  // that a step allocates nothing for them.
+  std::vector<DraftRequestRow> asks;
+  std::vector<Row*> askers;
+  std::vector<RowCommit> commits;
   int index_of(const Row* row) const {
     auto it = std::find(members.begin(), members.end(), row);
     return it == members.end() ? -1 : static_cast<int>(it - members.begin());
@@ -256,10 +262,11 @@ bool Engine::step() {
     if (r->decoding && r->finish == FinishReason::none) ++decoding;
 
   // 1. Draft, per method group, batched over its rows that speculate this round.
-  std::map<Group*, std::vector<DraftRequestRow>> asks;
-  std::map<Group*, std::vector<Row*>> askers;
-  std::map<Row*, DraftProposal> proposals;
-  for (auto& [name, g] : groups_) g->forced_probes_left = 1;
+  for (auto& [name, g] : groups_) {
+    g->forced_probes_left = 1;
+    g->asks.clear();
+    g->askers.clear();
+  }
   for (auto& r : rows_) {
     Row& row = *r;
     if (!row.decoding || row.finish != FinishReason::none || !row.policy) continue;
@@ -275,24 +282,25 @@ bool Engine::step() {
     ask.position = row.pending_pos;
     ask.sampling = &row.req.sampling;
     ask.want_q = row.req.spec.mode == SpecMode::rejection;
-    asks[g].push_back(ask);
-    askers[g].push_back(&row);
+    g->asks.push_back(ask);
+    g->askers.push_back(&row);
   }
-  for (auto& [g, list] : asks) {
+  for (auto& [name, g] : groups_) {
+    if (g->asks.empty()) continue;
     const auto t0 = Clock::now();
-    std::vector<DraftProposal> got = g->rows->draft(list);
+    std::vector<DraftProposal> got = g->rows->draft(g->asks);
     const double secs = seconds_since(t0);
     int depth = 0;
     bool caught_up = false;
     for (size_t i = 0; i < got.size(); ++i) {
       depth = std::max(depth, static_cast<int>(got[i].tokens.size()));
       caught_up = caught_up || got[i].caught_up > 0;
-      proposals[askers[g][i]] = std::move(got[i]);
+      g->askers[i]->proposal = std::move(got[i]);
     }
     // A call that also caught a row up on the tokens of rounds it did not draft in (after a
     // pause) would charge that one-off to every drafted token, and so prolong the pause.
     if (!caught_up) g->draft_cost.observe(depth, secs / static_cast<double>(got.size()));
-    for (Row* row : askers[g]) row->telemetry.draft_ns += static_cast<int64_t>(secs * 1e9 / askers[g].size());
+    for (Row* row : g->askers) row->telemetry.draft_ns += static_cast<int64_t>(secs * 1e9 / g->askers.size());
   }
 
   // 2. Plan the forward: decode/verify windows first (oldest rows first), then prefill chunks.
@@ -301,8 +309,10 @@ bool Engine::step() {
   for (size_t i = 0; i < rows_.size(); ++i) {
     Row& row = *rows_[i];
     if (!row.decoding || row.finish != FinishReason::none) continue;
-    Plan plan{&row, true, 0, {}};
-    if (auto it = proposals.find(&row); it != proposals.end()) plan.proposal = std::move(it->second);
+    Plan plan{&row, true, 0, std::move(row.proposal)};
+    row.proposal.tokens.clear();
+    row.proposal.q.clear();
+    row.proposal.caught_up = 0;
     const int width = 1 + static_cast<int>(plan.proposal.tokens.size());
     if (!reserve_or_yield(row, static_cast<int>(row.pending_pos) + width, "request")) {
       if (row.finish == FinishReason::none) --i;  // preempted: rows_[i] is the next row now
@@ -376,7 +386,7 @@ bool Engine::step() {
     costs_.observe_forward(total_tokens, forward_secs);
 
   // 4. Verify, roll back, stream, and collect the draft groups' commits.
-  std::map<Group*, std::vector<RowCommit>> commits;
+  for (auto& [name, g] : groups_) g->commits.clear();
   for (size_t r = 0; r < plans.size(); ++r) {
     Plan& p = plans[r];
     Row& row = *p.row;
@@ -439,13 +449,14 @@ bool Engine::step() {
       c.row = g->index_of(&row);
       c.pending = opened_by;
       c.accepted = accepted;
-      c.emitted = verdict.emitted;
+      c.emitted = std::move(verdict.emitted);
       c.drafted = k;
-      commits[g].push_back(std::move(c));
+      g->commits.push_back(std::move(c));
     }
     if (!done && row.pending_pos + 1 > max_position) finish(row, FinishReason::length);
   }
-  for (auto& [g, list] : commits) g->rows->commit(list);
+  for (auto& [name, g] : groups_)
+    if (!g->commits.empty()) g->rows->commit(g->commits);
   remove_finished();
   return true;
 }

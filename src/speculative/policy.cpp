@@ -207,13 +207,22 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
     wide_probe_ = !wide_probe_;
     return std::min(max_depth_, wide_probe_ ? 3 : 1);
   }
-  // Whether to draft: the best depth for this round alone against a plain step.
-  const double plain = costs.row_cost(1, rows);
-  const double plain_rate = 1.0 / plain;
+  // Whether to draft: the best depth for this round alone against a plain step. The rounds'
+  // costs are priced once for both choices below (a step's policy work is host time that every
+  // GPU iteration waits for).
+  round_costs_.resize(static_cast<size_t>(max_depth_) + 1);
+  round_costs_[0] = costs.row_cost(1, rows);
+  for (int k = 1; k <= max_depth_; ++k) round_costs_[static_cast<size_t>(k)] = round_cost(costs, draft, rows, k);
+  const double plain_rate = 1.0 / round_costs_[0];
   int best = 0;
   double best_rate = plain_rate * kMinGain;
+  double emitted = 1.0, reach = 1.0;  // expected_emitted(k), accumulated as it does
   for (int k = 1; k <= max_depth_; ++k) {
-    const double rate = expected_emitted(k) / round_cost(costs, draft, rows, k);
+    if (static_cast<size_t>(k - 1) < cond_[run_].size()) {
+      reach *= estimate(static_cast<size_t>(k - 1));
+      emitted += reach;
+    }
+    const double rate = emitted / round_costs_[static_cast<size_t>(k)];
     if (rate > best_rate) {
       best_rate = rate;
       best = k;
@@ -224,10 +233,10 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
     return 0;
   }
   backoff_ = 4;
-  return std::max(best, long_run_depth(costs, draft, rows));
+  return std::max(best, long_run_depth());
 }
 
-int DepthPolicy::long_run_depth(const CostModel& costs, const DraftCost& draft, int rows) const {
+int DepthPolicy::long_run_depth() const {
   // How deep, beyond that: a round accepted whole puts the next one in the after-a-full-accept
   // regime, a rejection in the other, and the two can pay very differently. The depth for the
   // current regime from the pair of depths (one per regime) with the best long-run rate: on a
@@ -238,18 +247,16 @@ int DepthPolicy::long_run_depth(const CostModel& costs, const DraftCost& draft, 
   // quote-method: decode 1.75 → 2.34× replayed on the same costs). Only deeper: whether to
   // draft at all stays with the round's own rate, as a pair's rate leans on the other regime's
   // estimates, which may be old.
-  struct Choice {
-    double emitted, seconds, full;  // per round; full: P(the next round is in regime 1)
-  };
-  std::array<std::vector<Choice>, 2> choices;
+  std::array<std::vector<Choice>, 2>& choices = choices_;
   for (int r = 0; r < 2; ++r) {
+    choices[static_cast<size_t>(r)].clear();
     // A plain step leaves the regime as it is.
-    choices[static_cast<size_t>(r)].push_back({1.0, costs.row_cost(1, rows), r == 1 ? 1.0 : 0.0});
+    choices[static_cast<size_t>(r)].push_back({1.0, round_costs_[0], r == 1 ? 1.0 : 0.0});
     double emitted = 1.0, reach = 1.0;
     for (int k = 1; k <= max_depth_; ++k) {
       reach *= estimate(static_cast<size_t>(k - 1), r);
       emitted += reach;
-      choices[static_cast<size_t>(r)].push_back({emitted, round_cost(costs, draft, rows, k), reach});
+      choices[static_cast<size_t>(r)].push_back({emitted, round_costs_[static_cast<size_t>(k)], reach});
     }
   }
   double best_rate = 0.0;

@@ -12,8 +12,8 @@ namespace {
 
 void check_range(int max_ngram, int min_ngram) {
   SPECDEC_CHECK(min_ngram >= 1 && max_ngram >= min_ngram,
-                "ngram: sizes must satisfy 1 <= min_ngram <= max_ngram, got min_ngram ", min_ngram,
-                " and max_ngram ", max_ngram);
+                "ngram: sizes must satisfy 1 <= min_ngram <= max_ngram, got min_ngram ", min_ngram, " and max_ngram ",
+                max_ngram);
 }
 
 std::vector<int32_t> follow(std::span<const int32_t> history, size_t from, int num_draft) {
@@ -45,8 +45,7 @@ uint64_t mix(uint64_t h) {  // splitmix64 finaliser
 
 }  // namespace
 
-std::vector<int32_t> propose_ngram(std::span<const int32_t> history, int max_ngram, int min_ngram,
-                                   int num_draft) {
+std::vector<int32_t> propose_ngram(std::span<const int32_t> history, int max_ngram, int min_ngram, int num_draft) {
   check_range(max_ngram, min_ngram);
   if (num_draft <= 0 || history.size() < 2) return {};
   const size_t longest = std::min(static_cast<size_t>(max_ngram), history.size() - 1);
@@ -67,30 +66,68 @@ uint64_t NgramIndex::key(size_t start, size_t n) const {
   return h;
 }
 
-uint32_t NgramIndex::first_start(size_t start, size_t n) const {
-  const auto [begin, end] = first_.equal_range(key(start, n));
-  for (auto it = begin; it != end; ++it) {
-    const Entry& e = it->second;
-    if (e.n == n && std::equal(tokens_.begin() + e.start, tokens_.begin() + e.start + n,
-                               tokens_.begin() + static_cast<std::ptrdiff_t>(start))) {
+uint32_t NgramIndex::first_start(size_t start, size_t n) const { return find(key(start, n), start, n); }
+
+uint32_t NgramIndex::find(uint64_t k, size_t start, size_t n) const {
+  if (slots_.empty()) return kNone;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = k & mask; slots_[i].start != kNone; i = (i + 1) & mask) {
+    const Slot& e = slots_[i];
+    if (e.key == k && e.n == n &&
+        std::equal(tokens_.begin() + e.start, tokens_.begin() + e.start + static_cast<std::ptrdiff_t>(n),
+                   tokens_.begin() + static_cast<std::ptrdiff_t>(start))) {
       return e.start;
     }
   }
   return kNone;
 }
 
+void NgramIndex::insert(uint64_t key, uint32_t start, uint32_t n) {
+  if ((used_ + 1) * 4 > slots_.size() * 3) {
+    std::vector<Slot> old(std::max<size_t>(64, slots_.size() * 2));
+    old.swap(slots_);
+    used_ = 0;
+    for (const Slot& s : old)
+      if (s.start != kNone) insert(s.key, s.start, s.n);
+  }
+  const size_t mask = slots_.size() - 1;
+  size_t i = key & mask;
+  while (slots_[i].start != kNone) i = (i + 1) & mask;
+  slots_[i] = Slot{key, start, n};
+  ++used_;
+}
+
+void NgramIndex::erase(uint64_t key, uint32_t start, uint32_t n) {
+  if (slots_.empty()) return;
+  const size_t mask = slots_.size() - 1;
+  size_t i = key & mask;
+  while (slots_[i].start != kNone && !(slots_[i].start == start && slots_[i].n == n)) i = (i + 1) & mask;
+  if (slots_[i].start == kNone) return;
+  // Backward shift: every later slot of the probe run whose home is not cyclically in (i, j]
+  // moves into the hole, so that no lookup stops early at it.
+  for (size_t j = i;;) {
+    j = (j + 1) & mask;
+    if (slots_[j].start == kNone) break;
+    const size_t home = slots_[j].key & mask;
+    const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+    if (stays) continue;
+    slots_[i] = slots_[j];
+    i = j;
+  }
+  slots_[i] = Slot{};
+  --used_;
+}
+
 void NgramIndex::append(std::span<const int32_t> tokens) {
-  SPECDEC_CHECK(tokens_.size() + tokens.size() < kNone, "ngram: history of ",
-                tokens_.size() + tokens.size(), " tokens exceeds the index limit of ", kNone);
+  SPECDEC_CHECK(tokens_.size() + tokens.size() < kNone, "ngram: history of ", tokens_.size() + tokens.size(),
+                " tokens exceeds the index limit of ", kNone);
   for (int32_t token : tokens) {
     tokens_.push_back(token);
     const size_t end = tokens_.size();
     for (auto n = static_cast<size_t>(min_); n <= static_cast<size_t>(max_) && n <= end; ++n) {
       const size_t start = end - n;
-      if (first_start(start, n) == kNone) {
-        first_.emplace(key(start, n),
-                       Entry{static_cast<uint32_t>(start), static_cast<uint32_t>(n)});
-      }
+      const uint64_t k = key(start, n);
+      if (find(k, start, n) == kNone) insert(k, static_cast<uint32_t>(start), static_cast<uint32_t>(n));
     }
   }
 }
@@ -103,13 +140,7 @@ void NgramIndex::truncate(size_t length) {
     const size_t end = tokens_.size();
     for (auto n = static_cast<size_t>(min_); n <= static_cast<size_t>(max_) && n <= end; ++n) {
       const size_t start = end - n;
-      const auto [begin, stop] = first_.equal_range(key(start, n));
-      for (auto it = begin; it != stop; ++it) {
-        if (it->second.start == start && it->second.n == n) {
-          first_.erase(it);
-          break;
-        }
-      }
+      erase(key(start, n), static_cast<uint32_t>(start), static_cast<uint32_t>(n));
     }
     tokens_.pop_back();
   }
