@@ -58,7 +58,7 @@ class LlamaModel {
 
   // Decode steps of one shape share a recording of their backend calls.
   struct ReplayKey {
-    int rows = 0, max_blocks = 0, max_row_len = 0;
+    int rows = 0, tokens = 0, max_row_tokens = 0, max_blocks = 0, max_row_len = 0;
     Selection selection = Selection::logits;
     // The cache a recording writes into, by its memory: every pool's address and the pool size
     // (a later cache may reuse an earlier one's addresses, but then it is the same memory).
@@ -71,9 +71,12 @@ class LlamaModel {
     int runs = 0;
     bool unrecordable = false;
   };
-  static constexpr size_t kMaxRecordings = 64;
+  // Decode steps take a few shapes per batch size; verify windows add one per total width and
+  // widest row.
+  static constexpr size_t kMaxRecordings = 256;
   static ForwardPlan padded_for_replay(const ForwardPlan& plan);
-  // Replays the recording for `key`, or runs `calls` (recording them from their second run on).
+  // Replays the recording for `key`, or runs `calls` (recording them from their second run on,
+  // or third for a window shape).
   void replay_or_run(const ReplayKey& key, const std::function<void()>& calls);
 
   ModelConfig config_;
