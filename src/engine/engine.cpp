@@ -508,6 +508,10 @@ void Engine::finish(Row& row, FinishReason reason, const std::string& error) {
 
 void Engine::remove_finished() {
   for (auto& [name, g] : groups_) {
+    // Most iterations finish no row: nothing to build then.
+    if (std::none_of(g->members.begin(), g->members.end(),
+                     [](const Row* r) { return r->finish != FinishReason::none; }))
+      continue;
     std::vector<int> keep;
     std::vector<Row*> members;
     for (size_t i = 0; i < g->members.size(); ++i) {

@@ -180,12 +180,15 @@ ForwardPlan LlamaModel::padded_for_replay(const ForwardPlan& plan) {
 
 void LlamaModel::forward(const ForwardPlan& given, const std::vector<int>& tap_layers,
                          std::span<const SampleRow> sampling, KvCache& cache, ForwardResult& result) {
-  // Decode steps and verify windows (every new token returns its row, no taps) are replayed from
-  // a recording of their calls where the backend can record; everything else (prefill chunks,
-  // iterations that mix them in) runs call by call. Called one by one, the bundled target's
-  // forward costs a GPU more than its replay (a step 0.19 against 0.15 ms), which a window of
-  // two tokens (a one-draft probe) emitting 1.17 on average did not earn back.
-  const bool replayable = backend_records_ && tap_layers.empty() && given.tokens > 0 && given.outputs == given.tokens;
+  // Decode steps (one token and one returned row per sequence) and one row's verify windows
+  // (every new token returns its row), without taps, are replayed from a recording of their
+  // calls where the backend can record; everything else runs call by call. Called one by one,
+  // the bundled target's forward costs a GPU more than its replay (a step 0.19 against 0.15 ms).
+  // A batch's windows come in too many shapes for recordings to pay (batch 8 with n-gram on the
+  // GPU fell from 1.18-1.25x to 1.00-1.03x when they were recorded too).
+  const bool one_row_window = given.rows == 1 && given.outputs == given.tokens;
+  const bool decode_step = given.tokens == given.rows && given.outputs == given.rows;
+  const bool replayable = backend_records_ && tap_layers.empty() && given.tokens > 0 && (decode_step || one_row_window);
   const ForwardPlan padded = replayable ? padded_for_replay(given) : ForwardPlan{};
   const ForwardPlan& plan = replayable ? padded : given;
   const ModelConfig& c = config_;
@@ -341,8 +344,8 @@ void LlamaModel::replay_or_run(const ReplayKey& key, const std::function<void()>
   r.recording.reset();
   // The first step of a shape runs call by call: it creates whatever the backend makes lazily
   // (scratch, GEMM plans), which a recording must not do. Later steps record and replay. A
-  // window shape (tokens > rows) records from its third run: a batch's windows come in many
-  // shapes, most of them rare, and a recording costs about three forwards called one by one.
+  // window shape (tokens > rows) records from its third run: a depth the policy tried once need
+  // not pay for a recording, which costs about three forwards called one by one.
   const int eager_runs = key.tokens > key.rows ? 2 : 1;
   if (r.runs++ < eager_runs || r.unrecordable) return calls();
   try {

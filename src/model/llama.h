@@ -71,9 +71,8 @@ class LlamaModel {
     int runs = 0;
     bool unrecordable = false;
   };
-  // Decode steps take a few shapes per batch size; verify windows add one per total width and
-  // widest row.
-  static constexpr size_t kMaxRecordings = 256;
+  // Decode steps take a few shapes per batch size; a row's verify windows one per width.
+  static constexpr size_t kMaxRecordings = 128;
   static ForwardPlan padded_for_replay(const ForwardPlan& plan);
   // Replays the recording for `key`, or runs `calls` (recording them from their second run on,
   // or third for a window shape).
