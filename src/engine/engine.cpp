@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "core/error.h"
 #include "speculative/verifier.h"
@@ -309,10 +310,7 @@ bool Engine::step() {
   for (size_t i = 0; i < rows_.size(); ++i) {
     Row& row = *rows_[i];
     if (!row.decoding || row.finish != FinishReason::none) continue;
-    Plan plan{&row, true, 0, std::move(row.proposal)};
-    row.proposal.tokens.clear();
-    row.proposal.q.clear();
-    row.proposal.caught_up = 0;
+    Plan plan{&row, true, 0, std::exchange(row.proposal, {})};
     const int width = 1 + static_cast<int>(plan.proposal.tokens.size());
     if (!reserve_or_yield(row, static_cast<int>(row.pending_pos) + width, "request")) {
       if (row.finish == FinishReason::none) --i;  // preempted: rows_[i] is the next row now

@@ -207,22 +207,14 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
     wide_probe_ = !wide_probe_;
     return std::min(max_depth_, wide_probe_ ? 3 : 1);
   }
-  // Whether to draft: the best depth for this round alone against a plain step. The rounds'
-  // costs are priced once for both choices below (a step's policy work is host time that every
-  // GPU iteration waits for).
-  round_costs_.resize(static_cast<size_t>(max_depth_) + 1);
-  round_costs_[0] = costs.row_cost(1, rows);
-  for (int k = 1; k <= max_depth_; ++k) round_costs_[static_cast<size_t>(k)] = round_cost(costs, draft, rows, k);
-  const double plain_rate = 1.0 / round_costs_[0];
+  // Whether to draft: the best depth for this round alone against a plain step.
+  price_choices(costs, draft, rows);
+  const std::vector<Choice>& now = choices_[static_cast<size_t>(run_)];
+  const double plain_rate = 1.0 / now[0].seconds;
   int best = 0;
   double best_rate = plain_rate * kMinGain;
-  double emitted = 1.0, reach = 1.0;  // expected_emitted(k), accumulated as it does
   for (int k = 1; k <= max_depth_; ++k) {
-    if (static_cast<size_t>(k - 1) < cond_[run_].size()) {
-      reach *= estimate(static_cast<size_t>(k - 1));
-      emitted += reach;
-    }
-    const double rate = emitted / round_costs_[static_cast<size_t>(k)];
+    const double rate = now[static_cast<size_t>(k)].emitted / now[static_cast<size_t>(k)].seconds;
     if (rate > best_rate) {
       best_rate = rate;
       best = k;
@@ -236,6 +228,21 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
   return std::max(best, long_run_depth());
 }
 
+void DepthPolicy::price_choices(const CostModel& costs, const DraftCost& draft, int rows) {
+  for (int r = 0; r < 2; ++r) {
+    std::vector<Choice>& choices = choices_[static_cast<size_t>(r)];
+    choices.clear();
+    // A plain step leaves the regime as it is.
+    choices.push_back({1.0, costs.row_cost(1, rows), r == 1 ? 1.0 : 0.0});
+    double emitted = 1.0, reach = 1.0;
+    for (int k = 1; k <= max_depth_; ++k) {
+      reach *= estimate(static_cast<size_t>(k - 1), r);
+      emitted += reach;
+      choices.push_back({emitted, round_cost(costs, draft, rows, k), reach});
+    }
+  }
+}
+
 int DepthPolicy::long_run_depth() const {
   // How deep, beyond that: a round accepted whole puts the next one in the after-a-full-accept
   // regime, a rejection in the other, and the two can pay very differently. The depth for the
@@ -247,18 +254,7 @@ int DepthPolicy::long_run_depth() const {
   // quote-method: decode 1.75 → 2.34× replayed on the same costs). Only deeper: whether to
   // draft at all stays with the round's own rate, as a pair's rate leans on the other regime's
   // estimates, which may be old.
-  std::array<std::vector<Choice>, 2>& choices = choices_;
-  for (int r = 0; r < 2; ++r) {
-    choices[static_cast<size_t>(r)].clear();
-    // A plain step leaves the regime as it is.
-    choices[static_cast<size_t>(r)].push_back({1.0, round_costs_[0], r == 1 ? 1.0 : 0.0});
-    double emitted = 1.0, reach = 1.0;
-    for (int k = 1; k <= max_depth_; ++k) {
-      reach *= estimate(static_cast<size_t>(k - 1), r);
-      emitted += reach;
-      choices[static_cast<size_t>(r)].push_back({emitted, round_costs_[static_cast<size_t>(k)], reach});
-    }
-  }
+  const std::array<std::vector<Choice>, 2>& choices = choices_;
   double best_rate = 0.0;
   int best = 0;
   for (int k0 = 0; k0 <= max_depth_; ++k0) {

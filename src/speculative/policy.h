@@ -113,8 +113,12 @@ class DepthPolicy {
   double estimate(std::size_t i) const { return estimate(i, run_); }
   double estimate(std::size_t i, int regime) const;
   double expected_emitted(int k, int regime) const;
-  // The depth for the current regime that maximises the long-run rate over both regimes, at the
-  // round costs next_depth priced (round_costs_).
+  // Fills choices_: for each regime and depth k (0 = a plain step), a round's expected tokens,
+  // its seconds and the chance it is accepted whole; priced once a round for both of
+  // next_depth's decisions (policy work is host time every GPU iteration waits for).
+  void price_choices(const CostModel& costs, const DraftCost& draft, int rows);
+  // The depth for the current regime that maximises the long-run rate over both regimes, from
+  // choices_.
   int long_run_depth() const;
   // Pauses speculation for backoff_ rounds and doubles the next pause (up to the cap).
   void pause();
@@ -129,14 +133,13 @@ class DepthPolicy {
   std::vector<double> cond_[3];  // [2]: both regimes pooled
   std::vector<int> seen_[3];     // rounds that tried each position, per regime (and pooled)
   int run_ = 0;
-  int paused_ = 0;                   // rounds left before speculation is probed again
-  int backoff_ = 4;                  // length of the next pause
-  bool wide_probe_ = false;          // alternates the depths drafted while the cost slope is unknown
-  std::vector<double> round_costs_;  // next_depth's scratch: a round's seconds with k drafts (k = 0: plain)
+  int paused_ = 0;           // rounds left before speculation is probed again
+  int backoff_ = 4;          // length of the next pause
+  bool wide_probe_ = false;  // alternates the depths drafted while the cost slope is unknown
   struct Choice {
     double emitted, seconds, full;  // per round; full: P(the next round is in regime 1)
   };
-  mutable std::array<std::vector<Choice>, 2> choices_;  // long_run_depth's scratch, per regime
+  std::array<std::vector<Choice>, 2> choices_;  // price_choices' result, per regime
 };
 
 }  // namespace specdec
