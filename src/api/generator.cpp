@@ -37,7 +37,7 @@ Generation Generator::generate(const std::string& prompt, const GenerateOptions&
   Session& s = impl_->session;
   SPECDEC_CHECK(!prompt.empty(), "the prompt is empty");
   SPECDEC_CHECK(o.num_draft_tokens >= 0, "--num-draft-tokens must not be negative, got ", o.num_draft_tokens);
-  Engine engine(*s.model, *s.tokenizer, s.engine);
+  EngineCore engine(*s.model, *s.tokenizer, s.engine);
   Request req;
   req.prompt = s.tokenizer->encode(prompt, true);
   req.sampling = sampling_from(o, s.defaults);

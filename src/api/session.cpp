@@ -63,12 +63,24 @@ Session open_session(const ModelOptions& options) {
   return s;
 }
 
-std::string add_draft_method(Engine& engine, Session& session, const std::string& draft, int depth) {
+namespace {
+
+// `base`, or `base#2`, `base#3`, ... when the engine already has a method under that id.
+std::string free_method_id(const EngineCore& engine, const std::string& base) {
+  std::string id = base;
+  for (int n = 2; engine.has_method(id); ++n) id = str_cat(base, "#", n);
+  return id;
+}
+
+}  // namespace
+
+std::string add_draft_method(EngineCore& engine, Session& session, const std::string& draft, int depth) {
   if (draft == "ngram") {
     NgramOptions o;
     if (depth > 0) o.num_draft = depth;
-    engine.add_method(std::make_shared<NgramMethod>(o));
-    return "ngram";
+    const std::string id = free_method_id(engine, "ngram");
+    engine.add_method(id, std::make_shared<NgramMethod>(o));
+    return id;
   }
   std::shared_ptr<Model>& model = session.draft_models[draft];
   if (!model) {
@@ -77,8 +89,9 @@ std::string add_draft_method(Engine& engine, Session& session, const std::string
   }
   DraftModelOptions o;
   if (depth > 0) o.num_draft = depth;
-  engine.add_method(std::make_shared<DraftModelMethod>(model, draft, o));
-  return "draft";
+  const std::string id = free_method_id(engine, "draft");
+  engine.add_method(id, std::make_shared<DraftModelMethod>(model, draft, o));
+  return id;
 }
 
 std::string read_file(const std::string& path) {

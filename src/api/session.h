@@ -7,7 +7,7 @@
 #include <string>
 
 #include "backend/backend.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "specdec/specdec.h"
@@ -27,8 +27,8 @@ struct Session {
 
 Session open_session(const ModelOptions& options);
 // Registers the method named by --draft ("ngram" or a checkpoint folder) with the engine;
-// returns its name for SpecOptions::method.
-std::string add_draft_method(Engine& engine, Session& session, const std::string& draft, int depth);
+// returns its id for SpecOptions::method ("ngram", "draft", or "ngram#2", ... for a second instance).
+std::string add_draft_method(EngineCore& engine, Session& session, const std::string& draft, int depth);
 
 std::string read_file(const std::string& path);
 

@@ -30,14 +30,14 @@ BenchEngine make_engine(Session& s, int rows, int batch_tokens, const std::strin
   // decode-only iterations and not the prefill of later rows mixed into them.
   options.max_batch_tokens = std::max(options.max_batch_tokens, std::min(batch_tokens, 1 << 17));
   BenchEngine e;
-  e.engine = std::make_unique<Engine>(*s.model, *s.tokenizer, options);
+  e.engine = std::make_unique<EngineCore>(*s.model, *s.tokenizer, options);
   if (!draft.empty()) e.method = add_draft_method(*e.engine, s, draft, num_draft);
   return e;
 }
 
 RunResult run_batch(BenchEngine& e, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
                     const SamplingParams& sampling, int num_draft, bool adaptive) {
-  Engine& engine = *e.engine;
+  EngineCore& engine = *e.engine;
   std::vector<int64_t> ids;
   const auto t0 = Clock::now();
   for (const auto& p : prompts) {

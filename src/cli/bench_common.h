@@ -54,7 +54,7 @@ struct RunResult {
 // Nothing a request leaves behind carries over to the next: rows, their KV blocks, their draft
 // state and their depth policies are made per request.
 struct BenchEngine {
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<EngineCore> engine;
   std::string method;  // the draft method's name in the engine; empty for plain decoding
 };
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "api/session.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "model/model.h"
 
 namespace specdec {
@@ -27,7 +27,7 @@ TEST(Session, WarmsTheTargetAndDraftModelsUp) {
   options.device = "cpu";
   Session session = open_session(options);
   EXPECT_FALSE(first_forward_was_one_off(*session.model));
-  Engine engine(*session.model, *session.tokenizer, session.engine);
+  EngineCore engine(*session.model, *session.tokenizer, session.engine);
   add_draft_method(engine, session, kRoot + "/models/draft", 0);
   EXPECT_FALSE(first_forward_was_one_off(*session.draft_models.at(kRoot + "/models/draft")));
 }

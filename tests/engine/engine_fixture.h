@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 #include "model/model.h"
 #include "speculative/methods/draft_model.h"
 #include "speculative/methods/ngram_method.h"
@@ -40,17 +40,17 @@ struct Bundled {
 };
 
 // An engine over the bundled target with both methods registered ("ngram" and "draft").
-inline std::unique_ptr<Engine> make_engine(int depth = 0, EngineOptions options = {}) {
+inline std::unique_ptr<EngineCore> make_engine(int depth = 0, EngineOptions options = {}) {
   Bundled& b = Bundled::get();
   if (options.kv_blocks == 0) options.kv_blocks = 1024;
-  auto engine = std::make_unique<Engine>(*b.target, *b.tokenizer, options);
+  auto engine = std::make_unique<EngineCore>(*b.target, *b.tokenizer, options);
   NgramOptions n;
   if (depth > 0) n.num_draft = depth;
-  engine->add_method(std::make_shared<NgramMethod>(n));
+  engine->add_method("ngram", std::make_shared<NgramMethod>(n));
   DraftModelOptions d;
   if (depth > 0) d.num_draft = depth;
   d.kv_blocks = 1024;
-  engine->add_method(std::make_shared<DraftModelMethod>(b.draft, "bundled-draft", d));
+  engine->add_method("draft", std::make_shared<DraftModelMethod>(b.draft, "bundled-draft", d));
   return engine;
 }
 
@@ -65,7 +65,7 @@ inline Request make_request(const std::vector<int32_t>& prompt, int max_tokens, 
   return r;
 }
 
-inline RequestResult run_one(Engine& engine, Request r) {
+inline RequestResult run_one(EngineCore& engine, Request r) {
   const int64_t id = engine.submit(std::move(r));
   engine.run();
   auto res = engine.take_result(id);

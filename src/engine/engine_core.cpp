@@ -1,6 +1,6 @@
 // Engine: admission, the mixed iteration (draft → one target forward → verify → rollback →
 // commit → stream), stop conditions and preemption. See engine.h for the contract.
-#include "engine/engine.h"
+#include "engine/engine_core.h"
 
 #include <algorithm>
 #include <chrono>
@@ -33,7 +33,7 @@ const char* finish_reason_name(FinishReason reason) {
   return "none";
 }
 
-struct Engine::Row {
+struct EngineCore::Row {
   int64_t id = 0;
   Request req;
   std::vector<int32_t> tokens;  // prompt + generated: everything known
@@ -62,7 +62,7 @@ struct Engine::Row {
   int generated() const { return static_cast<int>(tokens.size() - prompt_len); }
 };
 
-struct Engine::Group {
+struct EngineCore::Group {
   std::shared_ptr<DraftMethod> method;
   std::unique_ptr<DraftRows> rows;
   std::vector<Row*> members;
@@ -79,7 +79,7 @@ struct Engine::Group {
   }
 };
 
-Engine::Engine(Model& target, const Tokenizer& tokenizer, EngineOptions options)
+EngineCore::EngineCore(Model& target, const Tokenizer& tokenizer, EngineOptions options)
     : target_(target), tokenizer_(tokenizer), options_(options) {
   const ModelConfig& c = target_.config();
   int blocks = options_.kv_blocks;
@@ -92,11 +92,13 @@ Engine::Engine(Model& target, const Tokenizer& tokenizer, EngineOptions options)
   kv_ = target_.make_cache(blocks);
 }
 
-Engine::~Engine() = default;
+EngineCore::~EngineCore() = default;
 
-void Engine::add_method(std::shared_ptr<DraftMethod> method) {
+void EngineCore::add_method(const std::string& id, std::shared_ptr<DraftMethod> method) {
   SPECDEC_CHECK(method != nullptr, "null draft method");
-  const std::string name = method->name();
+  SPECDEC_CHECK(!id.empty(), "a draft method needs a non-empty id");
+  SPECDEC_CHECK(!methods_.count(id), "a draft method with id '", id, "' is already registered");
+  const std::string& name = id;
   auto group = std::make_unique<Group>();
   TargetView view;
   view.model = &target_;
@@ -109,9 +111,9 @@ void Engine::add_method(std::shared_ptr<DraftMethod> method) {
   methods_[name] = std::move(method);
 }
 
-bool Engine::has_method(const std::string& name) const { return methods_.count(name) > 0; }
+bool EngineCore::has_method(const std::string& id) const { return methods_.count(id) > 0; }
 
-int64_t Engine::submit(Request request) {
+int64_t EngineCore::submit(Request request) {
   const ModelConfig& c = target_.config();
   SPECDEC_CHECK(!request.prompt.empty(), "the prompt is empty: at least one token is needed");
   SPECDEC_CHECK(static_cast<int>(request.prompt.size()) < c.max_position, "the prompt has ", request.prompt.size(),
@@ -148,7 +150,7 @@ int64_t Engine::submit(Request request) {
   return id;
 }
 
-void Engine::cancel(int64_t id) {
+void EngineCore::cancel(int64_t id) {
   for (auto& row : rows_)
     if (row->id == id && row->finish == FinishReason::none) finish(*row, FinishReason::cancelled);
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
@@ -162,12 +164,12 @@ void Engine::cancel(int64_t id) {
   remove_finished();
 }
 
-Engine::Group* Engine::group_of(const Row& row) {
+EngineCore::Group* EngineCore::group_of(const Row& row) {
   if (row.req.spec.method.empty()) return nullptr;
   return groups_.at(row.req.spec.method).get();
 }
 
-void Engine::admit() {
+void EngineCore::admit() {
   while (!waiting_.empty() && static_cast<int>(rows_.size()) < options_.max_rows) {
     Row& row = *waiting_.front();
     const int need =
@@ -193,7 +195,7 @@ void Engine::admit() {
   }
 }
 
-void Engine::preempt(Row& row) {
+void EngineCore::preempt(Row& row) {
   // Recompute policy: drop the KV and draft state; on readmission the row re-prefills
   // everything it knows and continues from its pending token.
   if (row.has_seq) kv_->release(row.seq);
@@ -219,7 +221,7 @@ void Engine::preempt(Row& row) {
   }
 }
 
-bool Engine::reserve_or_preempt(Row& row, int new_len) {
+bool EngineCore::reserve_or_preempt(Row& row, int new_len) {
   while (!kv_->reserve(row.seq, new_len)) {
     // Free the youngest other row that holds KV; the oldest rows keep running.
     Row* victim = nullptr;
@@ -234,7 +236,7 @@ bool Engine::reserve_or_preempt(Row& row, int new_len) {
   return true;
 }
 
-bool Engine::reserve_or_yield(Row& row, int new_len, const char* what) {
+bool EngineCore::reserve_or_yield(Row& row, int new_len, const char* what) {
   if (reserve_or_preempt(row, new_len)) return true;
   // Even with every younger row preempted the cache is short: the oldest row cannot run at
   // all, any other row waits for the rows ahead of it.
@@ -246,7 +248,7 @@ bool Engine::reserve_or_yield(Row& row, int new_len, const char* what) {
   return false;
 }
 
-bool Engine::step() {
+bool EngineCore::step() {
   admit();
   if (rows_.empty()) return false;
   const int max_position = target_.config().max_position;
@@ -459,7 +461,7 @@ bool Engine::step() {
   return true;
 }
 
-bool Engine::append_token(Row& row, int32_t token, bool is_eos) {
+bool EngineCore::append_token(Row& row, int32_t token, bool is_eos) {
   if (!row.got_first) {
     row.got_first = true;
     row.first_token = Clock::now();
@@ -483,7 +485,7 @@ bool Engine::append_token(Row& row, int32_t token, bool is_eos) {
   return false;
 }
 
-void Engine::stream(Row& row, std::vector<int32_t> tokens, bool final) {
+void EngineCore::stream(Row& row, std::vector<int32_t> tokens, bool final) {
   if (final && row.finish != FinishReason::stop && row.finish != FinishReason::error) row.text += row.detok->flush();
   const size_t hold = final ? 0 : row.holdback;
   const size_t upto = row.text.size() > hold ? row.text.size() - hold : 0;
@@ -498,13 +500,13 @@ void Engine::stream(Row& row, std::vector<int32_t> tokens, bool final) {
   if (row.req.on_event && (!ev.text.empty() || !ev.tokens.empty() || final)) row.req.on_event(ev);
 }
 
-void Engine::finish(Row& row, FinishReason reason, const std::string& error) {
+void EngineCore::finish(Row& row, FinishReason reason, const std::string& error) {
   if (row.finish != FinishReason::none) return;
   row.finish = reason;
   row.error = error;
 }
 
-void Engine::remove_finished() {
+void EngineCore::remove_finished() {
   for (auto& [name, g] : groups_) {
     // Most iterations finish no row: nothing to build then.
     if (std::none_of(g->members.begin(), g->members.end(),
@@ -556,11 +558,11 @@ void Engine::remove_finished() {
   }
 }
 
-void Engine::run() {
+void EngineCore::run() {
   while (!idle()) step();
 }
 
-std::optional<RequestResult> Engine::take_result(int64_t id) {
+std::optional<RequestResult> EngineCore::take_result(int64_t id) {
   auto it = results_.find(id);
   if (it == results_.end()) return std::nullopt;
   RequestResult r = std::move(it->second);

@@ -33,16 +33,18 @@ struct EngineOptions {
   bool sample_on_backend = true;
 };
 
-class Engine {
+class EngineCore {
  public:
-  Engine(Model& target, const Tokenizer& tokenizer, EngineOptions options = {});
-  ~Engine();
-  Engine(const Engine&) = delete;
-  Engine& operator=(const Engine&) = delete;
+  EngineCore(Model& target, const Tokenizer& tokenizer, EngineOptions options = {});
+  ~EngineCore();
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
 
-  // Makes a draft method available to requests by name (SpecOptions::method).
-  void add_method(std::shared_ptr<DraftMethod> method);
-  bool has_method(const std::string& name) const;
+  // Makes a draft method instance available to requests under `id` (SpecOptions::method).
+  // Two instances of one method (two draft models, two n-gram configurations) live side by
+  // side under different ids, each with its own rows; an id already in use is refused.
+  void add_method(const std::string& id, std::shared_ptr<DraftMethod> method);
+  bool has_method(const std::string& id) const;
 
   // Validates and queues a request; throws specdec::Error (naming the cause) for a bad one,
   // leaving the engine and other requests untouched.
