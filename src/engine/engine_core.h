@@ -1,13 +1,12 @@
-// The engine: requests in, tokens out. Continuous batching over one target model: each
-// iteration admits waiting requests, lets every draft group propose for its speculating rows,
-// runs ONE target forward over prefill chunks, plain steps and verify windows together, verifies,
-// rolls each row's KV back to what was accepted, commits the outcome to the draft groups, and
-// streams the new tokens. Rows join and leave only between iterations.
+// The engine core: requests in, tokens out, over one target model. Each iteration reads as the
+// idea: schedule (admit, plan the forward) → propose (draft groups draft for their speculating
+// rows) → ONE target forward over prefill chunks, plain steps and verify windows together →
+// verify (and roll each row's KV back to what was accepted) → commit (draft groups learn the
+// outcome, tokens stream, finished rows leave). Single-threaded: the public Engine runs it on
+// its loop thread.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,8 +14,10 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/scheduler.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "speculative/coordinator.h"
 #include "speculative/draft.h"
 #include "speculative/policy.h"
 #include "tokenizer/tokenizer.h"
@@ -28,8 +29,9 @@ struct EngineOptions {
   size_t kv_memory = 1ull << 30;
   int max_rows = 64;            // rows decoding or prefilling at once
   int max_batch_tokens = 512;   // tokens in one target forward (prefill chunks fill what decode leaves)
-  // Draw tokens where the logits were computed when every decoding row allows it (see step()).
-  // false: the host draws every token from copied logits (the reference path, for comparisons).
+  // Draw tokens where the logits were computed when every decoding row allows it
+  // (draws_on_backend). false: the host draws every token from copied logits (the reference
+  // path, for comparisons).
   bool sample_on_backend = true;
 };
 
@@ -44,7 +46,7 @@ class EngineCore {
   // Two instances of one method (two draft models, two n-gram configurations) live side by
   // side under different ids, each with its own rows; an id already in use is refused.
   void add_method(const std::string& id, std::shared_ptr<DraftMethod> method);
-  bool has_method(const std::string& id) const;
+  bool has_method(const std::string& id) const { return coordinator_.has_method(id); }
 
   // Validates and queues a request; throws specdec::Error (naming the cause) for a bad one,
   // leaving the engine and other requests untouched.
@@ -54,7 +56,7 @@ class EngineCore {
   bool step();
   // Steps until every submitted request has finished.
   void run();
-  bool idle() const { return rows_.empty() && waiting_.empty(); }
+  bool idle() const { return scheduler_.idle(); }
 
   // The result of a finished request (moves it out); nullopt while it runs.
   std::optional<RequestResult> take_result(int64_t id);
@@ -64,31 +66,26 @@ class EngineCore {
   int64_t target_forwards() const { return forwards_; }
 
  private:
-  struct Row;
-  struct Group;
-
-  void admit();
-  bool reserve_or_preempt(Row& row, int new_len);
-  // reserve_or_preempt, and when that fails: the oldest row ends with an error, another is
-  // preempted. Returns whether the row may run this iteration.
-  bool reserve_or_yield(Row& row, int new_len, const char* what);
-  void preempt(Row& row);
-  void finish(Row& row, FinishReason reason, const std::string& error = {});
-  void remove_finished();
-  // Appends one emitted token (an EOS ends the row instead) and checks the stop strings;
-  // returns true when the row has finished.
-  bool append_token(Row& row, int32_t token, bool is_eos);
-  void stream(Row& row, std::vector<int32_t> tokens, bool final);
-  Group* group_of(const Row& row);
+  // The steps of one iteration.
+  void propose();
+  ForwardRequest build_forward(const std::vector<ScheduledRow>& batch, bool on_backend) const;
+  ForwardResult forward(const ForwardRequest& request, const std::vector<ScheduledRow>& batch);
+  void verify_and_commit(const std::vector<ScheduledRow>& batch, const ForwardResult& out, bool on_backend,
+                         double forward_secs);
+  // Verifies one decoding row's window, rolls its KV back and takes the emitted tokens; returns
+  // the round for its draft group.
+  RoundOutcome verify_row(Row& row, const ForwardResult& out, int first, bool on_backend,
+                          std::vector<int32_t>& emitted);
+  // Where this iteration's tokens are drawn: on the backend when every decoding row allows it.
+  bool draws_on_backend(const std::vector<ScheduledRow>& batch) const;
+  void retire();
 
   Model& target_;
   const Tokenizer& tokenizer_;
   EngineOptions options_;
   std::unique_ptr<KvCache> kv_;
-  std::map<std::string, std::shared_ptr<DraftMethod>> methods_;
-  std::map<std::string, std::unique_ptr<Group>> groups_;
-  std::vector<std::unique_ptr<Row>> rows_;
-  std::deque<std::unique_ptr<Row>> waiting_;
+  Coordinator coordinator_;
+  Scheduler scheduler_;
   std::map<int64_t, RequestResult> results_;
   CostModel costs_;
   int64_t next_id_ = 1;

@@ -8,18 +8,10 @@
 #include <vector>
 
 #include "sampling/sampling.h"
+#include "speculative/spec_options.h"
 #include "speculative/telemetry.h"
 
 namespace specdec {
-
-enum class SpecMode { exact, rejection };
-
-struct SpecOptions {
-  std::string method;     // registered draft method name; empty = plain decoding
-  int max_depth = 0;      // 0 = the method's default
-  bool adaptive = true;   // adapt the depth to measured acceptance and cost; pause when it does not pay
-  SpecMode mode = SpecMode::exact;
-};
 
 struct StopCriteria {
   int max_tokens = 256;

@@ -98,6 +98,15 @@ int32_t sample(std::span<const float> logits, const SamplingParams& params,
                std::span<const int32_t> prompt, std::span<const int32_t> generated,
                uint64_t position);
 
+// Where a token is drawn: on the backend that computed its logits (only the token crosses back)
+// when the draw reads nothing but the logits and its (seed, position) key; on the host, from
+// copied logits, when it reads the history or bias (logits_only() is false) or when the caller
+// must weigh the whole distribution (rejection sampling, a draft's q). The one rule every
+// caller (the target's verify windows, a draft model's steps) follows.
+inline bool draws_on_backend(const SamplingParams& params, bool weighs_distribution) {
+  return params.logits_only() && !weighs_distribution;
+}
+
 // The SampleRow of history-free params (logits_only()) drawing at `position`; throws otherwise.
 SampleRow sample_row(const SamplingParams& params, uint64_t position);
 // The params a SampleRow stands for (the inverse of sample_row, position aside).

@@ -57,13 +57,34 @@ class PreparedChange {
   std::function<void()> dispose_;
 };
 
-// The ports a target offers a method. A method needing a port the target lacks fails at open().
+// What a method needs of the target beyond its tokens: hidden-state taps of some layers (handed
+// over with each prefill block and verified round), the target's embedding and LM head (a head
+// that reuses them instead of holding copies), read access to the target's KV (an assistant
+// head that attends to it).
+struct TargetNeeds {
+  std::vector<int> tap_layers;
+  bool embedding = false;
+  bool lm_head = false;
+  bool kv = false;
+};
+
+// The ports a target offers a method. A method needing a port the target lacks fails when it is
+// registered, before any row state exists.
 struct TargetView {
   const Model* model = nullptr;
   int vocab_size = 0;
   int hidden_size = 0;
   int num_layers = 0;
+  int max_rows = 0;  // rows the engine runs at once: a method sizes its per-row state for them
+  // Ports offered.
+  bool taps = false;
+  bool embedding = false;
+  bool lm_head = false;
+  bool kv = false;
 };
+
+// Throws a clear Error naming the first port `needs` asks for that `target` does not offer.
+void check_ports(const TargetView& target, const TargetNeeds& needs, const std::string& method);
 
 // One row of a draft() call: draft up to `depth` tokens after `pending` (the last emitted token,
 // not yet in the target's KV), whose absolute position is `position`.
@@ -111,6 +132,13 @@ class DraftRows {
   virtual void commit(std::span<const RowCommit> commits) = 0;
   // The row's state between rounds.
   virtual Checkpoint capture(int row) const = 0;
+  // Whether one more row with `tokens` of context fits the group's own state (a draft model's
+  // KV); a row that does not fit decodes plainly. A full state during a round is no error
+  // either: the rows it cannot hold draft nothing that round.
+  virtual bool has_room(int tokens) const {
+    (void)tokens;
+    return true;
+  }
 };
 
 class DraftMethod {
@@ -119,7 +147,8 @@ class DraftMethod {
   virtual std::string name() const = 0;
   // Schema and every policy knob, e.g. "ngram-history-v1:3:1:10".
   virtual std::string checkpoint_namespace() const = 0;
-  // Throws a clear Error if the target lacks a port this method needs.
+  // What this method needs of the target (checked against the target's ports before open()).
+  virtual TargetNeeds needs() const { return {}; }
   virtual std::unique_ptr<DraftRows> open(const TargetView& target) = 0;
   // Default maximum draft depth for this method.
   virtual int default_depth() const = 0;

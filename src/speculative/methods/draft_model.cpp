@@ -33,6 +33,11 @@ class DraftModelRows : public DraftRows {
 
   int row_count() const override { return static_cast<int>(rows_.size()); }
 
+  bool has_room(int tokens) const override {
+    const int block = cache_->block_size();
+    return (tokens + block) / block <= cache_->free_blocks();
+  }
+
   PreparedChange prepare_append(std::span<const Checkpoint* const> checkpoints) override {
     auto added = std::make_shared<std::vector<DraftRowState>>();
     for (const Checkpoint* cp : checkpoints) {
@@ -67,8 +72,7 @@ class DraftModelRows : public DraftRows {
 
   // The prompt is only recorded: the first draft() feeds it (in blocks of kCatchUpBlock), so a
   // row the depth policy never lets draft (a batch where speculation does not pay) costs no
-  // draft-model prefill. Measured at batch 8 on a CPU: eight prompts' draft prefill was ~5 % of
-  // a run in which no row drafted.
+  // draft-model prefill.
   void prefill(int row, std::span<const int32_t> tokens) override {
     auto& r = rows_.at(static_cast<size_t>(row));
     r.known.insert(r.known.end(), tokens.begin(), tokens.end());
@@ -93,38 +97,27 @@ class DraftModelRows : public DraftRows {
       live.push_back(i);
     }
     std::vector<std::vector<int32_t>> feeds(asks.size());
-    for (size_t i : live) {
-      auto& r = rows_[static_cast<size_t>(asks[i].row)];
-      // Context the draft KV lacks beyond the last block goes in first, a block a forward.
-      while (r.known.size() - r.fed.size() > static_cast<size_t>(kCatchUpBlock)) {
-        SequenceInput in;
-        in.seq = r.seq;
-        in.tokens.assign(r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()),
-                         r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()) + kCatchUpBlock);
-        SPECDEC_CHECK(cache_->reserve(r.seq, static_cast<int>(r.fed.size()) + kCatchUpBlock),
-                      "the draft model's KV cache is full");
-        model_->forward(ForwardRequest{{in}, {}}, *cache_);
-        r.fed.insert(r.fed.end(), in.tokens.begin(), in.tokens.end());
-        out[i].caught_up += kCatchUpBlock;
-      }
-      feeds[i].assign(r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()), r.known.end());
-      feeds[i].push_back(asks[i].pending);
-      // A round feeds the pending token, and after a full accept the last draft before it.
-      out[i].caught_up += std::max(0, static_cast<int>(feeds[i].size()) - 2);
-    }
+    // A row whose context the draft KV cannot hold drafts nothing this round (it takes a plain
+    // target step): a full draft cache pauses speculation, it never fails the round.
+    std::erase_if(live, [&](size_t i) { return !catch_up(asks[i], out[i], feeds[i]); });
     // The coupled draw: draft i samples with the key the target uses at its position. Rows that
     // need nothing but their logits (and no q) are drawn by the backend, as the target's are.
-    const bool on_backend = std::all_of(
-        asks.begin(), asks.end(), [](const DraftRequestRow& a) { return a.sampling->logits_only() && !a.want_q; });
+    const bool on_backend = std::all_of(asks.begin(), asks.end(), [](const DraftRequestRow& a) {
+      return draws_on_backend(*a.sampling, a.want_q);
+    });
     const auto position_of = [&](size_t i, int step) {
       return static_cast<uint64_t>(asks[i].position) + 1 + static_cast<uint64_t>(step);
     };
     for (int step = 0; !live.empty(); ++step) {
+      // Rows the cache cannot take one more step of stop with the drafts they have.
+      std::erase_if(live, [&](size_t i) {
+        const auto& r = rows_[static_cast<size_t>(asks[i].row)];
+        return !cache_->reserve(r.seq, static_cast<int>(r.fed.size() + feeds[i].size()));
+      });
+      if (live.empty()) break;
       ForwardRequest req;
       for (size_t i : live) {
         auto& r = rows_[static_cast<size_t>(asks[i].row)];
-        SPECDEC_CHECK(cache_->reserve(r.seq, static_cast<int>(r.fed.size() + feeds[i].size())),
-                      "the draft model's KV cache is full");
         SequenceInput in;
         in.seq = r.seq;
         in.tokens = feeds[i];
@@ -155,6 +148,28 @@ class DraftModelRows : public DraftRows {
       live = std::move(next);
     }
     return out;
+  }
+
+  // Feeds what the row's draft KV lacks beyond the last block (a block a forward) and leaves in
+  // `feed` what the first draft step feeds: the rest of the context and the pending token.
+  // False when the cache cannot hold the context.
+  bool catch_up(const DraftRequestRow& ask, DraftProposal& out, std::vector<int32_t>& feed) {
+    auto& r = rows_.at(static_cast<size_t>(ask.row));
+    while (r.known.size() - r.fed.size() > static_cast<size_t>(kCatchUpBlock)) {
+      if (!cache_->reserve(r.seq, static_cast<int>(r.fed.size()) + kCatchUpBlock)) return false;
+      SequenceInput in;
+      in.seq = r.seq;
+      in.tokens.assign(r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()),
+                       r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()) + kCatchUpBlock);
+      model_->forward(ForwardRequest{{in}, {}}, *cache_);
+      r.fed.insert(r.fed.end(), in.tokens.begin(), in.tokens.end());
+      out.caught_up += kCatchUpBlock;
+    }
+    feed.assign(r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()), r.known.end());
+    feed.push_back(ask.pending);
+    // A round feeds the pending token, and after a full accept the last draft before it.
+    out.caught_up += std::max(0, static_cast<int>(feed.size()) - 2);
+    return true;
   }
 
   void commit(std::span<const RowCommit> commits) override {
@@ -199,7 +214,13 @@ std::unique_ptr<DraftRows> DraftModelMethod::open(const TargetView& target) {
                 " tokens) does not match the target's (", target.vocab_size,
                 "): a draft model must share the target's tokenizer");
   int blocks = options_.kv_blocks;
-  if (blocks <= 0) blocks = 32 * ((c.max_position + 15) / 16 + 1);
+  if (blocks <= 0) {
+    // Every row the engine runs at once, at the draft's full context, within the memory cap.
+    const int rows = std::max(1, target.max_rows);
+    const int by_memory = KvCache::blocks_for_memory(options_.kv_memory, c.num_layers, c.num_kv_heads, c.head_dim,
+                                                     draft_->backend().kv_dtype());
+    blocks = std::max(1, std::min(rows * ((c.max_position + 15) / 16 + 1), by_memory));
+  }
   return std::make_unique<DraftModelRows>(draft_, checkpoint_namespace(), blocks);
 }
 

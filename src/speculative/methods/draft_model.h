@@ -14,10 +14,10 @@ namespace specdec {
 class Model;
 
 struct DraftModelOptions {
-  // The most drafts a round asks for; the depth policy picks fewer where they do not pay (with
-  // drafts accepted 95-100 % of the time, 8 beat 4 on the bundled pair).
+  // The most drafts a round asks for; the depth policy picks fewer where they do not pay.
   int num_draft = 8;
-  int kv_blocks = 0;  // 0 = enough for 32 rows of the draft's full context
+  int kv_blocks = 0;               // 0 = the engine's rows at the draft's full context, within kv_memory
+  size_t kv_memory = 1ull << 30;   // cap on the draft KV's bytes when kv_blocks is 0
 };
 
 class DraftModelMethod : public DraftMethod {

@@ -1,0 +1,133 @@
+// Scheduler: admission, the plan of one forward under the token budget, KV reservation with
+// preemption of the youngest rows (recompute: a preempted row drops its KV and draft state and
+// re-prefills everything it knows when readmitted), and retirement of finished rows.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace specdec {
+
+Scheduler::Scheduler(KvCache& kv, Coordinator& coordinator, int max_rows, int max_batch_tokens)
+    : kv_(kv), coordinator_(coordinator), max_rows_(max_rows), max_batch_tokens_(max_batch_tokens) {}
+
+void Scheduler::add(std::unique_ptr<Row> row) { waiting_.push_back(std::move(row)); }
+
+void Scheduler::cancel(int64_t id) {
+  for (auto& row : running_)
+    if (row->id == id) row->end(FinishReason::cancelled);
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->id == id) {
+      (*it)->end(FinishReason::cancelled);
+      running_.push_back(std::move(*it));  // leaves through remove_finished like any other
+      waiting_.erase(it);
+      return;
+    }
+  }
+}
+
+int Scheduler::decoding() const {
+  return static_cast<int>(
+      std::count_if(running_.begin(), running_.end(), [](const auto& r) { return r->decoding && r->running(); }));
+}
+
+void Scheduler::admit() {
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < max_rows_) {
+    Row& row = *waiting_.front();
+    const int context = static_cast<int>(row.tokens.size());
+    const int need = (context + kv_.block_size()) / kv_.block_size();
+    if (need > kv_.free_blocks() && !running_.empty()) break;  // wait for rows to finish
+    row.start(kv_.create());
+    // A row whose method has no room for it decodes plainly rather than wait.
+    if (row.speculates() && coordinator_.has_room(row.spec, context)) coordinator_.join(row.spec);
+    row.admitted = Clock::now();
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+std::vector<ScheduledRow> Scheduler::schedule() {
+  std::vector<ScheduledRow> plan;
+  int budget = max_batch_tokens_;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Row& row = *running_[i];
+    if (!row.decoding || !row.running()) continue;
+    const int width = 1 + static_cast<int>(row.spec.proposal.tokens.size());
+    if (!reserve(row, static_cast<int>(row.pending_pos) + width, "request")) {
+      if (row.running()) --i;  // preempted: running_[i] is the next row now
+      continue;
+    }
+    budget -= width;
+    plan.push_back(ScheduledRow{&row, true, 0});
+  }
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Row& row = *running_[i];
+    if (row.decoding || !row.running()) continue;
+    const int chunk = std::min(budget, row.prefill_end - row.prefilled);
+    if (!reserve(row, row.prefilled + chunk, "prompt")) {
+      if (row.running()) --i;
+      continue;
+    }
+    budget -= chunk;
+    plan.push_back(ScheduledRow{&row, false, chunk});
+  }
+  // Preemption may have taken out rows planned earlier in this loop.
+  std::erase_if(plan, [](const ScheduledRow& s) { return !s.row->has_seq || !s.row->running(); });
+  return plan;
+}
+
+bool Scheduler::reserve(Row& row, int length, const char* what) {
+  bool reserved = kv_.reserve(row.seq, length);
+  while (!reserved) {
+    // Free the youngest other row that holds KV; the oldest rows keep running.
+    auto victim = std::find_if(running_.rbegin(), running_.rend(), [&](const auto& r) {
+      return r.get() != &row && r->has_seq && r->running();
+    });
+    if (victim == running_.rend() || victim->get() == running_.front().get()) break;
+    preempt(**victim);
+    reserved = kv_.reserve(row.seq, length);
+  }
+  if (reserved) return true;
+  // Even with every younger row preempted the cache is short: the oldest row cannot run at
+  // all, any other row waits for the rows ahead of it.
+  if (&row == running_.front().get()) {
+    row.end(FinishReason::error, str_cat("the KV cache cannot hold this ", what));
+  } else {
+    preempt(row);
+  }
+  return false;
+}
+
+void Scheduler::preempt(Row& row) {
+  if (row.has_seq) kv_.release(row.seq);
+  row.has_seq = false;
+  row.spec.proposal = {};
+  SpecRow* leaving = &row.spec;
+  if (row.spec.joined) coordinator_.leave(std::span<SpecRow* const>(&leaving, 1));
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &row; });
+  waiting_.push_front(std::move(*it));
+  running_.erase(it);
+}
+
+std::vector<std::unique_ptr<Row>> Scheduler::remove_finished() {
+  std::vector<std::unique_ptr<Row>> done;
+  if (std::all_of(running_.begin(), running_.end(), [](const auto& r) { return r->running(); })) return done;
+  std::vector<SpecRow*> leaving;
+  for (auto& r : running_)
+    if (!r->running() && r->spec.joined) leaving.push_back(&r->spec);
+  coordinator_.leave(leaving);
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->running()) {
+      ++it;
+      continue;
+    }
+    if ((*it)->has_seq) kv_.release((*it)->seq);
+    (*it)->has_seq = false;
+    done.push_back(std::move(*it));
+    it = running_.erase(it);
+  }
+  return done;
+}
+
+}  // namespace specdec

@@ -1,0 +1,61 @@
+// The scheduler: which rows run this iteration and with how many tokens. Waiting requests are
+// admitted first come, first served while rows and KV blocks allow; decoding rows (a step, or a
+// verify window of their drafts) go first, oldest first, and prefill chunks fill what is left of
+// the token budget. KV is the admission currency: a row that cannot reserve its tokens preempts
+// the youngest rows (they re-prefill later), and only the oldest row, alone and still short, fails.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "engine/row.h"
+#include "kv/kv_cache.h"
+#include "speculative/coordinator.h"
+
+namespace specdec {
+
+// A row's part of this iteration's forward.
+struct ScheduledRow {
+  Row* row = nullptr;
+  bool decode = false;  // pending + the row's proposal; otherwise a prefill chunk
+  int chunk = 0;        // prefill tokens
+};
+
+class Scheduler {
+ public:
+  Scheduler(KvCache& kv, Coordinator& coordinator, int max_rows, int max_batch_tokens);
+
+  void add(std::unique_ptr<Row> row);
+  // Ends the request wherever it is; it leaves with the next remove_finished().
+  void cancel(int64_t id);
+  // Admits waiting rows while the row limit and the KV (the target's and the row's draft
+  // method's) allow; a row larger than what is free waits for running rows to finish.
+  void admit();
+  // Plans the forward and reserves its KV. Rows preempted on the way go back to the waiting
+  // queue; a row that can never fit ends with an error.
+  std::vector<ScheduledRow> schedule();
+  // Takes out the rows that have finished, their KV and draft state released.
+  std::vector<std::unique_ptr<Row>> remove_finished();
+
+  const std::vector<std::unique_ptr<Row>>& running() const { return running_; }
+  int decoding() const;
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+
+ private:
+  // Reserves KV for the row to reach `length`, preempting younger rows; when even that fails
+  // the oldest row ends with an error and any other row yields (is preempted). Returns whether
+  // the row runs this iteration.
+  bool reserve(Row& row, int length, const char* what);
+  void preempt(Row& row);
+
+  KvCache& kv_;
+  Coordinator& coordinator_;
+  int max_rows_;
+  int max_batch_tokens_;
+  std::vector<std::unique_ptr<Row>> running_;  // oldest first
+  std::deque<std::unique_ptr<Row>> waiting_;
+};
+
+}  // namespace specdec

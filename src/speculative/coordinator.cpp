@@ -1,0 +1,158 @@
+// Coordinator: draft groups keyed by method instance id, the depth each row drafts at, batched
+// drafting per group with its measured cost, and the relay of prefill blocks and verified
+// rounds. See coordinator.h for the contract.
+#include "speculative/coordinator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace specdec {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+struct Coordinator::Group {
+  std::shared_ptr<DraftMethod> method;
+  std::unique_ptr<DraftRows> rows;
+  std::vector<SpecRow*> members;  // in the group's row order
+  DraftCost draft_cost;           // seconds of this group's draft calls
+  int forced_probes_left = 0;     // this round's probes against the measured costs
+  // This round's asks (and who asked) and commits; kept between rounds so that a round
+  // allocates nothing for them.
+  std::vector<DraftRequestRow> asks;
+  std::vector<SpecRow*> askers;
+  std::vector<RowCommit> commits;
+
+  int index_of(const SpecRow& row) const {
+    auto it = std::find(members.begin(), members.end(), &row);
+    SPECDEC_CHECK(it != members.end(), "row ", row.id, " is not in draft group '", row.method, "'");
+    return static_cast<int>(it - members.begin());
+  }
+  void draft();
+};
+
+Coordinator::Coordinator(TargetView target) : target_(target) {}
+
+Coordinator::~Coordinator() = default;
+
+void Coordinator::add_method(const std::string& id, std::shared_ptr<DraftMethod> method) {
+  SPECDEC_CHECK(method != nullptr, "null draft method");
+  SPECDEC_CHECK(!id.empty(), "a draft method needs a non-empty id");
+  SPECDEC_CHECK(!groups_.count(id), "a draft method with id '", id, "' is already registered");
+  check_ports(target_, method->needs(), id);
+  auto group = std::make_unique<Group>();
+  group->rows = method->open(target_);
+  group->method = std::move(method);
+  groups_[id] = std::move(group);
+}
+
+int Coordinator::default_depth(const std::string& id) const {
+  auto it = groups_.find(id);
+  SPECDEC_CHECK(it != groups_.end(), "unknown draft method '", id, "'");
+  return it->second->method->default_depth();
+}
+
+Coordinator::Group& Coordinator::group_of(const SpecRow& row) const {
+  auto it = groups_.find(row.method);
+  SPECDEC_CHECK(it != groups_.end(), "unknown draft method '", row.method, "'");
+  return *it->second;
+}
+
+bool Coordinator::has_room(const SpecRow& row, int tokens) const { return group_of(row).rows->has_room(tokens); }
+
+void Coordinator::join(SpecRow& row) {
+  Group& g = group_of(row);
+  const Checkpoint* fresh = nullptr;
+  PreparedChange change = g.rows->prepare_append(std::span<const Checkpoint* const>(&fresh, 1));
+  g.members.push_back(&row);
+  change.commit();
+  row.joined = true;
+}
+
+void Coordinator::leave(std::span<SpecRow* const> rows) {
+  for (auto& [id, g] : groups_) {
+    const auto leaving = [&](const SpecRow* r) { return std::find(rows.begin(), rows.end(), r) != rows.end(); };
+    if (std::none_of(g->members.begin(), g->members.end(), leaving)) continue;
+    std::vector<int> keep;
+    std::vector<SpecRow*> members;
+    for (size_t i = 0; i < g->members.size(); ++i) {
+      if (leaving(g->members[i])) {
+        g->members[i]->joined = false;
+        continue;
+      }
+      keep.push_back(static_cast<int>(i));
+      members.push_back(g->members[i]);
+    }
+    g->rows->filter_rows(keep);
+    g->members = std::move(members);
+  }
+}
+
+void Coordinator::prefill(SpecRow& row, std::span<const int32_t> tokens) {
+  if (!row.joined) return;
+  Group& g = group_of(row);
+  g.rows->prefill(g.index_of(row), tokens);
+}
+
+void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs, int decoding) {
+  for (auto& [id, g] : groups_) {
+    g->forced_probes_left = 1;
+    g->asks.clear();
+    g->askers.clear();
+  }
+  for (const DraftAsk& a : asks) {
+    SpecRow& row = *a.row;
+    if (!row.joined) continue;
+    Group& g = group_of(row);
+    int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
+    depth = std::min(depth, a.limit);
+    if (depth <= 0) continue;
+    g.asks.push_back(DraftRequestRow{g.index_of(row), a.pending, depth, a.position, a.sampling,
+                                     row.mode == SpecMode::rejection});
+    g.askers.push_back(&row);
+  }
+  for (auto& [id, g] : groups_)
+    if (!g->asks.empty()) g->draft();
+}
+
+void Coordinator::Group::draft() {
+  const auto t0 = Clock::now();
+  std::vector<DraftProposal> got = rows->draft(asks);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  int depth = 0;
+  bool caught_up = false;
+  for (size_t i = 0; i < got.size(); ++i) {
+    depth = std::max(depth, static_cast<int>(got[i].tokens.size()));
+    caught_up = caught_up || got[i].caught_up > 0;
+    askers[i]->proposal = std::move(got[i]);
+  }
+  // A call that also caught a row up on the tokens of rounds it did not draft in (after a
+  // pause) would charge that one-off to every drafted token, and so prolong the pause.
+  if (!caught_up) draft_cost.observe(depth, secs / static_cast<double>(got.size()));
+  for (SpecRow* row : askers) row->telemetry.draft_ns += static_cast<int64_t>(secs * 1e9 / askers.size());
+}
+
+void Coordinator::commit(std::span<const RoundOutcome> outcomes) {
+  for (auto& [id, g] : groups_) g->commits.clear();
+  for (const RoundOutcome& o : outcomes) {
+    SpecRow& row = *o.row;
+    row.policy->observe(o.drafted, o.accepted);
+    row.telemetry.record_round(o.drafted, o.accepted);
+    if (!row.joined || o.finished) continue;
+    Group& g = group_of(row);
+    RowCommit c;
+    c.row = g.index_of(row);
+    c.pending = o.pending;
+    c.accepted = o.accepted;
+    c.emitted.assign(o.emitted.begin(), o.emitted.end());
+    c.drafted = o.drafted;
+    g.commits.push_back(std::move(c));
+  }
+  for (auto& [id, g] : groups_)
+    if (!g->commits.empty()) g->rows->commit(g->commits);
+}
+
+}  // namespace specdec

@@ -1,0 +1,89 @@
+// The coordinator: every draft method instance the engine serves, each with its group of rows
+// (DraftRows), kept in step with the target batch. It asks each row's depth policy how deep to
+// draft, batches the drafting per group, and relays prefill blocks and verified rounds to the
+// groups. Rows join and leave groups only between rounds (two-phase membership).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "speculative/draft.h"
+#include "speculative/policy.h"
+#include "speculative/spec_options.h"
+#include "speculative/telemetry.h"
+
+namespace specdec {
+
+// One row's speculation state, held by the engine's row; the coordinator keys it by `id`.
+struct SpecRow {
+  int64_t id = 0;
+  std::string method;  // method instance id; empty: plain decoding
+  SpecMode mode = SpecMode::exact;
+  std::optional<DepthPolicy> policy;
+  SpecTelemetry telemetry;
+  DraftProposal proposal;  // this round's drafts, between propose() and the forward
+  bool joined = false;     // a member of its method's group
+};
+
+// A row that may draft this round: its pending token (the last known, not yet in the target's
+// KV) at `position`, and the most drafts it can take (tokens left to generate, context left).
+struct DraftAsk {
+  SpecRow* row = nullptr;
+  int32_t pending = 0;
+  int64_t position = 0;
+  int limit = 0;
+  const SamplingParams* sampling = nullptr;
+};
+
+// A row's verified round, relayed to its group.
+struct RoundOutcome {
+  SpecRow* row = nullptr;
+  int32_t pending = 0;                 // the token that opened the window
+  int drafted = 0;
+  int accepted = 0;
+  std::span<const int32_t> emitted;    // accepted drafts and the target's own token
+  bool finished = false;               // the row ended this round: its group learns nothing more
+};
+
+class Coordinator {
+ public:
+  explicit Coordinator(TargetView target);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Registers a method instance under `id` (refused when the id is taken or the method needs a
+  // port the target lacks) and opens its group.
+  void add_method(const std::string& id, std::shared_ptr<DraftMethod> method);
+  bool has_method(const std::string& id) const { return groups_.count(id) > 0; }
+  int default_depth(const std::string& id) const;
+  // Whether the row's method can take another row whose context is `tokens` long.
+  bool has_room(const SpecRow& row, int tokens) const;
+
+  // Two-phase membership: the row joins its method's group fresh (its prompt follows through
+  // prefill()); leave() takes rows out of their groups.
+  void join(SpecRow& row);
+  void leave(std::span<SpecRow* const> rows);
+
+  // A prompt block the target processed for the row (tail split: never the pending token).
+  void prefill(SpecRow& row, std::span<const int32_t> tokens);
+  // Sets each asking row's proposal: its policy picks the depth from the measured costs
+  // (`decoding` rows share the forward), the row's group drafts, batched per group.
+  void propose(std::span<const DraftAsk> asks, const CostModel& costs, int decoding);
+  // Relays the verified rounds to the groups (each row that took part, drafted or not).
+  void commit(std::span<const RoundOutcome> outcomes);
+
+ private:
+  struct Group;
+  Group& group_of(const SpecRow& row) const;
+
+  TargetView target_;
+  std::map<std::string, std::unique_ptr<Group>> groups_;
+};
+
+}  // namespace specdec
