@@ -53,8 +53,8 @@ Tensor Buffer::view(DType dtype, std::initializer_list<int64_t> shape) const {
 
 Buffer Buffer::host(size_t bytes) {
   // Large buffers (KV pools, activations) start at a 2 MiB boundary and ask for transparent huge
-  // pages, so that their first touches fault a 2 MiB page at a time instead of 512 small ones (a
-  // fresh engine's first prefill otherwise spends milliseconds in page faults).
+  // pages, so that their first touches fault a 2 MiB page at a time instead of 512 small ones: a
+  // fresh engine's first prefill is what first touches its KV pool and scratch.
   constexpr size_t kHuge = size_t{2} << 20;
   const bool large = bytes >= kHuge;
   const size_t align = large ? kHuge : 64;

@@ -1,5 +1,8 @@
-// Depth choice: with per-position acceptance a, a window of k drafts emits on average
-// (1 - a^(k+1)) / (1 - a) tokens; its cost is the row's verify width k + 1 plus k drafts.
+// The depth policy's estimators and choice. With per-position acceptance a, a window of k drafts
+// emits on average (1 - a^(k+1)) / (1 - a) tokens; its cost is the row's verify width k + 1 plus
+// a draft call of depth k. Every estimate here is built so that one bad timing or one unlucky
+// round cannot fix it for good: a wrong estimate seals itself, since a depth priced too dear is
+// never chosen again and so never measured again.
 #include "speculative/policy.h"
 
 #include <algorithm>
@@ -11,7 +14,9 @@ namespace specdec {
 namespace {
 constexpr double kDecay = 0.97;       // forgetting factor of the cost fits
 constexpr double kAlphaRate = 0.2;    // EMA rate of the acceptance estimate
-constexpr double kMinGain = 1.03;     // speculate only when it is expected to pay by 3 %
+constexpr double kMinGain = 1.03;     // speculate only when it is expected to pay by 3 %: a margin
+                                      // for noise in the measured costs, small enough not to pause
+                                      // a row where speculation pays
 constexpr double kMaxSpike = 2.0;     // an observed forward counts at most this many predictions
 constexpr double kMinSpread = 0.5;    // tokens: spread of recent widths needed to refit the slope
 constexpr double kLaterPrior = 0.85;  // prior acceptance of drafts after the first
@@ -40,9 +45,9 @@ void CostModel::observe_forward(int tokens, double seconds) {
     int& n = seen_[static_cast<size_t>(tokens)];
     // The median of the first observations, then a moving average. A count's first forwards
     // are the slow ones (a new width grows buffers and faults their pages; on a GPU a replayed
-    // step's first runs go call by call and then record: 0.19 and 0.52 ms against 0.15 after,
-    // measured), and a mean of them priced plain steps 45 % too dear for the rest of an
-    // engine's life, since a row that drafts every round never measures them again.
+    // step's first runs go call by call and then record), and a mean of them would set the
+    // count's price too dear for the rest of an engine's life: a row that drafts every round
+    // never measures a plain step again.
     if (n < kWarm) {
       // Kept sorted: insert this one, then take the lower median of the n + 1 seen.
       std::array<double, kWarm>& first = first_[static_cast<size_t>(tokens)];
@@ -80,9 +85,9 @@ void CostModel::observe_forward(int tokens, double seconds) {
 void DraftCost::observe(int depth, double seconds) {
   if (depth <= 0) return;
   // The first call runs on cold caches (a draft model's first steps after a request's prefill
-  // measured 2-3x its steady cost), so it prices drafts only until the second call replaces it.
-  // Later, one call counts at most twice its prediction: a descheduled thread must not pause
-  // speculation for dozens of rounds.
+  // are far slower than its steady ones), so it prices drafts only until the second call
+  // replaces it. Later, one call counts at most twice its prediction: a descheduled thread must
+  // not pause speculation for dozens of rounds.
   if (calls_ == 1) fit_ = ForgettingFit{};
   if (calls_ >= 2) seconds = std::min(seconds, kMaxSpike * cost(depth));
   calls_ = std::min(calls_ + 1, 1000);
@@ -108,9 +113,8 @@ double CostModel::forward_cost(int tokens) const {
   // The nearest count at or below `tokens` measured more than once, plus the fitted slope for
   // the rest; then one measured once; the fit alone when none has been measured. A count's
   // first forward is not a fair price of it: the first forward of a new, larger width grows the
-  // model's buffers and pays their page faults (a fresh engine's first four-token window took
-  // 2.5 ms against 1.2 in steady state, measured on a CPU), and priced by that figure alone the
-  // width was never chosen again, so the figure stood for good.
+  // model's buffers and pays their page faults, and a width priced by that figure alone would
+  // never be chosen again, so the figure would stand for good.
   for (int need : {2, 1})
     for (int t = std::min(tokens, kTable); t >= 1; --t)
       if (seen_[static_cast<size_t>(t)] >= need) return measured_[static_cast<size_t>(t)] + per_token_ * (tokens - t);
@@ -152,14 +156,13 @@ void DepthPolicy::pause() {
 
 double DepthPolicy::estimate(size_t i, int regime) const {
   // The regime's own estimate, shrunk toward the estimate over both regimes in proportion to
-  // how often the regime tried the position. Split two ways, a request's 30-odd rounds leave
-  // each regime few observations: two rejected first drafts after full accepts put that regime's
-  // estimate at 0.3 and paused a draft-model row whose first drafts were accepted 58 % of the
-  // time there and 78 % overall (bundled draft model, complete-parser; a pause costs four plain
-  // rounds). A regime that has not tried a position takes the pooled estimate outright: on free-c
-  // (n-gram, first drafts accepted one time in ten) every accepted one-draft probe put the row
-  // in the after-a-full-accept regime, whose untouched priors (0.6, then 0.85) asked for seven
-  // drafts, all rejected.
+  // how often the regime tried the position (kShrink tries weigh as much as the pooled figure).
+  // Split two ways, a request's few dozen rounds leave each regime few observations, and two
+  // unlucky rounds in one regime must not pause a row that pays overall (a pause costs several
+  // plain rounds). A regime that has not tried a position takes the pooled estimate outright:
+  // otherwise, on a row that rarely accepts, one accepted probe would move it into the
+  // after-a-full-accept regime, whose untouched optimistic priors would ask for a deep round
+  // that is then rejected whole.
   const double n = seen_[regime][i];
   const double w = n / (n + kShrink);
   return w * cond_[regime][i] + (1 - w) * cond_[2][i];
@@ -184,9 +187,9 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
     // model's probe first catches up on every token of the pause). The pause is renewed.
     // Until the back-off reaches its cap; then a probe goes out anyway, so that a row whose
     // costs were measured in a bad minute is not held off for good. Such forced probes are
-    // rationed: the rows of a batch start together and reach the cap in the same iteration,
-    // and eight draft-model rows catching up on their whole context at once cost 42 ms, 4 % of
-    // a batch-8 run whose rows never drafted otherwise (measured on a CPU).
+    // rationed: the rows of a batch start together and reach the cap in the same iteration, and
+    // a draft model's probe first catches its row up on the whole pause, so all of them probing
+    // at once costs a long draft call that no accepted draft can repay.
     if (costs.calibrated() && costs.slope_known() && !could_pay(costs, draft, rows)) {
       const bool forced = backoff_ >= kMaxBackoff && (!forced_probes_left || *forced_probes_left > 0);
       if (!forced) {
@@ -201,8 +204,8 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
   // batch is the most expensive way to learn that speculation does not pay there. Until windows
   // of different widths have shown what a drafted token costs, the fit charges almost nothing
   // for one, so depths alternate between 1 and 3 (widths 2 and 4, which give the fit its
-  // slope): otherwise the first proposals would be drafted to full depth at any acceptance (on
-  // a prompt that never pays, 10 and 6 rejected drafts in its first rounds, measured).
+  // slope): otherwise the first proposals would be drafted to full depth at any acceptance, and
+  // on a row that never pays its first rounds would reject whole deep windows.
   if (!costs.calibrated() || !costs.slope_known()) {
     wide_probe_ = !wide_probe_;
     return std::min(max_depth_, wide_probe_ ? 3 : 1);
@@ -246,14 +249,14 @@ void DepthPolicy::price_choices(const CostModel& costs, const DraftCost& draft, 
 int DepthPolicy::long_run_depth() const {
   // How deep, beyond that: a round accepted whole puts the next one in the after-a-full-accept
   // regime, a rejection in the other, and the two can pay very differently. The depth for the
-  // current regime from the pair of depths (one per regime) with the best long-run rate: on a
-  // reply that repeats a seven-token cycle whose proposals hold for six tokens and then break,
-  // depth 5 was accepted whole every time and landed the next round on the broken token (a
-  // wasted window, then a plain step), two rounds a cycle; depth 6 or more lands it on the next
-  // cycle's start, one round a cycle. Round by round, depth 5 looked best (n-gram,
-  // quote-method: decode 1.75 → 2.34× replayed on the same costs). Only deeper: whether to
-  // draft at all stays with the round's own rate, as a pair's rate leans on the other regime's
-  // estimates, which may be old.
+  // current regime from the pair of depths (one per regime) with the best long-run rate. A
+  // round's own rate cannot see where its full accept lands the next round: on a reply that
+  // repeats a cycle of p tokens whose proposals hold for p - 1 and then break, a depth just
+  // short of p - 1 is accepted whole every time and lands the next round on the broken token (a
+  // wasted window, then a plain step), two rounds a cycle, while depth p - 1 or more lands it
+  // on the next cycle's start, one round a cycle. The chain over both regimes sees that. Only
+  // deeper: whether to draft at all stays with the round's own rate, as a pair's rate leans on
+  // the other regime's estimates, which may be old.
   const std::array<std::vector<Choice>, 2>& choices = choices_;
   double best_rate = 0.0;
   int best = 0;
@@ -296,11 +299,10 @@ void DepthPolicy::observe(int drafted, int accepted) {
     }
     // Positions beyond the depth this round drafted drift back towards the prior: one early
     // rejection at position i would otherwise keep every later round shorter than i, and the
-    // estimate that stops the policy from drafting there would never be tested again (measured:
-    // a draft model accepting 97 % of its drafts held at depth 1 for a whole request by one such
-    // rejection). Positions behind a rejection within the drafted depth stay: the round did ask
-    // for them, and letting them drift kept a row at free-c drafting a second token that was
-    // never accepted (measured: 22 of 22).
+    // estimate that stops the policy from drafting there would never be tested again, even on a
+    // row that accepts nearly every draft. Positions behind a rejection within the drafted depth
+    // stay: the round did ask for them, and their low estimate is evidence, not staleness;
+    // letting them drift would keep a row drafting a token that is never accepted.
     for (size_t i = static_cast<size_t>(std::max(drafted, 1)); i < cond.size(); ++i)
       if (cond[i] < kLaterPrior) cond[i] += kRelax * (kLaterPrior - cond[i]);
   }

@@ -1,6 +1,7 @@
 // The "never slower" policy: per row, pick the draft depth that maximises expected tokens per
 // second from the measured acceptance and the measured costs of drafting and verifying, and
-// pause speculation for a row where no depth beats a plain step.
+// pause speculation for a row where no depth beats a plain step. Costs are measured online
+// because they differ by machine, model and batch, and move while the engine runs.
 #pragma once
 
 #include <algorithm>
@@ -31,13 +32,13 @@ class ForgettingFit {
 };
 
 // Iteration costs, measured online. A target forward's cost is not a straight line in its token
-// count: on a CPU, windows of up to three tokens still stream the weights at about the cost of
-// one token, and every token after that adds a compute-bound share (measured: 0.80, 1.00, 1.27,
-// 1.42, 1.68 ms for 1, 3, 4, 5, 6 tokens). So each token count up to kTable keeps its own
-// measured cost (the median of its first forwards, then a moving average; the engine does not
-// report forwards that paid one-off costs); a straight-line fit of seconds on tokens
-// (fixed + per_token * T) prices the counts not measured yet (or measured only once), from the
-// nearest measured count below. One per engine: every row's window is part of the same forward.
+// count: while a forward is bound by reading the weights, a few more tokens cost little (on a
+// CPU, windows of up to three tokens stream the weights at about the cost of one), and past that
+// every token adds its compute. So each token count up to kTable keeps its own measured cost
+// (the median of its first forwards, then a moving average; the engine does not report forwards
+// that paid one-off costs); a straight-line fit of seconds on tokens (fixed + per_token * T)
+// prices the counts not measured yet (or measured only once), from the nearest measured count
+// below. One per engine: every row's window is part of the same forward.
 class CostModel {
  public:
   static constexpr int kTable = 64;
@@ -45,9 +46,11 @@ class CostModel {
   void observe_forward(int tokens, double seconds);
   // Cost of one row's window of `width` tokens in an iteration of `rows` rows: its share of an
   // iteration in which every row has a window that wide. The rows of a batch decide alike and
-  // in the same iteration; priced alone, each row's window looked nearly free (the next token
-  // counts cost about what the plain iteration did), and eight rows drafting two tokens each
-  // made forwards of 24 tokens that cost three plain ones (measured, batch 8 on a CPU).
+  // in the same iteration, so their windows add up: priced as the only extra tokens in the
+  // forward, each row's window would look nearly free (the token counts just above a plain
+  // iteration cost about what it does), every row would draft, and the forward would cost
+  // several plain ones. For a straight-line cost both prices agree; they differ where the
+  // measured table bends.
   double row_cost(int width, int rows) const;
   // Predicted seconds of a forward of `tokens` tokens.
   double forward_cost(int tokens) const;
@@ -70,11 +73,11 @@ class CostModel {
 // Seconds of one draft method's call, measured online: a fixed part per call and a part per
 // step of depth, fitted like the forward costs (least squares with forgetting, refitted while
 // the depths seen spread). The fixed part is what a call pays whatever its depth: a draft model
-// first feeds the tokens the last round emitted. Priced per drafted token instead, a row that
-// drafted one token a round measured 0.2-0.3 ms a token against 0.12 for the steps of a deep
-// call (bundled draft model on a CPU), so deep rounds looked twice their price and the row
-// stayed shallow. One per method group: an n-gram lookup costs microseconds where a draft
-// model's step costs a tenth of a target step.
+// first feeds the tokens the last round emitted. Priced per drafted token instead, a shallow
+// call spreads its fixed part over few tokens, so a row that drafts shallow sees deep rounds
+// priced at its shallow rate per token, finds them dear, and stays shallow for good. One per
+// method group: an n-gram lookup costs next to nothing where a draft model's step costs a
+// sizeable part of a target step, and one figure for both would misprice each.
 class DraftCost {
  public:
   // One call that drafted up to `depth` tokens a row; `seconds` is one row's share of its time.
@@ -90,6 +93,9 @@ class DraftCost {
   int calls_ = 0;  // calls observed
 };
 
+// One per speculating row: learns the row's acceptance from its own rounds and chooses each
+// round's depth against the engine's CostModel and the row's method's DraftCost. Acceptance is
+// per row because it depends on the text being generated, not on the method alone.
 class DepthPolicy {
  public:
   DepthPolicy(int max_depth, bool adaptive, double prior_acceptance = 0.6);
