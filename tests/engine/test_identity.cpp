@@ -48,6 +48,7 @@ class SpecIdentity : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SpecIdentity, SameTokensAsPlain) {
   const Case c = GetParam();
+  int64_t drafted = 0, accepted = 0;
   for (const auto& text : prompts()) {
     const auto prompt = encode(text);
     const uint64_t seed = 1234;
@@ -63,7 +64,12 @@ TEST_P(SpecIdentity, SameTokensAsPlain) {
     EXPECT_LE(t.accepted, t.drafted);
     EXPECT_EQ(t.emitted, t.accepted + t.rounds);
     EXPECT_LT(engine->target_forwards(), 1000);
+    drafted += t.drafted;
+    accepted += t.accepted;
   }
+  // The identity would hold for a method that never proposes: this one must draft and be right.
+  EXPECT_GT(drafted, 0) << c.method << " never drafted";
+  EXPECT_GT(accepted, 0) << c.method << " never had a draft accepted";
 }
 
 std::vector<Case> cases() {
@@ -123,6 +129,9 @@ TEST(EngineIdentity, MixedBatchJoinAndLeave) {
     auto res = engine->take_result(ids[i]);
     ASSERT_TRUE(res.has_value());
     EXPECT_EQ(res->tokens, want[i]) << "row " << i << " method '" << specs[i].method << "'";
+    if (!specs[i].method.empty()) {
+      EXPECT_GT(res->stats.speculative.drafted, 0) << "row " << i;
+    }
   }
 }
 
@@ -145,6 +154,7 @@ TEST(EngineIdentity, StopStringsInsideBursts) {
       r.spec.method = method;
       r.spec.adaptive = false;
       const RequestResult got = run_one(*e, std::move(r));
+      EXPECT_GT(got.stats.speculative.accepted, 0) << method << " depth " << depth;
       EXPECT_EQ(got.tokens, plain_stop.tokens) << method << " depth " << depth;
       EXPECT_EQ(got.text, plain_stop.text);
       EXPECT_EQ(got.finish, FinishReason::stop);
