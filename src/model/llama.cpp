@@ -91,17 +91,17 @@ LlamaModel::LlamaModel(ModelConfig config, WeightStore store, Backend& backend)
   const ModelConfig& c = config_;
   embed_ = bind("model.embed_tokens.weight");
   final_norm_ = bind("model.norm.weight");
-  lm_head_ = c.tie_word_embeddings ? embed_ : bind("lm_head.weight");
+  lm_head_ = Weight(c.tie_word_embeddings ? embed_ : bind("lm_head.weight"));
   layers_.resize(static_cast<size_t>(c.num_layers));
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = str_cat("model.layers.", i, ".");
     Layer& l = layers_[static_cast<size_t>(i)];
     l.input_norm = bind(p + "input_layernorm.weight");
     l.post_norm = bind(p + "post_attention_layernorm.weight");
-    l.q_proj = bind(p + "self_attn.q_proj.weight");
-    l.k_proj = bind(p + "self_attn.k_proj.weight");
-    l.v_proj = bind(p + "self_attn.v_proj.weight");
-    l.o_proj = bind(p + "self_attn.o_proj.weight");
+    l.q_proj = Weight(bind(p + "self_attn.q_proj.weight"));
+    l.k_proj = Weight(bind(p + "self_attn.k_proj.weight"));
+    l.v_proj = Weight(bind(p + "self_attn.v_proj.weight"));
+    l.o_proj = Weight(bind(p + "self_attn.o_proj.weight"));
     if (c.attention_bias) {
       l.q_bias = bind(p + "self_attn.q_proj.bias");
       l.k_bias = bind(p + "self_attn.k_proj.bias");
@@ -112,9 +112,9 @@ LlamaModel::LlamaModel(ModelConfig config, WeightStore store, Backend& backend)
       l.q_norm = bind(p + "self_attn.q_norm.weight");
       l.k_norm = bind(p + "self_attn.k_norm.weight");
     }
-    l.gate_proj = bind(p + "mlp.gate_proj.weight");
-    l.up_proj = bind(p + "mlp.up_proj.weight");
-    l.down_proj = bind(p + "mlp.down_proj.weight");
+    l.gate_proj = Weight(bind(p + "mlp.gate_proj.weight"));
+    l.up_proj = Weight(bind(p + "mlp.up_proj.weight"));
+    l.down_proj = Weight(bind(p + "mlp.down_proj.weight"));
   }
 
   const std::vector<float> inv_freq = rope_inv_freq(c);

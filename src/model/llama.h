@@ -38,11 +38,11 @@ class LlamaModel {
  private:
   struct Layer {
     Tensor input_norm, post_norm;
-    Tensor q_proj, k_proj, v_proj, o_proj;
+    Weight q_proj, k_proj, v_proj, o_proj;
     Tensor q_bias, k_bias, v_bias;  // empty unless config.attention_bias
     Tensor o_bias;                  // empty unless config.o_proj_bias
     Tensor q_norm, k_norm;          // empty unless config.qk_norm
-    Tensor gate_proj, up_proj, down_proj;
+    Weight gate_proj, up_proj, down_proj;
   };
 
   // Device-side view of one checkpoint tensor: zero copy when the store's memory is the
@@ -83,7 +83,8 @@ class LlamaModel {
   Backend& backend_;
   bool one_off_ = false;  // this forward grew a buffer or did not replay a replayable shape
   std::vector<Buffer> uploads_;
-  Tensor embed_, final_norm_, lm_head_;
+  Tensor embed_, final_norm_;
+  Weight lm_head_;
   std::vector<Layer> layers_;
   Buffer inv_freq_buffer_;
   Tensor inv_freq_;
