@@ -26,7 +26,7 @@ Tensor scratch_like(Backend& backend, const Tensor& out, Buffer& owner, const ch
 
 }  // namespace
 
-void Backend::gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out) {
+void Backend::gated_linear(const Tensor& x, const Weight& w_gate, const Weight& w_up, const Tensor& out) {
   Buffer owner;
   const Tensor up = scratch_like(*this, out, owner, "gated_linear");
   linear(x, w_gate, nullptr, out);
@@ -42,12 +42,12 @@ void Backend::norm_linear_many(const Tensor& x, const Tensor& norm_weight, float
 }
 
 void Backend::norm_gated_linear(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
-                                const Tensor& w_gate, const Tensor& w_up, const Tensor& out) {
+                                const Weight& w_gate, const Weight& w_up, const Tensor& out) {
   rms_norm(x, norm_weight, eps, normed);
   gated_linear(normed, w_gate, w_up, out);
 }
 
-void Backend::linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) {
+void Backend::linear_add(const Tensor& x, const Weight& weight, const Tensor* bias, const Tensor& out) {
   Buffer owner;
   const Tensor h = scratch_like(*this, out, owner, "linear_add");
   linear(x, weight, bias, h);

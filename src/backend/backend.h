@@ -3,7 +3,9 @@
 //
 // Conventions for every kernel:
 // - Tensors are contiguous row-major views in this backend's memory (Tensor::device matches).
-// - Activations are f32. Weights may be f32, bf16 or f16. Ids, positions and indices are i32.
+// - Activations are f32. Weights may be f32, bf16 or f16; a linear layer's weight comes as a
+//   Weight (dense today: a backend throws, naming the call, for a format it cannot read). Ids,
+//   positions and indices are i32.
 // - "Rows" of a tensor are its leading dimensions flattened; the last dimension is the row.
 // - Batch invariance: a row's result never depends on which other rows are in the call or on
 //   how many there are (the reduction order for one output is fixed). The CPU backend always
@@ -17,6 +19,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "core/weight.h"
 #include "sampling/sample_row.h"
 
 namespace specdec {
@@ -41,7 +44,7 @@ struct AttentionBatch {
 
 // One output of Backend::linear_many: out = x · weightᵀ (+ bias, when not empty).
 struct Projection {
-  Tensor weight;  // [N, K]
+  Weight weight;  // [N, K]
   Tensor bias;    // [N] f32, or empty
   Tensor out;     // [M, N] f32
 };
@@ -75,7 +78,7 @@ class Backend {
   // out = x / sqrt(mean(x^2) + eps) * weight over the last dimension. weight [D]; in place allowed.
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) = 0;
   // out[M, N] = x[M, K] · weight[N, K]ᵀ (+ bias[N]). out must not alias x.
-  virtual void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) = 0;
+  virtual void linear(const Tensor& x, const Weight& weight, const Tensor* bias, const Tensor& out) = 0;
   // Rotates x [T, heads, head_dim] in place, Hugging Face "rotate_half" layout: for i < d/2,
   // angle = positions[t] * inv_freq[i] (f32 product), (x_i, x_{i+d/2}) rotated by it, then
   // scaled by attention_scaling. inv_freq [head_dim / 2] f32.
@@ -115,9 +118,9 @@ class Backend {
   // projections[j].out = x · projections[j].weight^T (+ bias) for every j: one pass over x.
   virtual void linear_many(const Tensor& x, std::span<const Projection> projections);
   // out = silu(x · w_gateᵀ) * (x · w_upᵀ), [M, I]: the SwiGLU MLP's first half.
-  virtual void gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out);
+  virtual void gated_linear(const Tensor& x, const Weight& w_gate, const Weight& w_up, const Tensor& out);
   // out += x · weightᵀ (+ bias): a projection added into the residual stream. out must not alias x.
-  virtual void linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out);
+  virtual void linear_add(const Tensor& x, const Weight& weight, const Tensor* bias, const Tensor& out);
   // normed = rms_norm(x, norm_weight, eps), then linear_many(normed, projections). A backend may
   // instead fold the norm into the projections' reading of x (the same arithmetic in the same
   // order, so the same bits) and leave `normed` unwritten: to the caller it is scratch.
@@ -126,7 +129,7 @@ class Backend {
   // normed = rms_norm(x, norm_weight, eps), then gated_linear(normed, w_gate, w_up, out); `normed`
   // is scratch as above.
   virtual void norm_gated_linear(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
-                                 const Tensor& w_gate, const Tensor& w_up, const Tensor& out);
+                                 const Weight& w_gate, const Weight& w_up, const Tensor& out);
   // rope(q), rope(k), then kv_write(k, v): the new tokens' positions applied and cached.
   virtual void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                              const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,

@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "model/family.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
@@ -16,7 +17,7 @@ void add_info(CLI::App& app) {
   cmd->callback([o] {
     const ModelConfig c = load_model_config(o->model_dir);
     const WeightStore weights = WeightStore::open(o->model_dir);
-    weights.validate(llama_weight_specs(c));
+    weights.validate(weight_specs(c));
     const Tokenizer tok = Tokenizer::load(o->model_dir);
     std::map<std::string, size_t> dtypes;
     for (const auto& [name, t] : weights.all())

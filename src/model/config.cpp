@@ -1,42 +1,18 @@
-// config.json → ModelConfig and generation_config.json → GenerationDefaults for the Llama family.
-// Every option we do not implement is refused by name: a silently ignored option gives wrong text.
+// config.json → ModelConfig (the fields every family shares; the family reads its own, family.h)
+// and generation_config.json → GenerationDefaults. Every option we do not implement is refused by
+// name: a silently ignored option gives wrong text.
 #include "model/config.h"
-
-#include <array>
-#include <string_view>
 
 #include "core/error.h"
 #include "model/config_json.h"
 #include "model/config_rope.h"
+#include "model/family.h"
 
 namespace specdec {
 
 namespace {
 
 using config_json::Json;
-
-struct Family {
-  std::string_view model_type;
-  std::string_view architecture;
-};
-constexpr std::array<Family, 4> kFamilies{{{"llama", "LlamaForCausalLM"},
-                                           {"mistral", "MistralForCausalLM"},
-                                           {"qwen2", "Qwen2ForCausalLM"},
-                                           {"qwen3", "Qwen3ForCausalLM"}}};
-constexpr std::string_view kSupported =
-    "LlamaForCausalLM (llama), MistralForCausalLM (mistral), Qwen2ForCausalLM (qwen2), "
-    "Qwen3ForCausalLM (qwen3)";
-
-const Family* family_by_type(const std::string& t) {
-  for (const Family& f : kFamilies)
-    if (f.model_type == t) return &f;
-  return nullptr;
-}
-const Family* family_by_arch(const std::string& a) {
-  for (const Family& f : kFamilies)
-    if (f.architecture == a) return &f;
-  return nullptr;
-}
 
 int require_positive(const Json& j, const std::string& key, const std::string& src) {
   const auto v = config_json::get_int(j, key, src);
@@ -46,8 +22,8 @@ int require_positive(const Json& j, const std::string& key, const std::string& s
   return static_cast<int>(*v);
 }
 
-// Reads "architectures" and "model_type" and checks they name one family we implement.
-void parse_family(const Json& j, const std::string& src, ModelConfig& c) {
+// Reads "architectures" and "model_type" and checks they name one registered family.
+const ModelFamily& parse_family(const Json& j, const std::string& src, ModelConfig& c) {
   std::string arch;
   if (auto it = j.find("architectures"); it != j.end() && !it->is_null()) {
     SPECDEC_CHECK(it->is_array() && !it->empty() && (*it)[0].is_string(), src,
@@ -55,19 +31,20 @@ void parse_family(const Json& j, const std::string& src, ModelConfig& c) {
     SPECDEC_CHECK(it->size() == 1, src, ": field \"architectures\" lists ", it->size(),
                   " architectures; expected exactly one");
     arch = (*it)[0].get<std::string>();
-    SPECDEC_CHECK(family_by_arch(arch), src, ": unsupported architecture \"", arch,
-                  "\" (supported: ", kSupported, ")");
+    SPECDEC_CHECK(find_family_by_architecture(arch), src, ": unsupported architecture \"", arch,
+                  "\" (supported: ", supported_families(), ")");
   }
   const auto type = config_json::get_string(j, "model_type", src);
   SPECDEC_CHECK(type.has_value(), src, ": required field \"model_type\" is missing");
-  const Family* fam = family_by_type(*type);
-  SPECDEC_CHECK(fam, src, ": unsupported model_type \"", *type, "\" (supported: ", kSupported, ")");
+  const ModelFamily* fam = find_family_by_type(*type);
+  SPECDEC_CHECK(fam, src, ": unsupported model_type \"", *type, "\" (supported: ", supported_families(), ")");
   if (arch.empty()) arch = std::string(fam->architecture);
   SPECDEC_CHECK(fam->architecture == arch, src, ": architecture \"", arch,
                 "\" does not match model_type \"", *type, "\" (expected \"", fam->architecture,
                 "\")");
   c.architecture = arch;
   c.model_type = *type;
+  return *fam;
 }
 
 void parse_sizes(const Json& j, const std::string& src, ModelConfig& c) {
@@ -98,48 +75,19 @@ void parse_sizes(const Json& j, const std::string& src, ModelConfig& c) {
   c.rms_norm_eps = static_cast<float>(eps);
 }
 
-// Options that change the computation and that we do not implement.
-void refuse_unsupported(const Json& j, const std::string& src, const ModelConfig& c) {
-  const std::string act = config_json::get_string(j, "hidden_act", src).value_or("silu");
-  SPECDEC_CHECK(act == "silu", src, ": hidden_act \"", act, "\" is not supported (only silu)");
-  SPECDEC_CHECK(!config_json::get_bool(j, "mlp_bias", src).value_or(false), src,
-                ": mlp_bias = true is not supported (MLP projections with biases)");
+// Options of every family that change the computation and that we do not implement.
+void refuse_unsupported(const Json& j, const std::string& src) {
   SPECDEC_CHECK(j.find("quantization_config") == j.end() || j["quantization_config"].is_null(), src,
                 ": quantized checkpoints (quantization_config) are not supported");
   const double partial = config_json::get_number(j, "partial_rotary_factor", src).value_or(1.0);
   SPECDEC_CHECK(partial == 1.0, src, ": partial_rotary_factor = ", partial,
                 " is not supported (rotary embedding over the whole head only)");
-  const std::string mt = c.model_type;
-  if (mt == "mistral") {
-    // Mistral applies its window whenever it is set; one no shorter than the context is inert.
-    const auto window = config_json::get_int(j, "sliding_window", src);
-    SPECDEC_CHECK(!window || *window >= c.max_position, src, ": sliding_window = ", window.value_or(0),
-                  " (< max_position_embeddings = ", c.max_position,
-                  ") is not supported (sliding-window attention)");
-  }
-  if (mt == "qwen2" || mt == "qwen3") {
-    SPECDEC_CHECK(!config_json::get_bool(j, "use_sliding_window", src).value_or(false), src,
-                  ": use_sliding_window = true is not supported (sliding-window attention)");
-  }
   if (auto it = j.find("layer_types"); it != j.end() && it->is_array()) {
     for (const Json& t : *it)
       SPECDEC_CHECK(t.is_string() && t.get<std::string>() == "full_attention", src,
                     ": layer_types entry ", t.dump(),
                     " is not supported (only full_attention layers)");
   }
-}
-
-void parse_attention_options(const Json& j, const std::string& src, ModelConfig& c) {
-  const bool bias_field = config_json::get_bool(j, "attention_bias", src).value_or(false);
-  if (c.model_type == "qwen2") {
-    c.attention_bias = true;  // Qwen2 always has q/k/v biases and never an o_proj bias.
-  } else if (c.model_type == "llama" || c.model_type == "qwen3") {
-    // transformers: attention_bias puts biases on q, k, v and o_proj alike.
-    c.attention_bias = bias_field;
-    c.o_proj_bias = bias_field;
-  }
-  // Mistral's projections never have biases, whatever the field says.
-  c.qk_norm = c.model_type == "qwen3";
 }
 
 DType parse_dtype(const Json& j, const std::string& src) {
@@ -158,10 +106,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   const Json j = config_json::parse(json_text, source_name);
   SPECDEC_CHECK(j.is_object(), source_name, ": expected a JSON object at the top level");
   ModelConfig c;
-  parse_family(j, source_name, c);
+  const ModelFamily& family = parse_family(j, source_name, c);
   parse_sizes(j, source_name, c);
-  refuse_unsupported(j, source_name, c);
-  parse_attention_options(j, source_name, c);
+  family.read_config(j, source_name, c);
+  refuse_unsupported(j, source_name);
   c.rope = parse_rope_config(j, source_name);
   c.tie_word_embeddings = config_json::get_bool(j, "tie_word_embeddings", source_name).value_or(false);
   c.dtype = parse_dtype(j, source_name);

@@ -1,5 +1,5 @@
-// ModelConfig: what a Hugging Face config.json says about a Llama-family model (llama, mistral,
-// qwen2, qwen3), validated. Options we do not implement are refused by name, never ignored.
+// ModelConfig: what a Hugging Face config.json says about a decoder model of a registered family
+// (family.h), validated. Options we do not implement are refused by name, never ignored.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +23,7 @@ struct RopeConfig {
 
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
-  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3"
+  std::string model_type;    // the family's key, e.g. "llama", "qwen3"
   int vocab_size = 0;
   int hidden_size = 0;
   int intermediate_size = 0;
@@ -35,6 +35,7 @@ struct ModelConfig {
   float rms_norm_eps = 1e-6f;
   RopeConfig rope;
   bool tie_word_embeddings = false;
+  // Attention options, set by the family's config reader (families/llama.cpp for these).
   bool attention_bias = false;  // q/k/v biases (qwen2 always; llama when attention_bias)
   bool o_proj_bias = false;     // o_proj bias (llama / qwen3 when attention_bias; never qwen2)
   bool qk_norm = false;         // per-head RMSNorm of q and k (qwen3)

@@ -1,21 +1,22 @@
-// Model: loading (config + validated weights) and the public forward, which checks the request
-// into a ForwardPlan, runs the architecture, then advances the sequences' KV lengths.
+// Model: loading (config + weights validated against the family's list) and the public forward,
+// which checks the request into a ForwardPlan, runs it, then advances the sequences' KV lengths.
 #include "model/model.h"
 
-#include "model/llama.h"
+#include "model/family.h"
 #include "model/model_batch.h"
+#include "model/runner.h"
 #include "model/weights.h"
 
 namespace specdec {
 
-Model::Model(std::unique_ptr<LlamaModel> impl) : impl_(std::move(impl)) {}
+Model::Model(std::unique_ptr<ModelRunner> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, Backend& backend) {
   ModelConfig config = load_model_config(dir);
   WeightStore store = WeightStore::open(dir);
-  store.validate(llama_weight_specs(config));
-  auto impl = std::make_unique<LlamaModel>(std::move(config), std::move(store), backend);
+  store.validate(weight_specs(config));
+  auto impl = std::make_unique<ModelRunner>(std::move(config), std::move(store), backend);
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
 

@@ -1,4 +1,4 @@
-// Model: a loaded Llama-family transformer (llama, mistral, qwen2, qwen3) and its ragged forward.
+// Model: a loaded decoder-only transformer (any registered family, see family.h) and its ragged forward.
 // One forward runs the "mixed iteration": prefill chunks, single decode tokens and verify windows
 // of many sequences together, reading and extending their paged KV.
 #pragma once
@@ -50,11 +50,11 @@ struct ForwardResult {
   const float* logits_row(int i) const { return logits.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab); }
 };
 
-class LlamaModel;
+class ModelRunner;
 
 class Model {
  public:
-  // Reads dir/config.json and the safetensors, validated against llama_weight_specs.
+  // Reads dir/config.json and the safetensors, validated against the family's weight_specs.
   static std::unique_ptr<Model> load(const std::filesystem::path& dir, Backend& backend);
   ~Model();
   Model(const Model&) = delete;
@@ -77,8 +77,8 @@ class Model {
   ForwardResult forward(const ForwardRequest& request, KvCache& cache);
 
  private:
-  explicit Model(std::unique_ptr<LlamaModel> impl);
-  std::unique_ptr<LlamaModel> impl_;
+  explicit Model(std::unique_ptr<ModelRunner> impl);
+  std::unique_ptr<ModelRunner> impl_;
 };
 
 }  // namespace specdec

@@ -1,5 +1,5 @@
-// WeightStore (a checkpoint folder: one safetensors file or an index of shards) and the
-// tensor list of the Llama family, checked against the checkpoint before any forward runs.
+// WeightStore: a checkpoint folder (one safetensors file or an index of shards), and its check
+// against a family's tensor list before any forward runs.
 #include "model/weights.h"
 
 #include <algorithm>
@@ -136,39 +136,6 @@ size_t WeightStore::parameter_count() const {
   size_t n = 0;
   for (const auto& [name, t] : index_) n += static_cast<size_t>(t.numel());
   return n;
-}
-
-std::vector<WeightSpec> llama_weight_specs(const ModelConfig& c) {
-  const int64_t V = c.vocab_size, H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
-  const int64_t q_out = int64_t{c.num_heads} * hd, kv_out = int64_t{c.num_kv_heads} * hd;
-  std::vector<WeightSpec> specs;
-  specs.push_back({"model.embed_tokens.weight", {V, H}, true});
-  for (int i = 0; i < c.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    specs.push_back({p + "input_layernorm.weight", {H}, true});
-    specs.push_back({p + "self_attn.q_proj.weight", {q_out, H}, true});
-    specs.push_back({p + "self_attn.k_proj.weight", {kv_out, H}, true});
-    specs.push_back({p + "self_attn.v_proj.weight", {kv_out, H}, true});
-    specs.push_back({p + "self_attn.o_proj.weight", {H, q_out}, true});
-    if (c.attention_bias) {
-      specs.push_back({p + "self_attn.q_proj.bias", {q_out}, true});
-      specs.push_back({p + "self_attn.k_proj.bias", {kv_out}, true});
-      specs.push_back({p + "self_attn.v_proj.bias", {kv_out}, true});
-    }
-    if (c.o_proj_bias) specs.push_back({p + "self_attn.o_proj.bias", {H}, true});
-    if (c.qk_norm) {
-      specs.push_back({p + "self_attn.q_norm.weight", {hd}, true});
-      specs.push_back({p + "self_attn.k_norm.weight", {hd}, true});
-    }
-    specs.push_back({p + "post_attention_layernorm.weight", {H}, true});
-    specs.push_back({p + "mlp.gate_proj.weight", {I, H}, true});
-    specs.push_back({p + "mlp.up_proj.weight", {I, H}, true});
-    specs.push_back({p + "mlp.down_proj.weight", {H, I}, true});
-  }
-  specs.push_back({"model.norm.weight", {H}, true});
-  // Tied checkpoints reuse embed_tokens; some still store lm_head, which must then fit.
-  specs.push_back({"lm_head.weight", {V, H}, !c.tie_word_embeddings});
-  return specs;
 }
 
 }  // namespace specdec

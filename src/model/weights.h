@@ -1,5 +1,5 @@
 // Safetensors checkpoints: memory-mapped files (single or sharded through
-// model.safetensors.index.json), validated headers, and the tensor names each architecture needs.
+// model.safetensors.index.json), validated headers, and their check against a list of specs.
 #pragma once
 
 #include <cstdint>
@@ -43,15 +43,13 @@ class SafetensorsFile {
   std::map<std::string, Tensor> tensors_;
 };
 
+// One tensor a model reads (name as in Hugging Face checkpoints, e.g.
+// "model.layers.3.self_attn.q_proj.weight") and its shape; each family lists its own (family.h).
 struct WeightSpec {
   std::string name;
   std::vector<int64_t> shape;
   bool required = true;
 };
-
-// The tensors a Llama-family model of this config reads (names as in Hugging Face checkpoints,
-// e.g. "model.layers.3.self_attn.q_proj.weight"), with their shapes.
-std::vector<WeightSpec> llama_weight_specs(const ModelConfig& config);
 
 // All tensors of a checkpoint folder: model.safetensors, or the shards listed by
 // model.safetensors.index.json (every shard named there must exist and hold what it lists).

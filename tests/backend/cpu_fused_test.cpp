@@ -43,8 +43,8 @@ TEST_P(CpuFused, LinearManyEqualsSeparateLinears) {
         }
         for (size_t j = 0; j < w.size(); ++j) {
           const Tensor b = j == 2 ? bias.t : Tensor();
-          fused_p.push_back(Projection{w[j].t, b, fused[j].t});
-          plain_p.push_back(Projection{w[j].t, b, plain[j].t});
+          fused_p.push_back(Projection{Weight(w[j].t), b, fused[j].t});
+          plain_p.push_back(Projection{Weight(w[j].t), b, plain[j].t});
         }
         backend->linear_many(x.t, fused_p);
         backend->Backend::linear_many(x.t, plain_p);
@@ -70,8 +70,8 @@ TEST_P(CpuFused, GatedLinearEqualsLinearsThenSiluMul) {
         for (int64_t M : kWidths) {
           HostTensor x = random_f32(rng, {M, K});
           HostTensor fused(DType::f32, {M, I}), plain(DType::f32, {M, I});
-          backend->gated_linear(x.t, gate.t, up.t, fused.t);
-          backend->Backend::gated_linear(x.t, gate.t, up.t, plain.t);
+          backend->gated_linear(x.t, Weight(gate.t), Weight(up.t), fused.t);
+          backend->Backend::gated_linear(x.t, Weight(gate.t), Weight(up.t), plain.t);
           ASSERT_TRUE(same_bits(fused.f(), plain.f(), static_cast<size_t>(plain.numel())))
               << dtype_name(dtype) << " threads=" << threads << " M=" << M << " I=" << I;
         }
@@ -95,8 +95,8 @@ TEST_P(CpuFused, LinearAddEqualsLinearThenAdd) {
             HostTensor fused = random_f32(rng, {M, N});
             HostTensor plain = copy_of(fused);
             const Tensor plain_out = plain.t.reshape({M, N});
-            backend->linear_add(x.t, w.t, with_bias ? &bias.t : nullptr, fused.t);
-            backend->Backend::linear_add(x.t, w.t, with_bias ? &bias.t : nullptr, plain_out);
+            backend->linear_add(x.t, Weight(w.t), with_bias ? &bias.t : nullptr, fused.t);
+            backend->Backend::linear_add(x.t, Weight(w.t), with_bias ? &bias.t : nullptr, plain_out);
             ASSERT_TRUE(same_bits(fused.f(), plain.f(), static_cast<size_t>(plain.numel())))
                 << dtype_name(dtype) << " threads=" << threads << " M=" << M << " N=" << N << " K=" << K
                 << " bias=" << with_bias;
@@ -158,13 +158,13 @@ TEST_P(CpuFused, RejectsMismatchedShapes) {
   HostTensor up = random_weights(rng, DType::f32, {16, 64}, exact);
   HostTensor out(DType::f32, {3, 32});
   try {
-    backend->gated_linear(x.t, gate.t, up.t, out.t);
+    backend->gated_linear(x.t, Weight(gate.t), Weight(up.t), out.t);
     FAIL() << "gated_linear accepted w_up [16, 64] for w_gate [32, 64]";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("gated_linear"), std::string::npos) << e.what();
   }
   HostTensor w = random_weights(rng, DType::f32, {32, 48}, exact);
-  EXPECT_THROW(backend->linear_add(x.t, w.t, nullptr, out.t), Error);
+  EXPECT_THROW(backend->linear_add(x.t, Weight(w.t), nullptr, out.t), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, CpuFused, ::testing::ValuesIn(cpu_linear_isas()), isa_name);

@@ -42,7 +42,7 @@ TEST_P(CpuLinear, MatchesDoubleReference) {
             HostTensor x = random_f32(rng, {M, K});
             HostTensor bias = random_f32(rng, {N});
             HostTensor out(DType::f32, {M, N});
-            backend->linear(x.t, w.t, with_bias ? &bias.t : nullptr, out.t);
+            backend->linear(x.t, Weight(w.t), with_bias ? &bias.t : nullptr, out.t);
             std::vector<double> ref, mag;
             // The bf16 mode rounds activations to bf16 before multiplying bf16 weights.
             std::vector<float> x_used(x.f(), x.f() + x.numel());
@@ -72,11 +72,11 @@ TEST_P(CpuLinear, RowsAreBitIdenticalWhateverTheBatchAndThreads) {
     for (size_t threads : {1, 2}) {
       auto backend = make_cpu(GetParam(), threads);
       HostTensor full(DType::f32, {M, N});
-      backend->linear(x.t, w.t, &bias.t, full.t);
+      backend->linear(x.t, Weight(w.t), &bias.t, full.t);
       // Every row alone.
       for (int64_t m = 0; m < M; ++m) {
         HostTensor one(DType::f32, {1, N});
-        backend->linear(x.t.rows(m, 1), w.t, &bias.t, one.t);
+        backend->linear(x.t.rows(m, 1), Weight(w.t), &bias.t, one.t);
         ASSERT_TRUE(same_bits(one.f(), full.f() + m * N, static_cast<size_t>(N)))
             << dtype_name(dtype) << " row " << m << " threads " << threads;
       }
@@ -86,7 +86,7 @@ TEST_P(CpuLinear, RowsAreBitIdenticalWhateverTheBatchAndThreads) {
       for (int64_t rows : {4, 5, 7}) {
         for (int64_t m0 = 0; m0 + rows <= M; ++m0) {
           HostTensor window(DType::f32, {rows, N});
-          backend->linear(x.t.rows(m0, rows), w.t, &bias.t, window.t);
+          backend->linear(x.t.rows(m0, rows), Weight(w.t), &bias.t, window.t);
           ASSERT_TRUE(same_bits(window.f(), full.f() + m0 * N, static_cast<size_t>(rows * N)))
               << dtype_name(dtype) << " window of " << rows << " at " << m0 << " threads " << threads;
         }
@@ -105,11 +105,11 @@ TEST_P(CpuLinear, RowsAreBitIdenticalWhateverTheBatchAndThreads) {
 TEST_P(CpuLinear, RefusesBadShapesAndAliasing) {
   auto backend = make_cpu(GetParam(), 1);
   HostTensor x(DType::f32, {2, 8}), w(DType::f32, {4, 9}), out(DType::f32, {2, 4});
-  EXPECT_THROW(backend->linear(x.t, w.t, nullptr, out.t), Error);
+  EXPECT_THROW(backend->linear(x.t, Weight(w.t), nullptr, out.t), Error);
   HostTensor w2(DType::f32, {8, 8});
-  EXPECT_THROW(backend->linear(x.t, w2.t, nullptr, x.t), Error);
+  EXPECT_THROW(backend->linear(x.t, Weight(w2.t), nullptr, x.t), Error);
   HostTensor wi(DType::i32, {4, 8});
-  EXPECT_THROW(backend->linear(x.t, wi.t, nullptr, out.t), Error);
+  EXPECT_THROW(backend->linear(x.t, Weight(wi.t), nullptr, out.t), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, CpuLinear, ::testing::ValuesIn(cpu_linear_isas()), isa_name);

@@ -34,19 +34,20 @@ Results run(Backend& g, const Weights& w, int M, int K, int Nq, int Nkv, int I, 
   Owned res = upload(g, random_floats(size_t(M) * K, 22), DType::f32, {M, K});
   Owned tmp = empty(g, DType::f32, {M, K});
   if (fused) {
-    const std::array<Projection, 3> p = {Projection{w.wq.tensor, w.bq.tensor, q.tensor},
-                                         Projection{w.wk.tensor, {}, k.tensor}, Projection{w.wv.tensor, {}, v.tensor}};
+    const std::array<Projection, 3> p = {Projection{Weight(w.wq.tensor), w.bq.tensor, q.tensor},
+                                         Projection{Weight(w.wk.tensor), {}, k.tensor},
+                                         Projection{Weight(w.wv.tensor), {}, v.tensor}};
     g.linear_many(x.tensor, p);
-    g.gated_linear(x.tensor, w.wg.tensor, w.wu.tensor, gate.tensor);
-    g.linear_add(gate.tensor, w.wd.tensor, nullptr, res.tensor);
+    g.gated_linear(x.tensor, Weight(w.wg.tensor), Weight(w.wu.tensor), gate.tensor);
+    g.linear_add(gate.tensor, Weight(w.wd.tensor), nullptr, res.tensor);
   } else {
-    g.linear(x.tensor, w.wq.tensor, &w.bq.tensor, q.tensor);
-    g.linear(x.tensor, w.wk.tensor, nullptr, k.tensor);
-    g.linear(x.tensor, w.wv.tensor, nullptr, v.tensor);
-    g.linear(x.tensor, w.wg.tensor, nullptr, gate.tensor);
-    g.linear(x.tensor, w.wu.tensor, nullptr, up.tensor);
+    g.linear(x.tensor, Weight(w.wq.tensor), &w.bq.tensor, q.tensor);
+    g.linear(x.tensor, Weight(w.wk.tensor), nullptr, k.tensor);
+    g.linear(x.tensor, Weight(w.wv.tensor), nullptr, v.tensor);
+    g.linear(x.tensor, Weight(w.wg.tensor), nullptr, gate.tensor);
+    g.linear(x.tensor, Weight(w.wu.tensor), nullptr, up.tensor);
     g.silu_mul(gate.tensor, up.tensor, gate.tensor);
-    g.linear(gate.tensor, w.wd.tensor, nullptr, tmp.tensor);
+    g.linear(gate.tensor, Weight(w.wd.tensor), nullptr, tmp.tensor);
     g.add(res.tensor, tmp.tensor, res.tensor);
   }
   return {download(g, q.tensor), download(g, k.tensor), download(g, v.tensor), download(g, gate.tensor),
@@ -129,17 +130,18 @@ TEST(GpuFused, NormFoldedIntoLinearEqualsNormThenLinear) {
       Owned h = empty(g, DType::f32, {c.M, c.K});
       Owned q = empty(g, DType::f32, {c.M, c.Nq}), k = empty(g, DType::f32, {c.M, c.Nkv});
       Owned v = empty(g, DType::f32, {c.M, c.Nkv}), gate = empty(g, DType::f32, {c.M, c.I});
-      const std::array<Projection, 3> p = {Projection{w.wq.tensor, w.bq.tensor, q.tensor},
-                                           Projection{w.wk.tensor, {}, k.tensor},
-                                           Projection{w.wv.tensor, {}, v.tensor}};
+      const std::array<Projection, 3> p = {Projection{Weight(w.wq.tensor), w.bq.tensor, q.tensor},
+                                           Projection{Weight(w.wk.tensor), {}, k.tensor},
+                                           Projection{Weight(w.wv.tensor), {}, v.tensor}};
       if (folded) {
         g.norm_linear_many(x.tensor, norm1.tensor, eps, h.tensor, p);
-        g.norm_gated_linear(x.tensor, norm2.tensor, eps, h.tensor, w.wg.tensor, w.wu.tensor, gate.tensor);
+        g.norm_gated_linear(x.tensor, norm2.tensor, eps, h.tensor, Weight(w.wg.tensor), Weight(w.wu.tensor),
+                            gate.tensor);
       } else {
         g.rms_norm(x.tensor, norm1.tensor, eps, h.tensor);
         g.linear_many(h.tensor, p);
         g.rms_norm(x.tensor, norm2.tensor, eps, h.tensor);
-        g.gated_linear(h.tensor, w.wg.tensor, w.wu.tensor, gate.tensor);
+        g.gated_linear(h.tensor, Weight(w.wg.tensor), Weight(w.wu.tensor), gate.tensor);
       }
       got[folded] = {download(g, q.tensor), download(g, k.tensor), download(g, v.tensor), download(g, gate.tensor)};
     }

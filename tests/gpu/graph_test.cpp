@@ -21,8 +21,8 @@ TEST(GpuRecord, ReplayEqualsCalls) {
     Owned out = empty(g, DType::f32, {M, N});
     const auto step = [&] {
       g.rms_norm(x.tensor, nw.tensor, 1e-5f, h.tensor);
-      g.gated_linear(h.tensor, w.tensor, wu.tensor, out.tensor);
-      g.linear_add(out.tensor, wd.tensor, nullptr, x.tensor);
+      g.gated_linear(h.tensor, Weight(w.tensor), Weight(wu.tensor), out.tensor);
+      g.linear_add(out.tensor, Weight(wd.tensor), nullptr, x.tensor);
     };
     step();  // the first run creates the lazily made state (scratch, GEMM plans)
     const std::unique_ptr<RecordedCalls> recorded = g.record(step);
@@ -48,7 +48,7 @@ TEST(GpuRecord, StaleAfterScratchGrows) {
   Owned w = upload(g, random_floats(N * K, 3), DType::bf16, {N, K});
   Owned x = upload(g, random_floats(4 * K, 1), DType::f32, {4, K});
   Owned out = empty(g, DType::f32, {4, N});
-  const auto step = [&] { g.linear(x.tensor, w.tensor, nullptr, out.tensor); };
+  const auto step = [&] { g.linear(x.tensor, Weight(w.tensor), nullptr, out.tensor); };
   step();
   const std::unique_ptr<RecordedCalls> recorded = g.record(step);
   ASSERT_TRUE(recorded);
@@ -57,7 +57,7 @@ TEST(GpuRecord, StaleAfterScratchGrows) {
   const int big = 4096;
   Owned xb = upload(g, random_floats(size_t{big} * K, 7), DType::f32, {big, K});
   Owned ob = empty(g, DType::f32, {big, N});
-  g.linear(xb.tensor, w.tensor, nullptr, ob.tensor);
+  g.linear(xb.tensor, Weight(w.tensor), nullptr, ob.tensor);
   EXPECT_FALSE(recorded->replay());
 }
 

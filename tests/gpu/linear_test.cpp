@@ -22,10 +22,10 @@ std::vector<float> run_linear(Backend& be, const std::vector<float>& x, const st
   Owned o = empty(be, DType::f32, {c.M, c.N});
   if (bias) {
     Owned bt = upload(be, *bias, DType::f32, {c.N});
-    be.linear(xt.tensor, wtn.tensor, &bt.tensor, o.tensor);
+    be.linear(xt.tensor, Weight(wtn.tensor), &bt.tensor, o.tensor);
     return download(be, o.tensor);
   }
-  be.linear(xt.tensor, wtn.tensor, nullptr, o.tensor);
+  be.linear(xt.tensor, Weight(wtn.tensor), nullptr, o.tensor);
   return download(be, o.tensor);
 }
 
@@ -75,7 +75,7 @@ std::vector<float> linear_rows(Backend& be, const std::vector<float>& x, const O
   std::vector<float> xm(x.begin(), x.begin() + static_cast<size_t>(M) * K);
   Owned xt = upload(be, xm, DType::f32, {M, K});
   Owned o = empty(be, DType::f32, {M, N});
-  be.linear(xt.tensor, w.tensor, nullptr, o.tensor);
+  be.linear(xt.tensor, Weight(w.tensor), nullptr, o.tensor);
   return download(be, o.tensor);
 }
 
@@ -128,34 +128,34 @@ TEST(GpuLinear, SingleRowEqualsItsRowInAPairBits) {
       Owned o1 = empty(g, DType::f32, {1, c.N}), o2 = empty(g, DType::f32, {2, c.N});
 
       const uint64_t streamed = cuda::linear_stream_launches();
-      g.linear(x1.tensor, wa.tensor, nullptr, o1.tensor);
+      g.linear(x1.tensor, Weight(wa.tensor), nullptr, o1.tensor);
       if (std::getenv("SPECDEC_CUDA_STREAM_LINEAR") == nullptr) {  // the stream kernel is what ran
         EXPECT_EQ(cuda::linear_stream_launches(), streamed + 1) << what;
       }
-      g.linear(x2.tensor, wa.tensor, nullptr, o2.tensor);
+      g.linear(x2.tensor, Weight(wa.tensor), nullptr, o2.tensor);
       const auto plain1 = download(g, o1.tensor), plain2 = download(g, o2.tensor);
       EXPECT_TRUE(bit_equal(plain1.data(), plain2.data(), c.N)) << what << " linear";
       const auto cpu = run_linear(*b.cpu, std::vector<float>(x.begin(), x.begin() + c.K), wa_values, nullptr,
                                   {1, c.N, c.K, c.wt, false});
       EXPECT_LE(rel_error(plain1, cpu), 1e-5) << what << " against the CPU";
 
-      g.gated_linear(x1.tensor, wa.tensor, wb.tensor, o1.tensor);
-      g.gated_linear(x2.tensor, wa.tensor, wb.tensor, o2.tensor);
+      g.gated_linear(x1.tensor, Weight(wa.tensor), Weight(wb.tensor), o1.tensor);
+      g.gated_linear(x2.tensor, Weight(wa.tensor), Weight(wb.tensor), o2.tensor);
       const auto gated1 = download(g, o1.tensor), gated2 = download(g, o2.tensor);
       EXPECT_TRUE(bit_equal(gated1.data(), gated2.data(), c.N)) << what << " gated_linear";
 
       Owned r1 = upload(g, std::vector<float>(residual.begin(), residual.begin() + c.N), DType::f32, {1, c.N});
       Owned r2 = upload(g, residual, DType::f32, {2, c.N});
-      g.linear_add(x1.tensor, wa.tensor, nullptr, r1.tensor);
-      g.linear_add(x2.tensor, wa.tensor, nullptr, r2.tensor);
+      g.linear_add(x1.tensor, Weight(wa.tensor), nullptr, r1.tensor);
+      g.linear_add(x2.tensor, Weight(wa.tensor), nullptr, r2.tensor);
       const auto add1 = download(g, r1.tensor), add2 = download(g, r2.tensor);
       EXPECT_TRUE(bit_equal(add1.data(), add2.data(), c.N)) << what << " linear_add";
 
       // The RMSNorm folded into the call (one row and two rows of x take different kernels).
       Owned nw = upload(g, random_floats(static_cast<size_t>(c.K), 404), c.wt, {c.K});
       Owned n1 = empty(g, DType::f32, {1, c.K}), n2 = empty(g, DType::f32, {2, c.K});
-      const std::array<Projection, 1> p1 = {Projection{wa.tensor, {}, o1.tensor}};
-      const std::array<Projection, 1> p2 = {Projection{wa.tensor, {}, o2.tensor}};
+      const std::array<Projection, 1> p1 = {Projection{Weight(wa.tensor), {}, o1.tensor}};
+      const std::array<Projection, 1> p2 = {Projection{Weight(wa.tensor), {}, o2.tensor}};
       g.norm_linear_many(x1.tensor, nw.tensor, 1e-5f, n1.tensor, p1);
       g.norm_linear_many(x2.tensor, nw.tensor, 1e-5f, n2.tensor, p2);
       const auto normed1 = download(g, o1.tensor), normed2 = download(g, o2.tensor);
@@ -170,7 +170,7 @@ TEST(GpuLinear, RejectsMismatchedShapes) {
   Owned x = empty(*b.gpu, DType::f32, {2, 64});
   Owned w = empty(*b.gpu, DType::bf16, {16, 32});
   Owned o = empty(*b.gpu, DType::f32, {2, 16});
-  EXPECT_THROW(b.gpu->linear(x.tensor, w.tensor, nullptr, o.tensor), Error);
+  EXPECT_THROW(b.gpu->linear(x.tensor, Weight(w.tensor), nullptr, o.tensor), Error);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/family.h"
 #include "model/weights.h"
 
 namespace specdec {
@@ -119,7 +120,7 @@ TEST(WeightStore, EveryBundledCheckpointLoadsAndValidates) {
     SCOPED_TRACE(dir.string());
     const ModelConfig config = load_model_config(dir);
     const WeightStore store = WeightStore::open(dir);
-    const std::vector<WeightSpec> specs = llama_weight_specs(config);
+    const std::vector<WeightSpec> specs = weight_specs(config);
     ASSERT_NO_THROW(store.validate(specs));
     // The checkpoint holds nothing the specs do not name (no tensor silently ignored).
     std::set<std::string> named;
@@ -138,7 +139,7 @@ TEST(WeightStore, EveryBundledCheckpointLoadsAndValidates) {
 TEST(WeightStore, SpecsFollowTheArchitecture) {
   const auto names = [](const fs::path& dir) {
     std::set<std::string> s;
-    for (const WeightSpec& w : llama_weight_specs(load_model_config(dir))) s.insert(w.name);
+    for (const WeightSpec& w : weight_specs(load_model_config(dir))) s.insert(w.name);
     return s;
   };
   const auto qwen2 = names(kRoot / "tests/fixtures/models/qwen2");
@@ -253,12 +254,12 @@ TEST(SafetensorsFile, AcceptsMetadataScalarsAndEmptyTensors) {
 TEST(WeightStore, MissingAndMisshapenTensorsNameFileTensorAndShapes) {
   TempDir dir;
   const ModelConfig config = tiny_config();
-  std::vector<Entry> entries = entries_for(llama_weight_specs(config));
+  std::vector<Entry> entries = entries_for(weight_specs(config));
   // Missing tensor.
   std::vector<Entry> missing = entries;
   std::erase_if(missing, [](const Entry& e) { return e.name == "model.layers.0.mlp.up_proj.weight"; });
   write_packed(dir.path() / "model.safetensors", missing);
-  std::string msg = error_of([&] { WeightStore::open(dir.path()).validate(llama_weight_specs(config)); });
+  std::string msg = error_of([&] { WeightStore::open(dir.path()).validate(weight_specs(config)); });
   EXPECT_THAT(msg, HasSubstr("model.layers.0.mlp.up_proj.weight"));
   EXPECT_THAT(msg, HasSubstr("missing"));
   EXPECT_THAT(msg, HasSubstr(dir.path().string()));
@@ -267,7 +268,7 @@ TEST(WeightStore, MissingAndMisshapenTensorsNameFileTensorAndShapes) {
   for (Entry& e : wrong)
     if (e.name == "model.layers.0.self_attn.k_proj.weight") e.shape = {4, 4};
   write_packed(dir.path() / "model.safetensors", wrong);
-  msg = error_of([&] { WeightStore::open(dir.path()).validate(llama_weight_specs(config)); });
+  msg = error_of([&] { WeightStore::open(dir.path()).validate(weight_specs(config)); });
   EXPECT_THAT(msg, HasSubstr((dir.path() / "model.safetensors").string()));
   EXPECT_THAT(msg, HasSubstr("model.layers.0.self_attn.k_proj.weight"));
   EXPECT_THAT(msg, HasSubstr("f32[4, 4]"));
@@ -275,7 +276,7 @@ TEST(WeightStore, MissingAndMisshapenTensorsNameFileTensorAndShapes) {
   // The exact set validates, and get() of an absent name names it.
   write_packed(dir.path() / "model.safetensors", entries);
   const WeightStore store = WeightStore::open(dir.path());
-  EXPECT_NO_THROW(store.validate(llama_weight_specs(config)));
+  EXPECT_NO_THROW(store.validate(weight_specs(config)));
   EXPECT_THAT(error_of([&] { store.get("lm_head.bias"); }), HasSubstr("lm_head.bias"));
 }
 
@@ -283,13 +284,13 @@ TEST(WeightStore, TiedModelsMayStillCarryAnLmHeadOfTheRightShape) {
   TempDir dir;
   ModelConfig config = tiny_config();
   config.tie_word_embeddings = true;
-  std::vector<Entry> entries = entries_for(llama_weight_specs(config));
+  std::vector<Entry> entries = entries_for(weight_specs(config));
   entries.push_back({"lm_head.weight", "F32", {8, 4}});
   write_packed(dir.path() / "model.safetensors", entries);
-  EXPECT_NO_THROW(WeightStore::open(dir.path()).validate(llama_weight_specs(config)));
+  EXPECT_NO_THROW(WeightStore::open(dir.path()).validate(weight_specs(config)));
   entries.back().shape = {8, 5};
   write_packed(dir.path() / "model.safetensors", entries);
-  EXPECT_THAT(error_of([&] { WeightStore::open(dir.path()).validate(llama_weight_specs(config)); }),
+  EXPECT_THAT(error_of([&] { WeightStore::open(dir.path()).validate(weight_specs(config)); }),
               HasSubstr("lm_head.weight"));
 }
 

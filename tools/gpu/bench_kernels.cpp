@@ -75,7 +75,8 @@ Result linear_case(Backend& be, const char* mode, int M, int N, int K) {
   // Contents do not change the timing; fill with a small constant (about 0.0115) so inputs are defined.
   check(cudaMemsetAsync(w.data(), 0x3c, w.bytes(), stream_of(be)), "cudaMemsetAsync");
   check(cudaMemsetAsync(x.data(), 0x3c, x.bytes(), stream_of(be)), "cudaMemsetAsync");
-  Tensor tw(w.data(), DType::bf16, {N, K}, Device::cuda), tx(x.data(), DType::f32, {M, K}, Device::cuda);
+  const Weight tw(Tensor(w.data(), DType::bf16, {N, K}, Device::cuda));
+  Tensor tx(x.data(), DType::f32, {M, K}, Device::cuda);
   Tensor to(out.data(), DType::f32, {M, N}, Device::cuda);
   Result r{"linear " + std::to_string(N) + "x" + std::to_string(K), mode, M, M, 0, 0, 0};
   // Ten calls back to back per sample, as in a forward, so launch latency is hidden.

@@ -182,10 +182,10 @@ std::vector<Step::Op> Step::layer_ops(int l) {
   const Tensor v3 = v_.reshape({T, s.kv_heads, s.head_dim});
   const Tensor a3 = attn_.reshape({T, s.heads, s.head_dim});
   const Tensor ln1 = view(L.ln1, DType::bf16, {h}), ln2 = view(L.ln2, DType::bf16, {h});
-  const Tensor wq = view(L.q, DType::bf16, {qd, h}), wk = view(L.k, DType::bf16, {kvd, h});
-  const Tensor wv = view(L.v, DType::bf16, {kvd, h}), wo = view(L.o, DType::bf16, {h, qd});
-  const Tensor wg = view(L.gate, DType::bf16, {s.intermediate, h}), wu = view(L.up, DType::bf16, {s.intermediate, h});
-  const Tensor wd = view(L.down, DType::bf16, {h, s.intermediate});
+  const Weight wq(view(L.q, DType::bf16, {qd, h})), wk(view(L.k, DType::bf16, {kvd, h}));
+  const Weight wv(view(L.v, DType::bf16, {kvd, h})), wo(view(L.o, DType::bf16, {h, qd}));
+  const Weight wg(view(L.gate, DType::bf16, {s.intermediate, h})), wu(view(L.up, DType::bf16, {s.intermediate, h}));
+  const Weight wd(view(L.down, DType::bf16, {h, s.intermediate}));
   Backend& b = be_;
   return {
       {"rms_norm + linear qkv",
@@ -206,7 +206,8 @@ std::vector<Step::Op> Step::layer_ops(int l) {
 std::vector<Step::Op> Step::head_ops() {
   const Shape& s = s_;
   const int64_t h = s.hidden;
-  const Tensor norm = view(w_.norm, DType::bf16, {h}), head = view(w_.lm_head, DType::bf16, {s.vocab, h});
+  const Tensor norm = view(w_.norm, DType::bf16, {h});
+  const Weight head(view(w_.lm_head, DType::bf16, {s.vocab, h}));
   Backend& b = be_;
   return {
       {"gather_rows", [=, this, &b] { b.gather_rows(x_, last_idx_, last_); }},

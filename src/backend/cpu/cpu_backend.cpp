@@ -69,7 +69,7 @@ class CpuBackend final : public Backend {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
     cpu::rms_norm(pool_, x, weight, eps, out);
   }
-  void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) override {
+  void linear(const Tensor& x, const Weight& weight, const Tensor* bias, const Tensor& out) override {
     cpu::linear(pool_, kernels_, x, weight, bias, out);
   }
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_scaling) override {
@@ -98,10 +98,10 @@ class CpuBackend final : public Backend {
   void linear_many(const Tensor& x, std::span<const Projection> projections) override {
     cpu::linear_many(pool_, kernels_, x, projections);
   }
-  void gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out) override {
+  void gated_linear(const Tensor& x, const Weight& w_gate, const Weight& w_up, const Tensor& out) override {
     cpu::gated_linear(pool_, kernels_, x, w_gate, w_up, out, scratch_);
   }
-  void linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) override {
+  void linear_add(const Tensor& x, const Weight& weight, const Tensor* bias, const Tensor& out) override {
     cpu::linear_add(pool_, kernels_, x, weight, bias, out, scratch_);
   }
   void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& inv_freq,

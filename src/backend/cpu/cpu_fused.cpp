@@ -63,7 +63,7 @@ void linear_many(ThreadPool& pool, const Kernels& k, const Tensor& x, std::span<
   });
 }
 
-void gated_linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
+void gated_linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Weight& w_gate, const Weight& w_up,
                   const Tensor& out, std::vector<float>& scratch) {
   Buffer x_bf16;
   const LinearArgs gate = linear_args(k, x, w_gate, nullptr, out, "gated_linear", x_bf16);
@@ -84,7 +84,7 @@ void gated_linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Ten
   });
 }
 
-void linear_add(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias,
+void linear_add(ThreadPool& pool, const Kernels& k, const Tensor& x, const Weight& weight, const Tensor* bias,
                 const Tensor& out, std::vector<float>& scratch) {
   Buffer x_bf16;
   LinearArgs a = linear_args(k, x, weight, bias, out, "linear_add", x_bf16);

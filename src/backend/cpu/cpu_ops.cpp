@@ -110,8 +110,9 @@ int64_t row_count(const Tensor& t) {
   return len == 0 ? 0 : t.numel() / len;
 }
 
-LinearArgs linear_args(const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out,
+LinearArgs linear_args(const Kernels& k, const Tensor& x, const Weight& w, const Tensor* bias, const Tensor& out,
                        const char* op, Buffer& x_bf16) {
+  const Tensor& weight = w.dense(op);
   check_dtype(x, DType::f32, op, "x");
   check_float(weight, op, "weight");
   check_dtype(out, DType::f32, op, "out");
@@ -147,7 +148,7 @@ LinearArgs linear_args(const Kernels& k, const Tensor& x, const Tensor& weight, 
   return a;
 }
 
-void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias,
+void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Weight& weight, const Tensor* bias,
             const Tensor& out) {
   Buffer x_bf16;
   const LinearArgs a = linear_args(k, x, weight, bias, out, "linear", x_bf16);

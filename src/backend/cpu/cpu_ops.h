@@ -37,9 +37,9 @@ int64_t row_length(const Tensor& t);
 // Validates one linear call (errors name `op`) and fills its kernel arguments. When the kernel
 // wants bf16 activations and x_bf16 is empty, x is rounded into it; a caller running several
 // projections of the same x passes the same buffer so x is rounded once.
-LinearArgs linear_args(const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out,
+LinearArgs linear_args(const Kernels& k, const Tensor& x, const Weight& weight, const Tensor* bias, const Tensor& out,
                        const char* op, Buffer& x_bf16);
-void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias,
+void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Weight& weight, const Tensor* bias,
             const Tensor& out);
 
 // RoPE pieces shared by rope and rope_kv_write: the scaled cos/sin of one position (half
@@ -66,9 +66,9 @@ void sample(ThreadPool& pool, const Tensor& logits, const Tensor& rows, const Te
 // The fused calls (cpu_fused.cpp): the numerics of the compositions named in backend.h, in one
 // pass over the pool each. `scratch` is the caller's reusable host memory.
 void linear_many(ThreadPool& pool, const Kernels& k, const Tensor& x, std::span<const Projection> projections);
-void gated_linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& w_gate, const Tensor& w_up,
+void gated_linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Weight& w_gate, const Weight& w_up,
                   const Tensor& out, std::vector<float>& scratch);
-void linear_add(ThreadPool& pool, const Kernels& k, const Tensor& x, const Tensor& weight, const Tensor* bias,
+void linear_add(ThreadPool& pool, const Kernels& k, const Tensor& x, const Weight& weight, const Tensor* bias,
                 const Tensor& out, std::vector<float>& scratch);
 void rope_kv_write(ThreadPool& pool, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                    const Tensor& inv_freq, float scaling, const Tensor& k_pool, const Tensor& v_pool,

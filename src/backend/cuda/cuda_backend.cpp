@@ -141,7 +141,8 @@ class CudaBackend final : public Backend {
     check_launch(op, rows, "x", D);
   }
 
-  void linear(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) override {
+  void linear(const Tensor& x, const Weight& w, const Tensor* bias, const Tensor& out) override {
+    const Tensor& weight = w.dense("linear");
     const LinearShape sh = check_linear("linear", x, weight, bias, out);
     if (rows_kernel(sh)) {
       const cuda::LinearSegment seg{weight.data, sh.bias, out.ptr<float>(), sh.n};
@@ -167,19 +168,23 @@ class CudaBackend final : public Backend {
   }
 
   void norm_gated_linear(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
-                         const Tensor& w_gate, const Tensor& w_up, const Tensor& out) override {
+                         const Weight& gate_w, const Weight& up_w, const Tensor& out) override {
     const char* op = "norm_gated_linear";
+    const Tensor& w_gate = gate_w.dense(op);
+    const Tensor& w_up = up_w.dense(op);
     check_normed(op, x, normed);
     const LinearShape sh = check_linear(op, x, w_gate, nullptr, out);
     const LinearShape up = check_linear(op, x, w_up, nullptr, out);
     if (up.type == sh.type && folds_norm(sh, norm_weight)) {
       return launch_gated_rows(x, w_gate, w_up, out, sh, op, norm_weight.data, eps);
     }
-    Backend::norm_gated_linear(x, norm_weight, eps, normed, w_gate, w_up, out);
+    Backend::norm_gated_linear(x, norm_weight, eps, normed, gate_w, up_w, out);
   }
 
-  void gated_linear(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& out) override {
+  void gated_linear(const Tensor& x, const Weight& gate_w, const Weight& up_w, const Tensor& out) override {
     const char* op = "gated_linear";
+    const Tensor& w_gate = gate_w.dense(op);
+    const Tensor& w_up = up_w.dense(op);
     const LinearShape sh = check_linear(op, x, w_gate, nullptr, out);
     const LinearShape up = check_linear(op, x, w_up, nullptr, out);
     SPECDEC_CHECK(up.type == sh.type, op, ": gate ", w_gate.shape_string(), " and up ", w_up.shape_string(),
@@ -191,8 +196,9 @@ class CudaBackend final : public Backend {
     silu_mul(out, tmp, out);
   }
 
-  void linear_add(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) override {
+  void linear_add(const Tensor& x, const Weight& w, const Tensor* bias, const Tensor& out) override {
     const char* op = "linear_add";
+    const Tensor& weight = w.dense(op);
     const LinearShape sh = check_linear(op, x, weight, bias, out);
     if (rows_kernel(sh)) {
       const cuda::LinearSegment seg{weight.data, sh.bias, out.ptr<float>(), sh.n};
@@ -611,8 +617,9 @@ class CudaBackend final : public Backend {
     std::array<cuda::LinearSegment, kMax> segs;
     for (size_t j = 0; j < projections.size(); ++j) {
       const Projection& p = projections[j];
-      shapes[j] = check_linear("linear_many", x, p.weight, p.bias.empty() ? nullptr : &p.bias, p.out);
-      segs[j] = {p.weight.data, shapes[j].bias, p.out.ptr<float>(), shapes[j].n};
+      const Tensor& weight = p.weight.dense("linear_many");
+      shapes[j] = check_linear("linear_many", x, weight, p.bias.empty() ? nullptr : &p.bias, p.out);
+      segs[j] = {weight.data, shapes[j].bias, p.out.ptr<float>(), shapes[j].n};
       if (!rows_kernel(shapes[j]) || shapes[j].type != shapes[0].type) return false;
     }
     if (norm_weight && !folds_norm(shapes[0], *norm_weight)) return false;

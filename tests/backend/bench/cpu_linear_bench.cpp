@@ -61,8 +61,9 @@ int main(int argc, char** argv) {
   const auto forward = [&] {
     for (size_t i = 0; i < shapes.size(); ++i) {
       const Shape& s = shapes[i];
-      backend->linear(Tensor(x.data(), DType::f32, {M, s.k}), Tensor(weights[i].data(), DType::bf16, {s.n, s.k}),
-                      nullptr, Tensor(out.data(), DType::f32, {M, s.n}));
+      backend->linear(Tensor(x.data(), DType::f32, {M, s.k}),
+                      Weight(Tensor(weights[i].data(), DType::bf16, {s.n, s.k})), nullptr,
+                      Tensor(out.data(), DType::f32, {M, s.n}));
     }
   };
   forward();

@@ -1,0 +1,40 @@
+// BoundWeights: a checkpoint's tensors bound to one backend. Zero-copy views where the backend
+// reads host memory (CPU), otherwise uploaded copies owned here; it keeps the mappings alive
+// and counts what the model binds (parameters, bytes).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/weight.h"
+#include "model/weights.h"
+
+namespace specdec {
+
+class BoundWeights {
+ public:
+  BoundWeights(WeightStore store, Backend& backend) : store_(std::move(store)), backend_(backend) {}
+  BoundWeights(const BoundWeights&) = delete;
+  BoundWeights& operator=(const BoundWeights&) = delete;
+
+  // The backend-side view of one checkpoint tensor (norm weights, biases, embedding tables).
+  Tensor tensor(const std::string& name);
+  // A linear layer's weight.
+  Weight weight(const std::string& name) { return Weight(tensor(name)); }
+
+  // Of every tensor bound so far (a tensor bound once and used twice, e.g. a tied LM head,
+  // counts once).
+  size_t parameter_count() const { return parameter_count_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  WeightStore store_;  // keeps the mappings the CPU views point into alive
+  Backend& backend_;
+  std::vector<Buffer> uploads_;
+  size_t parameter_count_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace specdec

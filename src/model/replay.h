@@ -1,0 +1,63 @@
+// ReplayCache: decode steps (and one row's verify windows) of one shape repeat the same backend
+// calls on the same buffers, so they are recorded once per shape and replayed from then on.
+// The key says what makes two forwards the same recording; the plan padding makes consecutive
+// decode steps share one.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model_batch.h"
+
+namespace specdec {
+
+// What a forward returns per output row: its logits, or its token, taken by Backend::argmax when
+// every row is greedy and by Backend::sample otherwise.
+enum class Selection : uint8_t { logits, argmax, sample };
+
+struct ReplayKey {
+  int rows = 0, tokens = 0, max_row_tokens = 0, max_blocks = 0, max_row_len = 0;
+  Selection selection = Selection::logits;
+  // The cache a recording writes into, by its memory: every pool's address and the pool size
+  // (a later cache may reuse an earlier one's addresses, but then it is the same memory).
+  int pool_blocks = 0;
+  std::vector<const void*> pools;
+  auto operator<=>(const ReplayKey&) const = default;
+};
+
+class ReplayCache {
+ public:
+  explicit ReplayCache(Backend& backend) : backend_(backend) {}
+
+  // False once the backend has shown it records nothing: callers then skip padding and keys.
+  bool available() const { return backend_records_; }
+  // A decode step's plan with its shape rounded up (block-table width, attention length bound),
+  // so that consecutive steps share one recording: the kernels read the true lengths from the
+  // metadata, and the larger bounds only size grids whose surplus blocks do nothing.
+  static ForwardPlan padded(const ForwardPlan& plan);
+  // Replays the recording for `key`, or runs `calls` (recording them from their second run on,
+  // or third for a window shape). True when it did not replay: the forward paid one-off costs.
+  bool replay_or_run(const ReplayKey& key, const std::function<void()>& calls);
+  // Forgets every recording (they point into buffers that moved).
+  void clear() { recordings_.clear(); }
+
+ private:
+  struct Replay {
+    std::unique_ptr<RecordedCalls> recording;
+    int runs = 0;
+    bool unrecordable = false;
+  };
+  // Decode steps take a few shapes per batch size; a row's verify windows one per width.
+  static constexpr size_t kMaxRecordings = 128;
+
+  Backend& backend_;
+  std::map<ReplayKey, Replay> recordings_;
+  bool backend_records_ = true;  // until Backend::record returns nothing
+};
+
+}  // namespace specdec

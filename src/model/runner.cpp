@@ -1,0 +1,229 @@
+// ModelRunner: one forward laid out and run. The plan's metadata is uploaded in one copy; the
+// decoder runs over the residual stream; only the returned positions go through the final norm
+// and the LM head; tokens are selected on the backend when asked, so only they come back.
+#include "model/runner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "core/error.h"
+#include "model/family.h"
+
+namespace specdec {
+
+// The plan's i32 arrays and the output rows' SampleRows, packed so that one copy uploads them
+// all (before a recorded step is replayed, too: its sample call reads them from here).
+struct ModelRunner::MetaViews {
+  Tensor ids, positions, slots, row_starts, row_lens, block_table, out_index, sample_rows;
+  MetaViews(Carver& m, const ForwardPlan& p)
+      : ids(m.take(DType::i32, {p.tokens})),
+        positions(m.take(DType::i32, {p.tokens})),
+        slots(m.take(DType::i32, {p.tokens})),
+        row_starts(m.take(DType::i32, {p.rows + 1})),
+        row_lens(m.take(DType::i32, {p.rows})),
+        block_table(m.take(DType::i32, {p.rows, p.max_blocks})),
+        out_index(m.take(DType::i32, {std::max(p.outputs, 1)})),
+        sample_rows(m.take(DType::i32, {std::max(p.outputs, 1), kSampleRowWords})) {}
+};
+
+// Per-output rows: the final normed hidden (LM head input), the logits, the tokens selected
+// from them, and tapped hiddens.
+struct ModelRunner::OutputViews {
+  Tensor final_hidden, logits, tokens;
+  std::vector<Tensor> taps;
+  OutputViews(Carver& o, const ModelConfig& c, int64_t N, size_t tap_count)
+      : final_hidden(o.take(DType::f32, {N, c.hidden_size})),
+        logits(o.take(DType::f32, {N, c.vocab_size})),
+        tokens(o.take(DType::i32, {N})) {
+    for (size_t j = 0; j < tap_count; ++j) taps.push_back(o.take(DType::f32, {N, c.hidden_size}));
+  }
+};
+
+namespace {
+
+// Per-token activations: the residual stream, then the decoder's own scratch.
+struct ActivationViews {
+  Tensor x;
+  Carver decoder;
+  ActivationViews(Carver& a, int64_t hidden, int64_t T, size_t decoder_bytes)
+      : x(a.take(DType::f32, {T, hidden})), decoder(a.region(decoder_bytes)) {}
+};
+
+void put(const std::vector<int32_t>& src, const Tensor& dst) { std::copy(src.begin(), src.end(), dst.ptr<int32_t>()); }
+
+template <typename Views>
+AttentionBatch attention_batch(const ForwardPlan& plan, const Views& meta) {
+  AttentionBatch batch;
+  batch.positions = meta.positions;
+  batch.slots = meta.slots;
+  batch.row_starts = meta.row_starts;
+  batch.row_lens = meta.row_lens;
+  batch.block_table = meta.block_table;
+  batch.rows = plan.rows;
+  batch.tokens = plan.tokens;
+  batch.max_blocks = plan.max_blocks;
+  batch.block_size = plan.block_size;
+  batch.max_row_len = plan.max_row_len;
+  batch.max_row_tokens = plan.max_row_tokens;
+  return batch;
+}
+
+Selection selection_for(std::span<const SampleRow> sampling) {
+  if (sampling.empty()) return Selection::logits;
+  const bool all_greedy =
+      std::all_of(sampling.begin(), sampling.end(), [](const SampleRow& r) { return r.temperature == 0.0f; });
+  return all_greedy ? Selection::argmax : Selection::sample;
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(ModelConfig config, WeightStore store, Backend& backend)
+    : config_(std::move(config)), backend_(backend), weights_(std::move(store), backend), replays_(backend) {
+  decoder_ = model_family(config_).make_decoder(config_, weights_, backend_);
+}
+
+size_t ModelRunner::step_weight_bytes(int tokens) const {
+  const size_t all = weight_bytes();
+  if (config_.tie_word_embeddings) return all;  // the LM head streams the whole table
+  const Tensor& embed = decoder_->embedding_table();
+  const size_t row = embed.bytes() / static_cast<size_t>(embed.dim(0));
+  return all - embed.bytes() + std::min(embed.bytes(), row * static_cast<size_t>(tokens));
+}
+
+template <typename Make>
+auto ModelRunner::scratch(Buffer& buffer, const Make& make) {
+  Carver measure = Carver::measure();
+  make(measure);
+  ensure(buffer, measure.size());
+  Carver in_buffer = Carver::of(buffer);
+  return make(in_buffer);
+}
+
+void ModelRunner::ensure(Buffer& buffer, size_t bytes) {
+  if (buffer.bytes() >= bytes && buffer.data()) return;
+  one_off_ = true;
+  // Grow by half again so a slowly rising batch size reallocates rarely.
+  const size_t want = std::max(bytes, buffer.bytes() + buffer.bytes() / 2);
+  backend_.synchronize();  // queued kernels may still read the old buffer
+  buffer = Buffer();
+  buffer = backend_.allocate(want);
+  replays_.clear();  // they point into the old buffer
+}
+
+ModelRunner::MetaViews ModelRunner::upload_meta(const ForwardPlan& plan, std::span<const SampleRow> sampling) {
+  const auto meta_of = [&plan](Carver& m) { return MetaViews(m, plan); };
+  const MetaViews meta = scratch(meta_, meta_of);
+  // Laid out in a host staging vector exactly as in meta_, then uploaded in one copy.
+  meta_host_.assign(meta_.bytes() / sizeof(int32_t), 0);
+  Carver staging(meta_host_.data(), meta_host_.size() * sizeof(int32_t), Device::cpu);
+  const MetaViews host = meta_of(staging);
+  put(plan.ids, host.ids);
+  put(plan.positions, host.positions);
+  put(plan.slots, host.slots);
+  put(plan.row_starts, host.row_starts);
+  put(plan.row_lens, host.row_lens);
+  put(plan.block_table, host.block_table);
+  put(plan.out_index, host.out_index);
+  if (!sampling.empty()) std::memcpy(host.sample_rows.data, sampling.data(), sampling.size_bytes());
+  const int64_t meta_elems = static_cast<int64_t>(meta_host_.size());
+  backend_.copy(Tensor(meta_host_.data(), DType::i32, {meta_elems}),
+                Tensor(meta_.data(), DType::i32, {meta_elems}, meta_.device()));
+  return meta;
+}
+
+void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_layers,
+                          std::span<const SampleRow> sampling, KvCache& cache, ForwardResult& result) {
+  // Decode steps (one token and one returned row per sequence) and one row's verify windows
+  // (every new token returns its row), without taps, are replayed from a recording of their
+  // calls where the backend can record; everything else runs call by call. Called one by one,
+  // a small model's forward costs a GPU more than its replay. A batch's windows come in too
+  // many shapes for recordings to pay.
+  const bool one_row_window = given.rows == 1 && given.outputs == given.tokens;
+  const bool decode_step = given.tokens == given.rows && given.outputs == given.rows;
+  const bool replayable =
+      replays_.available() && tap_layers.empty() && given.tokens > 0 && (decode_step || one_row_window);
+  const ForwardPlan padded = replayable ? ReplayCache::padded(given) : ForwardPlan{};
+  const ForwardPlan& plan = replayable ? padded : given;
+  const int64_t T = plan.tokens, N = plan.outputs;
+  const int64_t H = config_.hidden_size, V = config_.vocab_size;
+  const size_t taps = tap_layers.size();
+  const Selection selection = selection_for(sampling);
+  const bool selects = selection != Selection::logits;
+
+  one_off_ = false;
+  const MetaViews meta = upload_meta(plan, sampling);
+  const AttentionBatch batch = attention_batch(plan, meta);
+  const size_t decoder_bytes = decoder_->scratch_bytes(T);
+  const ActivationViews act = scratch(activations_, [&](Carver& a) { return ActivationViews(a, H, T, decoder_bytes); });
+  const OutputViews out =
+      scratch(outputs_, [&](Carver& o) { return OutputViews(o, config_, std::max<int64_t>(N, 1), taps); });
+
+  result.vocab = static_cast<int>(V);
+  result.hidden = static_cast<int>(H);
+  result.row_offsets = plan.row_offsets;
+  result.logits.assign(selects ? 0 : static_cast<size_t>(N * V), 0.0f);
+  result.tokens.assign(selects ? static_cast<size_t>(N) : 0, 0);
+  result.taps.assign(taps, std::vector<float>(static_cast<size_t>(N * H), 0.0f));
+  // Copies the hidden at the returned positions into every tap that asked for this layer.
+  // `gathered`: source already holds only those rows.
+  const auto tap = [&](int layer, const Tensor& source, bool gathered) {
+    if (N == 0) return;
+    for (size_t j = 0; j < taps; ++j) {
+      if (tap_layers[j] != layer) continue;
+      Tensor rows = source;
+      if (!gathered) {
+        rows = out.taps[j].rows(0, N);
+        backend_.gather_rows(source, meta.out_index.rows(0, N), rows);
+      }
+      backend_.copy(rows, Tensor(result.taps[j].data(), DType::f32, {N, H}));
+    }
+  };
+  const std::function<void(int, const Tensor&)> after_layer = [&](int i, const Tensor& x) { tap(i, x, false); };
+
+  // Kernel calls only (taps aside), so a decode step can be recorded.
+  const auto calls = [&] {
+    decoder_->run(DecoderPass{meta.ids, batch, cache, act.x, act.decoder, after_layer});
+    if (N == 0) return;
+    // The LM head, only at the returned positions (a row's norm does not depend on others).
+    const Tensor g = out.final_hidden.rows(0, N);
+    backend_.gather_rows(act.x, meta.out_index.rows(0, N), g);
+    decoder_->final_norm(g);
+    tap(config_.num_layers, g, true);
+    backend_.linear(g, decoder_->lm_head(), nullptr, out.logits.rows(0, N));
+    if (selection == Selection::argmax) backend_.argmax(out.logits.rows(0, N), out.tokens.rows(0, N));
+    if (selection == Selection::sample)
+      backend_.sample(out.logits.rows(0, N), meta.sample_rows.rows(0, N), out.tokens.rows(0, N));
+  };
+
+  if (replayable) {
+    ReplayKey key{plan.rows,        plan.tokens, plan.max_row_tokens,  plan.max_blocks,
+                  plan.max_row_len, selection,   cache.total_blocks(), {}};
+    for (int i = 0; i < config_.num_layers; ++i) {
+      key.pools.push_back(cache.k_pool(i).data);
+      key.pools.push_back(cache.v_pool(i).data);
+    }
+    if (replays_.replay_or_run(key, calls)) one_off_ = true;
+  } else {
+    calls();
+  }
+  result.one_off = one_off_;
+  finish(out, N, selects, sampling, result);
+}
+
+void ModelRunner::finish(const OutputViews& out, int64_t N, bool selects, std::span<const SampleRow> sampling,
+                         ForwardResult& result) {
+  if (N > 0 && selects) {
+    backend_.copy(out.tokens.rows(0, N), Tensor(result.tokens.data(), DType::i32, {N}));
+  } else if (N > 0) {
+    backend_.copy(out.logits.rows(0, N), Tensor(result.logits.data(), DType::f32, {N, config_.vocab_size}));
+  }
+  backend_.synchronize();
+  // A device backend marks the rows the host sampler would have refused with -1.
+  for (size_t i = 0; i < result.tokens.size(); ++i) {
+    SPECDEC_CHECK(result.tokens[i] >= 0, "sampling: returned row ", i, " has no token to draw (its logits hold a ",
+                  "NaN, or no finite value at temperature ", sampling[i].temperature, ")");
+  }
+}
+
+}  // namespace specdec

@@ -1,0 +1,71 @@
+// ModelRunner: the forward machinery every model family shares. It lays a plan out in backend
+// memory (metadata, scratch), runs the family's decoder (replayed from a recording for decode
+// steps), then the final norm and LM head at the returned positions only, and hands back
+// logits or the tokens drawn from them on the backend, with the hidden taps.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "kv/kv_cache.h"
+#include "model/bound_weights.h"
+#include "model/config.h"
+#include "model/decoder.h"
+#include "model/model.h"
+#include "model/model_batch.h"
+#include "model/replay.h"
+#include "model/weights.h"
+
+namespace specdec {
+
+class ModelRunner {
+ public:
+  // The store must hold every tensor of weight_specs(config) (validated by the caller).
+  ModelRunner(ModelConfig config, WeightStore store, Backend& backend);
+
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() const { return backend_; }
+  size_t parameter_count() const { return weights_.parameter_count(); }
+  size_t weight_bytes() const { return weights_.bytes(); }
+  size_t step_weight_bytes(int tokens) const;
+
+  // Runs a validated plan; fills result (logits, or with `sampling` the tokens drawn from them;
+  // taps) and writes the rows' K/V into the cache. Does not change the cache's lengths.
+  void forward(const ForwardPlan& plan, const std::vector<int>& tap_layers, std::span<const SampleRow> sampling,
+               KvCache& cache, ForwardResult& result);
+
+ private:
+  struct MetaViews;
+  struct OutputViews;
+
+  // Sizes `buffer` for a layout (growing it if needed), then lays the views out in it.
+  template <typename Make>
+  auto scratch(Buffer& buffer, const Make& make);
+  // Grows `buffer` to at least `bytes` (never shrinks), so steady-state forwards allocate nothing.
+  // Moving a buffer drops the recordings that point into it and marks the forward one-off.
+  void ensure(Buffer& buffer, size_t bytes);
+  // Lays the plan's i32 arrays and the sampling rows out in meta_ and uploads them in one copy.
+  MetaViews upload_meta(const ForwardPlan& plan, std::span<const SampleRow> sampling);
+  // Copies the selected tokens or the logits back, waits, and checks the tokens.
+  void finish(const OutputViews& out, int64_t outputs, bool selects, std::span<const SampleRow> sampling,
+              ForwardResult& result);
+
+  ModelConfig config_;
+  Backend& backend_;
+  BoundWeights weights_;
+  std::unique_ptr<Decoder> decoder_;
+  ReplayCache replays_;
+  bool one_off_ = false;  // this forward grew a buffer or did not replay a replayable shape
+
+  // Scratch, reused across forwards.
+  Buffer meta_;         // the plan's i32 arrays
+  Buffer activations_;  // per-token activations: the residual stream and the decoder's scratch
+  Buffer outputs_;      // per-output rows: gathered hidden, logits, taps
+  std::vector<int32_t> meta_host_;
+};
+
+}  // namespace specdec
