@@ -56,7 +56,7 @@ struct GenerationRequest {
   bool ignore_eos = false;
   SpeculativeOptions speculative;
   // Called on the engine's loop thread: keep it short, and do not submit or wait from it
-  // (cancel is fine).
+  // (cancel is fine). If it throws, its request ends as cancelled.
   std::function<void(const GenerationEvent&)> on_event;
 };
 

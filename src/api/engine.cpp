@@ -60,7 +60,7 @@ bool Engine::has_draft(const std::string& id) const {
 
 namespace {
 
-Request checked_request(const Session& s, GenerationRequest&& request) {
+Request checked_request(const Session& s, EngineLoop& loop, GenerationRequest&& request) {
   SPECDEC_CHECK(request.prompt.empty() || request.prompt_tokens.empty(),
                 "give the prompt as text or as token ids, not both");
   SPECDEC_CHECK(request.speculative.num_draft_tokens >= 0, "num_draft_tokens must not be negative, got ",
@@ -68,18 +68,29 @@ Request checked_request(const Session& s, GenerationRequest&& request) {
   std::vector<int32_t> prompt =
       request.prompt.empty() ? std::move(request.prompt_tokens) : s.tokenizer->encode(request.prompt, true);
   SPECDEC_CHECK(!prompt.empty(), "the prompt is empty");
-  return internal_request(std::move(request), std::move(prompt), s.defaults, s.eos_ids);
+  Request r = internal_request(std::move(request), std::move(prompt), s.defaults, s.eos_ids);
+  // A callback that throws must not unwind through the engine's iteration (which would fail every
+  // request): its own request ends as cancelled instead.
+  if (r.on_event)
+    r.on_event = [inner = std::move(r.on_event), &loop](const StreamEvent& ev) {
+      try {
+        inner(ev);
+      } catch (...) {
+        if (ev.finish == FinishReason::none) loop.post([id = ev.id](EngineCore& core) { core.cancel(id); });
+      }
+    };
+  return r;
 }
 
 }  // namespace
 
 int64_t Engine::submit(GenerationRequest request) {
-  return impl_->loop->submit(checked_request(impl_->session, std::move(request)));
+  return impl_->loop->submit(checked_request(impl_->session, *impl_->loop, std::move(request)));
 }
 
 std::vector<int64_t> Engine::submit_all(std::vector<GenerationRequest> requests) {
   std::vector<Request> checked;
-  for (GenerationRequest& r : requests) checked.push_back(checked_request(impl_->session, std::move(r)));
+  for (GenerationRequest& r : requests) checked.push_back(checked_request(impl_->session, *impl_->loop, std::move(r)));
   return impl_->loop->submit_all(std::move(checked));
 }
 

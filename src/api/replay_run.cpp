@@ -11,7 +11,7 @@ namespace specdec {
 
 namespace {
 
-constexpr int kWidths = 17, kReps = 15;
+constexpr int kWidths = 17;
 
 // The target's forward of 1 .. kWidths tokens (as measured, or as given) and each prompt's prefill.
 struct TargetCosts {
@@ -22,7 +22,7 @@ struct TargetCosts {
 
 TargetCosts target_costs(Model& target, Scratch& sc, const ReplayRequest& request) {
   TargetCosts t;
-  t.timed = time_windows(target, sc, kWidths, kReps);
+  t.timed = time_windows(target, sc, kWidths, request.timing_repeats);
   t.costs.forward = t.timed;
   // Given costs replace the measured ones; widths past the list go on at its last step.
   if (!request.forward_ms.empty()) {
@@ -73,7 +73,8 @@ ReplayMethodReport replay_method(Model& target, Scratch& sc, const ReplayMethod&
   // that a replay on given forward costs comes out the same on every run.
   report.timed_draft_calls = m.kind != DraftKind::ngram;
   if (report.timed_draft_calls) {
-    const DraftCallCosts calls = time_draft_calls(*m.method, target, sc, request.context, kWidths, kReps);
+    const DraftCallCosts calls =
+        time_draft_calls(*m.method, target, sc, request.context, kWidths, request.timing_repeats);
     costs.draft_fixed = calls.fixed;
     costs.draft_step = calls.step;
     costs.catch_up = calls.step;  // a catch-up feed costs about one step
@@ -109,6 +110,7 @@ ReplayReport run_replay(Model& target, const std::vector<ReplayMethod>& methods,
                         const std::vector<std::vector<int32_t>>& generated) {
   SPECDEC_CHECK(generated.size() == request.prompts.size(), "replay: tokens for ", generated.size(), " of ",
                 request.prompts.size(), " prompts");
+  SPECDEC_CHECK(request.timing_repeats >= 1, "replay: timing_repeats must be at least 1, got ", request.timing_repeats);
   SPECDEC_CHECK(request.window_cost >= 0, "replay: the window cost must not be negative, got ", request.window_cost);
   Scratch sc = scratch(target, request.context, kWidths + 16);
   const TargetCosts t = target_costs(target, sc, request);
