@@ -177,6 +177,9 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
                   "with --replay: the target forward of 1, 2, ... tokens in ms (comma-separated) instead of this "
                   "machine's measured ones, so that two builds' policies replay on the same costs")
       ->delimiter(',');
+  cmd->add_option("--replay-repeats", o.replay_repeats,
+                  "with --replay: calls timed per measurement (fewer: a quicker, noisier replay)")
+      ->capture_default_str();
   cmd->add_option("--repeats", o.repeats,
                   "speculative suite: plain/speculative pairs; speedup = median pair ratio, tokens/s = fastest run")
       ->capture_default_str();
@@ -195,6 +198,7 @@ void check_replay_flags(const BenchCommand& o) {
           "--replay-forward-ms needs the costs of at least 1 and 2 tokens, got ", o.replay_forward_ms.size());
   for (double ms : o.replay_forward_ms)
     require(ms > 0 && std::isfinite(ms), "--replay-forward-ms: every cost must be positive, got ", ms);
+  require(o.replay_repeats >= 1, "--replay-repeats must be at least 1, got ", o.replay_repeats);
   require(!o.replay || !o.drafts.empty(), "--replay replays speculative decoding: name a method with --draft");
   require(!o.replay || o.sampling.temperature == 0.0f,
           "--replay needs greedy decoding: sampled tokens change from run to run");
