@@ -23,6 +23,9 @@ struct DraftSpec {
   std::string id;            // empty: "ngram" for an n-gram method, the folder for a draft model
   std::string path;          // DraftKind::model: the draft checkpoint folder (the target's vocabulary)
   int num_draft_tokens = 0;  // most drafts a round proposes; 0 = the method's default
+
+  static DraftSpec ngram(std::string id = {}, int num_draft_tokens = 0);
+  static DraftSpec model(std::string path, std::string id = {}, int num_draft_tokens = 0);
 };
 
 struct EngineConfig {

@@ -41,6 +41,22 @@ constexpr std::array<std::pair<VerifyMode, std::string_view>, 2> kModes{
 
 }  // namespace
 
+DraftSpec DraftSpec::ngram(std::string id, int num_draft_tokens) {
+  DraftSpec spec;
+  spec.id = std::move(id);
+  spec.num_draft_tokens = num_draft_tokens;
+  return spec;
+}
+
+DraftSpec DraftSpec::model(std::string path, std::string id, int num_draft_tokens) {
+  DraftSpec spec;
+  spec.kind = DraftKind::model;
+  spec.id = std::move(id);
+  spec.path = std::move(path);
+  spec.num_draft_tokens = num_draft_tokens;
+  return spec;
+}
+
 std::string draft_id(const DraftSpec& spec) {
   if (!spec.id.empty()) return spec.id;
   return spec.kind == DraftKind::ngram ? "ngram" : spec.path;

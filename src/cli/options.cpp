@@ -92,11 +92,7 @@ EngineConfig engine_config(const CommonFlags& f) {
 
 // "ngram", or a draft model folder.
 DraftSpec draft_spec(const std::string& draft, int num_draft) {
-  DraftSpec spec;
-  spec.kind = draft == "ngram" ? DraftKind::ngram : DraftKind::model;
-  if (spec.kind == DraftKind::model) spec.path = draft;
-  spec.num_draft_tokens = num_draft;
-  return spec;
+  return draft == "ngram" ? DraftSpec::ngram({}, num_draft) : DraftSpec::model(draft, {}, num_draft);
 }
 
 CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {

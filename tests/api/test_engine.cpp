@@ -37,13 +37,7 @@ const Fixture& fixture() {
   return f;
 }
 
-specdec::DraftSpec draft_model() {
-  specdec::DraftSpec d;
-  d.kind = specdec::DraftKind::model;
-  d.id = "draft";
-  d.path = kRoot + "/models/draft";
-  return d;
-}
+specdec::DraftSpec draft_model() { return specdec::DraftSpec::model(kRoot + "/models/draft", "draft"); }
 
 specdec::EngineConfig config(std::vector<specdec::DraftSpec> drafts = {}) {
   specdec::EngineConfig c;
@@ -68,7 +62,7 @@ constexpr int kTokens = 24;
 std::vector<int32_t> first(const std::vector<int32_t>& v, size_t n) { return {v.begin(), v.begin() + n}; }
 
 TEST(Engine, ConcurrentSubmitsGiveTheSoloTokens) {
-  specdec::Engine engine(config({specdec::DraftSpec{}}));
+  specdec::Engine engine(config({specdec::DraftSpec::ngram()}));
   const Fixture& fx = fixture();
   std::vector<std::vector<int32_t>> solo;
   for (const auto& p : fx.prompts) {
@@ -101,7 +95,7 @@ TEST(Engine, ConcurrentSubmitsGiveTheSoloTokens) {
 }
 
 TEST(Engine, SubmitAllStartsABatchWhoseTokensMatchSolo) {
-  specdec::Engine engine(config({specdec::DraftSpec{}, draft_model()}));
+  specdec::Engine engine(config({specdec::DraftSpec::ngram(), draft_model()}));
   const Fixture& fx = fixture();
   std::vector<specdec::GenerationRequest> batch;
   for (size_t i = 0; i < fx.prompts.size(); ++i) batch.push_back(greedy(fx.prompts[i], kTokens, i % 2 ? "draft" : ""));
@@ -185,7 +179,7 @@ void expect_refused(specdec::Engine& engine, Make make, const std::string& cause
 }
 
 TEST(Engine, BadRequestsThrowAndLeaveOthersUnharmed) {
-  specdec::Engine engine(config({specdec::DraftSpec{}}));
+  specdec::Engine engine(config({specdec::DraftSpec::ngram()}));
   const Fixture& fx = fixture();
   const int64_t running = engine.submit(greedy(fx.prompts[3], 48, "ngram"));
   expect_refused(
@@ -226,7 +220,7 @@ TEST(Engine, BadRequestsThrowAndLeaveOthersUnharmed) {
         return r;
       },
       "stop string");
-  EXPECT_THROW(engine.add_draft(specdec::DraftSpec{}), std::runtime_error);  // the id "ngram" is taken
+  EXPECT_THROW(engine.add_draft(specdec::DraftSpec::ngram()), std::runtime_error);  // the id "ngram" is taken
   EXPECT_EQ(engine.wait(running).tokens, first(fx.greedy[3], 48));
   EXPECT_EQ(engine.wait(engine.submit(greedy(fx.prompts[4], kTokens))).tokens, first(fx.greedy[4], kTokens));
 }
@@ -270,7 +264,7 @@ TEST(Engine, DescribesItsModel) {
 }
 
 TEST(Engine, ReplaysThePolicyAgainstTheBestSchedule) {
-  specdec::Engine engine(config({specdec::DraftSpec{}, draft_model()}));
+  specdec::Engine engine(config({specdec::DraftSpec::ngram(), draft_model()}));
   specdec::ReplayRequest request;
   request.prompts.push_back(
       {"copy", engine.encode("def add(a, b):\n    return a + b\n\n\ndef add(a, b):\n", false), 24});

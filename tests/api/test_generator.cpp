@@ -13,20 +13,14 @@ namespace {
 
 const std::string kRoot = SPECDEC_SOURCE_DIR;
 
-specdec::DraftSpec draft_model(const std::string& path) {
-  specdec::DraftSpec d;
-  d.kind = specdec::DraftKind::model;
-  d.id = "draft";
-  d.path = path;
-  return d;
-}
+specdec::DraftSpec draft_model(const std::string& path) { return specdec::DraftSpec::model(path, "draft"); }
 
 TEST(Generator, GreedyMatchesTransformersPlainAndSpeculative) {
   std::ifstream in(kRoot + "/tests/fixtures/bundled/greedy.json");
   const auto fx = nlohmann::json::parse(in);
   specdec::EngineConfig config;
   config.model_dir = kRoot + "/models/target";
-  config.drafts = {specdec::DraftSpec{}, draft_model(kRoot + "/models/draft")};
+  config.drafts = {specdec::DraftSpec::ngram(), draft_model(kRoot + "/models/draft")};
   specdec::Generator gen(config);
   const std::string prompt = fx["prompts_text"][0];
   ASSERT_EQ(gen.encode(prompt), fx["prompts"][0].get<std::vector<int32_t>>());

@@ -146,7 +146,7 @@ TEST_F(BrokenModel, TensorWithTheWrongShape) {
   expect_refused(m, "model.layers.0.self_attn.q_proj.weight");
   // As a draft model, too, before its vocabulary is compared with the target's.
   specdec::EngineConfig c = on_cpu(kTarget);
-  c.drafts.push_back({specdec::DraftKind::model, "d", m.string(), 0});
+  c.drafts.push_back(specdec::DraftSpec::model(m.string(), "d"));
   expect_error([&] { specdec::Engine engine(c); }, "model.layers.0.self_attn.q_proj.weight");
 }
 
@@ -164,7 +164,7 @@ TEST_F(BrokenModel, MissingTensor) {
 
 TEST(DraftModel, AnotherVocabularyIsRefusedAndTheEngineServesOn) {
   specdec::Engine engine(on_cpu(kTarget));
-  expect_error([&] { engine.add_draft({specdec::DraftKind::model, "tiny", kTinyLlama, 0}); }, "vocab");
+  expect_error([&] { engine.add_draft(specdec::DraftSpec::model(kTinyLlama, "tiny")); }, "vocab");
   EXPECT_FALSE(engine.has_draft("tiny"));
   specdec::GenerationRequest r;
   r.prompt = "def f(x):";
