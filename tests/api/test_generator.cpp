@@ -41,8 +41,11 @@ TEST(Generator, GreedyMatchesTransformersPlainAndSpeculative) {
     ASSERT_EQ(g.stats.speculative.has_value(), !draft.empty());
     if (!draft.empty()) {
       EXPECT_EQ(g.stats.speculative->draft, draft);
-      EXPECT_GT(g.stats.speculative->accepted, 0);
-      EXPECT_LE(g.stats.speculative->accepted, g.stats.speculative->drafted);
+      // How much is drafted is the adaptive policy's call (it may pause where drafts do not pay);
+      // the counters' invariants hold whatever it decides.
+      const specdec::SpeculativeStats& sp = *g.stats.speculative;
+      EXPECT_LE(sp.accepted, sp.drafted);
+      EXPECT_EQ(sp.emitted, sp.accepted + sp.rounds);
       EXPECT_NE(g.stats.speculative->to_json().find("\"drafted\""), std::string::npos);
     }
   }
