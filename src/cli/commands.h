@@ -1,16 +1,13 @@
-// The subcommands of `specdec`. Each registers its options on the app and runs when chosen.
+// The subcommands of `specdec`, each run from its parsed command (options.h) as a client of the
+// public library API only.
 #pragma once
 
-#include <CLI/CLI.hpp>
-
-#include "specdec/specdec.h"
+#include "cli/options.h"
 
 namespace specdec::cli {
 
-// --model, --device, --threads, --cpu-isa, --fast-gpu
-void add_common(CLI::App& cmd, ModelOptions& options);
-void add_generate(CLI::App& app);
-void add_info(CLI::App& app);
-void add_bench(CLI::App& app);
+void run_generate(const GenerateCommand& command);
+void run_info(const InfoCommand& command);
+void run_bench(const BenchCommand& command);
 
 }  // namespace specdec::cli

@@ -2,24 +2,29 @@
 // one-line message naming the cause and exit status 1.
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
-#include "core/error.h"
+
+namespace {
+
+struct Run {
+  void operator()(const specdec::cli::GenerateCommand& c) const { specdec::cli::run_generate(c); }
+  void operator()(const specdec::cli::InfoCommand& c) const { specdec::cli::run_info(c); }
+  void operator()(const specdec::cli::BenchCommand& c) const { specdec::cli::run_bench(c); }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"specdec: LLM inference with lossless speculative decoding"};
-  app.require_subcommand(1);
-  specdec::cli::add_generate(app);
-  specdec::cli::add_info(app);
-  specdec::cli::add_bench(app);
+  const specdec::cli::CommandLine line =
+      specdec::cli::parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
+  std::fputs(line.out.c_str(), stdout);
+  if (!line.err.empty()) std::fprintf(stderr, "%s\n", line.err.c_str());
+  if (!line.command) return line.exit_status;
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // --help and friends end with status 0 and print what they print; a real parse error gets
-    // the same single line and status 1 as every other error.
-    if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "specdec: error: %s (see --help)\n", e.what());
-    return 1;
+    std::visit(Run{}, *line.command);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "specdec: error: %s\n", e.what());
     return 1;

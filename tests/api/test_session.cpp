@@ -1,11 +1,10 @@
-// The session the Generator and the command share: a model is warmed up when it is opened, so
+// The session behind the public Engine: a model is warmed up when it is opened, so
 // that the first request does not pay for mapping the weights and sizing the buffers.
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "api/session.h"
-#include "engine/engine_core.h"
 #include "model/model.h"
 
 namespace specdec {
@@ -22,14 +21,16 @@ bool first_forward_was_one_off(Model& model) {
 }
 
 TEST(Session, WarmsTheTargetAndDraftModelsUp) {
-  ModelOptions options;
-  options.model_dir = kRoot + "/models/target";
-  options.device = "cpu";
-  Session session = open_session(options);
+  EngineConfig config;
+  config.model_dir = kRoot + "/models/target";
+  config.device = DeviceKind::cpu;
+  Session session = open_session(config);
   EXPECT_FALSE(first_forward_was_one_off(*session.model));
-  EngineCore engine(*session.model, *session.tokenizer, session.engine);
-  add_draft_method(engine, session, kRoot + "/models/draft", 0);
-  EXPECT_FALSE(first_forward_was_one_off(*session.draft_models.at(kRoot + "/models/draft")));
+  DraftSpec spec;
+  spec.kind = DraftKind::model;
+  spec.path = kRoot + "/models/draft";
+  ASSERT_NE(make_draft_method(session, spec), nullptr);
+  EXPECT_FALSE(first_forward_was_one_off(*session.draft_models.at(spec.path)));
 }
 
 }  // namespace

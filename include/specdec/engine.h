@@ -1,0 +1,82 @@
+// specdec::Engine: a loaded target model (with its tokenizer, sampling defaults and draft
+// methods) serving requests from any thread. One loop thread owns the internal engine and runs
+// its iterations (continuous batching, speculative rounds); submit, cancel and wait only hand
+// work to it and take results from it, so a server's connection threads never step the model.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "specdec/model_info.h"
+#include "specdec/options.h"
+#include "specdec/replay.h"
+#include "specdec/request.h"
+
+namespace specdec {
+
+struct MemoryBandwidth {
+  double bytes_per_s = 0;
+  std::string kind;  // what was measured: "host read" or "device-to-device copy, read + write"
+};
+
+class Engine {
+ public:
+  // Loads the model, its tokenizer, generation defaults and config.drafts, then starts the loop
+  // thread. Throws std::runtime_error naming the cause (a missing file, a bad shape, an unknown
+  // architecture, a draft with another vocabulary, ...).
+  explicit Engine(const EngineConfig& config);
+  // Stops the loop: requests still running finish as cancelled (their last events are sent and
+  // their results kept for wait), then the thread is joined.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Registers another draft method; it loads on the loop thread between iterations (a draft
+  // model pauses the engine while it loads). Throws for an id already in use or a bad spec.
+  void add_draft(const DraftSpec& spec);
+  bool has_draft(const std::string& id) const;
+
+  // Validates and queues a request; returns its id. Throws std::runtime_error naming the cause
+  // for a bad request (an empty prompt, an unknown draft id, a sampling field out of range, a
+  // prompt longer than the context); the engine and other requests are unaffected.
+  int64_t submit(GenerationRequest request);
+  // Submits several requests between two iterations, so that they start together (a batch of a
+  // benchmark). All or nothing: when one is bad it throws and none of them stays queued (those
+  // queued before it get a cancelled last event).
+  std::vector<int64_t> submit_all(std::vector<GenerationRequest> requests);
+  // Ends a request as cancelled (its last event follows from the loop thread). Unknown or
+  // finished ids are ignored.
+  void cancel(int64_t request_id);
+  // Blocks until the request has finished and hands its result over (once: a second wait for
+  // the same id throws, as does one for an id never submitted).
+  GenerationResult wait(int64_t request_id);
+
+  std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = true) const;
+
+  const ModelInfo& model_info() const;
+  DeviceKind device() const;        // cpu or cuda: what DeviceKind::automatic resolved to
+  std::string device_name() const;  // e.g. "cpu-avx512 (2 threads)"
+  // Bytes of weights one forward over `tokens` tokens reads (an untied embedding table only for
+  // the tokens' rows): a decode step's weight traffic.
+  size_t step_weight_bytes(int tokens) const;
+  // Bytes of K and V one cached position holds across all layers, in the KV cache's type.
+  size_t kv_bytes_per_token() const;
+  // The memory bandwidth a decode step is bound by: host reads on the CPU, device copies on a
+  // GPU. Runs on the loop thread between iterations (it pauses the engine for about a second).
+  MemoryBandwidth measure_memory_bandwidth();
+  // Greedy decoding of each prompt, then its speculative rounds replayed with every draft
+  // method named (replay.h). The timing runs on the loop thread between iterations: the engine
+  // serves nothing else meanwhile.
+  ReplayReport replay(const ReplayRequest& request);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace specdec

@@ -1,0 +1,59 @@
+// What an Engine is loaded with: the target model folder, the device and its kernels, the KV
+// cache, the scheduler's limits and the draft methods, as typed options. Text names of the
+// enums (for command lines and request bodies) convert both ways here.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace specdec {
+
+enum class DeviceKind { automatic, cpu, cuda };                 // automatic: cuda when a GPU is present
+enum class CpuIsa { best, avx512, avx2, scalar, avx512_bf16 };  // best: the fastest exact kernels
+enum class KvCacheType { bf16, f16, f32 };                      // GPU KV cache element type (the CPU keeps f32)
+enum class DraftKind { ngram, model };
+enum class VerifyMode { exact, rejection };  // exact: output identical to plain decoding
+
+// One draft method instance. Requests pick it by `id`; two instances of one kind (two draft
+// models, two n-gram settings) live side by side under different ids.
+struct DraftSpec {
+  DraftKind kind = DraftKind::ngram;
+  std::string id;            // empty: "ngram" for an n-gram method, the folder for a draft model
+  std::string path;          // DraftKind::model: the draft checkpoint folder (the target's vocabulary)
+  int num_draft_tokens = 0;  // most drafts a round proposes; 0 = the method's default
+
+  static DraftSpec ngram(std::string id = {}, int num_draft_tokens = 0);
+  static DraftSpec model(std::string path, std::string id = {}, int num_draft_tokens = 0);
+};
+
+struct EngineConfig {
+  std::string model_dir;  // config.json, *.safetensors, tokenizer.json
+  DeviceKind device = DeviceKind::automatic;
+  int threads = 0;  // CPU threads, 0 = all
+  CpuIsa cpu_isa = CpuIsa::best;
+  bool batch_invariant = true;  // GPU: batch-invariant kernels (exact speculative output)
+  KvCacheType kv_type = KvCacheType::bf16;
+  double kv_memory_gb = 0;        // 0 = 1 GiB on the CPU, 16 GiB on a GPU
+  double gpu_memory_gb = 0;       // GPU: cap on the device memory pool (weights, KV, scratch); 0 = free memory
+  int max_rows = 64;              // requests decoding at once
+  int max_batch_tokens = 512;     // tokens in one target forward
+  std::vector<DraftSpec> drafts;  // loaded with the engine; more may be added later
+};
+
+// The id a spec is registered under (DraftSpec::id, or its default).
+std::string draft_id(const DraftSpec& spec);
+
+std::string_view to_string(DeviceKind v);
+std::string_view to_string(CpuIsa v);
+std::string_view to_string(KvCacheType v);
+std::string_view to_string(DraftKind v);
+std::string_view to_string(VerifyMode v);
+// The inverse of to_string; nullopt for a name that is none of them.
+std::optional<DeviceKind> parse_device_kind(std::string_view name);
+std::optional<CpuIsa> parse_cpu_isa(std::string_view name);
+std::optional<KvCacheType> parse_kv_cache_type(std::string_view name);
+std::optional<VerifyMode> parse_verify_mode(std::string_view name);
+
+}  // namespace specdec

@@ -1,0 +1,101 @@
+// The loop thread behind the public Engine: it owns the internal EngineCore, runs queued tasks
+// (submits, cancels, method registrations) between iterations, steps while there is work, and
+// hands finished requests' results to the threads waiting for them.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <type_traits>
+
+#include "core/error.h"
+#include "engine/engine_core.h"
+#include "specdec/request.h"
+
+namespace specdec {
+
+class EngineLoop {
+ public:
+  explicit EngineLoop(std::unique_ptr<EngineCore> core);
+  // Cancels what still runs (its last events are sent, its results kept), rejects queued tasks
+  // and joins the thread.
+  ~EngineLoop();
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  // Runs fn(core) on the loop thread between iterations and returns what it returns, or rethrows
+  // what it threw. Refused from the loop thread itself (an event callback), which would wait on
+  // itself.
+  template <typename Fn>
+  auto call(Fn&& fn) -> std::invoke_result_t<Fn&, EngineCore&>;
+  // Queues fn(core) without waiting; dropped when the loop is stopping.
+  void post(std::function<void(EngineCore&)> fn);
+
+  // Submits on the loop thread; the result is kept for wait().
+  int64_t submit(Request request);
+  // All or nothing: a bad request cancels the ones queued before it and throws.
+  std::vector<int64_t> submit_all(std::vector<Request> requests);
+  GenerationResult wait(int64_t id);
+
+ private:
+  // A queued task; called with nullptr when the loop stops before running it.
+  using Task = std::function<void(EngineCore*)>;
+  void enqueue(Task task);
+  bool on_loop_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  void run();
+  void step();
+  void collect();
+  // Tracks a request submitted on the loop thread, so that wait() finds it.
+  void track(int64_t id);
+  void fail_all(const std::string& why);
+  void shut_down();
+
+  std::unique_ptr<EngineCore> core_;
+  std::set<int64_t> live_;  // submitted and not yet collected; loop thread only
+  bool broken_ = false;     // a step threw: the core is not stepped again; loop thread only
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_;  // tasks queued or stopping
+  std::condition_variable done_;  // a result arrived
+  std::deque<Task> tasks_;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  std::string failure_;                                          // why the engine stopped serving, once a step threw
+  std::map<int64_t, std::optional<GenerationResult>> outcomes_;  // submitted, not yet waited for
+  std::thread thread_;                                           // last: it starts once everything above exists
+};
+
+template <typename Fn>
+auto EngineLoop::call(Fn&& fn) -> std::invoke_result_t<Fn&, EngineCore&> {
+  using R = std::invoke_result_t<Fn&, EngineCore&>;
+  SPECDEC_CHECK(!on_loop_thread(), "the engine cannot be waited on from its own thread (an event callback)");
+  std::promise<R> done;
+  std::future<R> result = done.get_future();
+  // fn and done are referenced, not copied: this call waits until the task has run or been
+  // rejected, and a rejected task is never run afterwards.
+  enqueue([&fn, &done](EngineCore* core) {
+    try {
+      SPECDEC_CHECK(core != nullptr, "the engine is shutting down");
+      if constexpr (std::is_void_v<R>) {
+        fn(*core);
+        done.set_value();
+      } else {
+        done.set_value(fn(*core));
+      }
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  return result.get();
+}
+
+}  // namespace specdec

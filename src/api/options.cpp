@@ -1,0 +1,106 @@
+// Names of the public option enums, both ways, and the checks of public options that need no
+// loaded model.
+#include <array>
+#include <utility>
+
+#include "sampling/sampling.h"
+#include "specdec/options.h"
+#include "specdec/request.h"
+
+namespace specdec {
+
+namespace {
+
+template <typename E, size_t N>
+std::string_view name_of(const std::array<std::pair<E, std::string_view>, N>& names, E v) {
+  for (const auto& [e, n] : names)
+    if (e == v) return n;
+  return "?";
+}
+
+template <typename E, size_t N>
+std::optional<E> value_of(const std::array<std::pair<E, std::string_view>, N>& names, std::string_view name) {
+  for (const auto& [e, n] : names)
+    if (n == name) return e;
+  return std::nullopt;
+}
+
+constexpr std::array<std::pair<DeviceKind, std::string_view>, 3> kDevices{
+    {{DeviceKind::automatic, "auto"}, {DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}}};
+constexpr std::array<std::pair<CpuIsa, std::string_view>, 5> kIsas{{{CpuIsa::best, "best"},
+                                                                    {CpuIsa::avx512, "avx512"},
+                                                                    {CpuIsa::avx2, "avx2"},
+                                                                    {CpuIsa::scalar, "scalar"},
+                                                                    {CpuIsa::avx512_bf16, "avx512-bf16"}}};
+constexpr std::array<std::pair<KvCacheType, std::string_view>, 3> kKvTypes{
+    {{KvCacheType::bf16, "bf16"}, {KvCacheType::f16, "f16"}, {KvCacheType::f32, "f32"}}};
+constexpr std::array<std::pair<DraftKind, std::string_view>, 2> kDraftKinds{
+    {{DraftKind::ngram, "ngram"}, {DraftKind::model, "model"}}};
+constexpr std::array<std::pair<VerifyMode, std::string_view>, 2> kModes{
+    {{VerifyMode::exact, "exact"}, {VerifyMode::rejection, "rejection"}}};
+
+}  // namespace
+
+DraftSpec DraftSpec::ngram(std::string id, int num_draft_tokens) {
+  DraftSpec spec;
+  spec.id = std::move(id);
+  spec.num_draft_tokens = num_draft_tokens;
+  return spec;
+}
+
+DraftSpec DraftSpec::model(std::string path, std::string id, int num_draft_tokens) {
+  DraftSpec spec;
+  spec.kind = DraftKind::model;
+  spec.id = std::move(id);
+  spec.path = std::move(path);
+  spec.num_draft_tokens = num_draft_tokens;
+  return spec;
+}
+
+std::string draft_id(const DraftSpec& spec) {
+  if (!spec.id.empty()) return spec.id;
+  return spec.kind == DraftKind::ngram ? "ngram" : spec.path;
+}
+
+std::string_view to_string(DeviceKind v) { return name_of(kDevices, v); }
+std::string_view to_string(CpuIsa v) { return name_of(kIsas, v); }
+std::string_view to_string(KvCacheType v) { return name_of(kKvTypes, v); }
+std::string_view to_string(DraftKind v) { return name_of(kDraftKinds, v); }
+std::string_view to_string(VerifyMode v) { return name_of(kModes, v); }
+
+std::optional<DeviceKind> parse_device_kind(std::string_view name) { return value_of(kDevices, name); }
+std::optional<CpuIsa> parse_cpu_isa(std::string_view name) { return value_of(kIsas, name); }
+std::optional<KvCacheType> parse_kv_cache_type(std::string_view name) { return value_of(kKvTypes, name); }
+std::optional<VerifyMode> parse_verify_mode(std::string_view name) { return value_of(kModes, name); }
+
+std::string_view to_string(Finish finish) {
+  switch (finish) {
+    case Finish::length:
+      return "length";
+    case Finish::stop:
+    case Finish::eos:
+      return "stop";
+    case Finish::cancelled:
+      return "cancelled";
+    case Finish::error:
+      return "error";
+    case Finish::none:
+      break;
+  }
+  return "none";
+}
+
+void SamplingOptions::validate() const {
+  // The unset fields take a model's defaults, which are in range; only what was set can fail.
+  SamplingParams p;
+  p.temperature = temperature.value_or(p.temperature);
+  p.top_p = top_p.value_or(p.top_p);
+  p.top_k = top_k.value_or(p.top_k);
+  p.min_p = min_p.value_or(p.min_p);
+  p.repetition_penalty = repetition_penalty.value_or(p.repetition_penalty);
+  p.presence_penalty = presence_penalty;
+  p.frequency_penalty = frequency_penalty;
+  p.validate();
+}
+
+}  // namespace specdec

@@ -1,0 +1,270 @@
+// parse_command_line: CLI11 reads the words into plain flag values; each subcommand's values
+// are then checked and turned into the typed command the library takes.
+#include "cli/options.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "cli/require.h"
+#include "cli/text_file.h"
+
+namespace specdec::cli {
+
+namespace {
+
+// The flags every model-loading subcommand takes, as given.
+struct CommonFlags {
+  std::string model = SPECDEC_DEFAULT_MODEL_DIR;
+  std::string device, cpu_isa, kv_dtype = "bf16";
+  int threads = 0;
+  bool fast_gpu = false;
+  double kv_memory = 0, gpu_memory = 0;
+  int max_rows = 64, max_batch_tokens = 512;
+};
+
+struct GenerateFlags {
+  CommonFlags common;
+  std::string prompt, prompt_file, draft, spec_mode = "exact";
+  GenerateOptions gen;
+  float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
+  int top_k = 0, num_draft = 0;
+  bool no_adaptive = false, json = false;
+  CLI::Option *temperature_opt = nullptr, *top_p_opt = nullptr, *top_k_opt = nullptr, *min_p_opt = nullptr,
+              *repetition_opt = nullptr;
+};
+
+struct BenchFlags {
+  CommonFlags common;
+  BenchCommand bench;
+  std::string suite = std::string(SPECDEC_SOURCE_DIR) + "/bench/prompts.json";
+  float temperature = 0, top_p = 1, min_p = 0;
+  int top_k = 0;
+  uint64_t seed = 0;
+  bool no_adaptive = false;
+};
+
+void add_common(CLI::App& cmd, CommonFlags& f) {
+  cmd.add_option("--model", f.model, "model folder (config.json, *.safetensors, tokenizer.json)")
+      ->capture_default_str();
+  cmd.add_option("--device", f.device, "cpu or cuda (default: cuda when a GPU is present)");
+  cmd.add_option("--threads", f.threads, "CPU threads (default: all)");
+  cmd.add_option("--cpu-isa", f.cpu_isa, "CPU kernels: avx512, avx2, scalar or avx512-bf16 (default: best exact)");
+  cmd.add_flag("--fast-gpu", f.fast_gpu, "GPU: fast kernels instead of batch-invariant ones");
+  cmd.add_option("--kv-memory", f.kv_memory, "KV cache size in GiB (default: 1 on the CPU, 16 on a GPU)");
+  cmd.add_option("--gpu-memory", f.gpu_memory,
+                 "GPU: cap on the device memory pool in GiB (default: the free memory at start)");
+  cmd.add_option("--kv-dtype", f.kv_dtype, "GPU KV cache type: bf16, f16 or f32")->capture_default_str();
+  cmd.add_option("--max-rows", f.max_rows, "rows decoding at once")->capture_default_str();
+  cmd.add_option("--max-batch-tokens", f.max_batch_tokens, "tokens in one forward")->capture_default_str();
+}
+
+EngineConfig engine_config(const CommonFlags& f) {
+  EngineConfig c;
+  c.model_dir = f.model;
+  const std::optional<DeviceKind> device = f.device.empty() ? DeviceKind::automatic : parse_device_kind(f.device);
+  require(device && (f.device.empty() || *device != DeviceKind::automatic), "unknown device '", f.device,
+          "' (expected cpu or cuda)");
+  c.device = *device;
+  const std::optional<CpuIsa> isa = f.cpu_isa.empty() ? CpuIsa::best : parse_cpu_isa(f.cpu_isa);
+  require(isa && (f.cpu_isa.empty() || *isa != CpuIsa::best), "unknown --cpu-isa '", f.cpu_isa,
+          "' (expected avx512, avx2, scalar or avx512-bf16)");
+  c.cpu_isa = *isa;
+  const std::optional<KvCacheType> kv = parse_kv_cache_type(f.kv_dtype);
+  require(kv.has_value(), "unknown --kv-dtype '", f.kv_dtype, "' (expected bf16, f16 or f32)");
+  c.kv_type = *kv;
+  require(f.threads >= 0, "--threads must not be negative, got ", f.threads);
+  require(f.kv_memory >= 0, "--kv-memory must not be negative");
+  require(f.gpu_memory >= 0, "--gpu-memory must not be negative");
+  require(f.max_rows >= 1, "--max-rows must be at least 1");
+  require(f.max_batch_tokens >= 16, "--max-batch-tokens must be at least 16");
+  c.threads = f.threads;
+  c.batch_invariant = !f.fast_gpu;
+  c.kv_memory_gb = f.kv_memory;
+  c.gpu_memory_gb = f.gpu_memory;
+  c.max_rows = f.max_rows;
+  c.max_batch_tokens = f.max_batch_tokens;
+  return c;
+}
+
+// "ngram", or a draft model folder.
+DraftSpec draft_spec(const std::string& draft, int num_draft) {
+  return draft == "ngram" ? DraftSpec::ngram({}, num_draft) : DraftSpec::model(draft, {}, num_draft);
+}
+
+CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
+  CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt");
+  add_common(*cmd, f.common);
+  GenerateOptions& g = f.gen;
+  cmd->add_option("--prompt", f.prompt, "prompt text");
+  cmd->add_option("--prompt-file", f.prompt_file, "read the prompt from a file");
+  cmd->add_option("--max-tokens", g.max_tokens, "maximum new tokens")->capture_default_str();
+  f.temperature_opt = cmd->add_option("--temperature", f.temperature, "0 = greedy (default: generation_config.json)");
+  f.top_p_opt = cmd->add_option("--top-p", f.top_p, "nucleus sampling mass");
+  f.top_k_opt = cmd->add_option("--top-k", f.top_k, "keep the k most likely tokens (0 = off)");
+  f.min_p_opt = cmd->add_option("--min-p", f.min_p, "drop tokens below min-p × the top probability");
+  f.repetition_opt = cmd->add_option("--repetition-penalty", f.repetition_penalty, "repetition penalty (1 = off)");
+  cmd->add_option("--presence-penalty", g.sampling.presence_penalty, "presence penalty");
+  cmd->add_option("--frequency-penalty", g.sampling.frequency_penalty, "frequency penalty");
+  cmd->add_option("--seed", g.sampling.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--stop", g.stop, "stop string (repeatable)");
+  cmd->add_flag("--ignore-eos", g.ignore_eos, "keep generating after the end-of-sequence token");
+  cmd->add_flag("--json", f.json, "print one JSON object instead of streaming text");
+  cmd->add_option("--draft", f.draft, "speculative decoding: 'ngram' or a draft model folder");
+  cmd->add_option("--num-draft-tokens", f.num_draft, "maximum draft tokens per round (default: the method's)");
+  cmd->add_option("--spec-mode", f.spec_mode, "exact (identical output) or rejection")->capture_default_str();
+  cmd->add_flag("--no-adaptive", f.no_adaptive, "always draft the maximum depth");
+  return cmd;
+}
+
+GenerateCommand generate_command(GenerateFlags& f) {
+  GenerateCommand c;
+  c.engine = engine_config(f.common);
+  require(f.prompt.empty() || f.prompt_file.empty(), "give --prompt or --prompt-file, not both");
+  c.prompt = f.prompt_file.empty() ? f.prompt : read_text_file(f.prompt_file);
+  require(!c.prompt.empty(), "the prompt is empty");
+  c.request = f.gen;
+  SamplingOptions& s = c.request.sampling;
+  if (f.temperature_opt->count()) s.temperature = f.temperature;
+  if (f.top_p_opt->count()) s.top_p = f.top_p;
+  if (f.top_k_opt->count()) s.top_k = f.top_k;
+  if (f.min_p_opt->count()) s.min_p = f.min_p;
+  if (f.repetition_opt->count()) s.repetition_penalty = f.repetition_penalty;
+  s.validate();
+  require(c.request.max_tokens >= 1, "max_tokens must be at least 1, got ", c.request.max_tokens);
+  require(f.num_draft >= 0, "--num-draft-tokens must not be negative, got ", f.num_draft);
+  const std::optional<VerifyMode> mode = parse_verify_mode(f.spec_mode);
+  require(mode.has_value(), "unknown --spec-mode '", f.spec_mode, "' (expected exact or rejection)");
+  SpeculativeOptions& spec = c.request.speculative;
+  spec.mode = *mode;
+  spec.adaptive = !f.no_adaptive;
+  spec.num_draft_tokens = f.num_draft;
+  if (!f.draft.empty()) {
+    c.engine.drafts.push_back(draft_spec(f.draft, f.num_draft));
+    spec.draft = draft_id(c.engine.drafts.back());
+  }
+  c.json = f.json;
+  return c;
+}
+
+CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
+  BenchCommand& o = f.bench;
+  CLI::App* cmd = app.add_subcommand("bench", "measure throughput (plain, and speculative with --draft)");
+  add_common(*cmd, f.common);
+  cmd->add_option("--draft", o.drafts, "draft method(s): 'ngram' or a draft model folder (repeatable)");
+  cmd->add_option("--num-draft-tokens", o.num_draft, "maximum draft depth (default: the method's)");
+  cmd->add_option("--batch-sizes", o.batches, "plain decoding batch sizes")->delimiter(',')->capture_default_str();
+  cmd->add_option("--prompt-tokens", o.prompt_tokens, "plain benchmark prompt length")->capture_default_str();
+  cmd->add_option("--new-tokens", o.gen_tokens, "plain benchmark tokens to generate")->capture_default_str();
+  cmd->add_option("--spec-batch", o.spec_batch, "rows in the batched speculative run")->capture_default_str();
+  cmd->add_option("--suite", f.suite, "prompt suite (JSON)")->capture_default_str();
+  cmd->add_flag("--skip-plain", o.skip_plain, "only the speculative suite");
+  cmd->add_flag("--no-adaptive", f.no_adaptive, "speculative suite: always draft the maximum depth");
+  cmd->add_flag("--replay", o.replay,
+                "speculative suite, greedy: replay each request against this machine's measured costs for the default "
+                "policy, every fixed depth and the best schedule, instead of timing runs");
+  cmd->add_option("--replay-window-cost", o.replay_window_cost,
+                  "with --replay: what if a verify window's tokens beyond the first cost this many times as much")
+      ->capture_default_str();
+  cmd->add_option("--replay-forward-ms", o.replay_forward_ms,
+                  "with --replay: the target forward of 1, 2, ... tokens in ms (comma-separated) instead of this "
+                  "machine's measured ones, so that two builds' policies replay on the same costs")
+      ->delimiter(',');
+  cmd->add_option("--replay-repeats", o.replay_repeats,
+                  "with --replay: calls timed per measurement (fewer: a quicker, noisier replay)")
+      ->capture_default_str();
+  cmd->add_option("--repeats", o.repeats,
+                  "speculative suite: plain/speculative pairs; speedup = median pair ratio, tokens/s = fastest run")
+      ->capture_default_str();
+  cmd->add_flag("--json", o.json, "also print the results as one JSON object");
+  cmd->add_option("--temperature", f.temperature, "sample at this temperature (default: greedy)");
+  cmd->add_option("--top-k", f.top_k, "with --temperature: keep the k most likely tokens (0 = off)");
+  cmd->add_option("--top-p", f.top_p, "with --temperature: nucleus mass (1 = off)");
+  cmd->add_option("--min-p", f.min_p, "with --temperature: minimum probability relative to the top");
+  cmd->add_option("--seed", f.seed, "with --temperature: the sampler's seed");
+  return cmd;
+}
+
+void check_replay_flags(const BenchCommand& o) {
+  require(o.replay_window_cost >= 0, "--replay-window-cost must not be negative, got ", o.replay_window_cost);
+  require(o.replay_forward_ms.empty() || o.replay_forward_ms.size() >= 2,
+          "--replay-forward-ms needs the costs of at least 1 and 2 tokens, got ", o.replay_forward_ms.size());
+  for (double ms : o.replay_forward_ms)
+    require(ms > 0 && std::isfinite(ms), "--replay-forward-ms: every cost must be positive, got ", ms);
+  require(o.replay_repeats >= 1, "--replay-repeats must be at least 1, got ", o.replay_repeats);
+  require(!o.replay || !o.drafts.empty(), "--replay replays speculative decoding: name a method with --draft");
+  require(!o.replay || o.sampling.temperature == 0.0f,
+          "--replay needs greedy decoding: sampled tokens change from run to run");
+}
+
+BenchCommand bench_command(BenchFlags& f) {
+  BenchCommand o = f.bench;
+  o.engine = engine_config(f.common);
+  o.adaptive = !f.no_adaptive;
+  o.sampling.temperature = f.temperature;
+  o.sampling.top_k = f.top_k;
+  o.sampling.top_p = f.top_p;
+  o.sampling.min_p = f.min_p;
+  o.sampling.repetition_penalty = 1.0f;
+  o.sampling.seed = f.seed;
+  require(o.repeats >= 1, "--repeats must be at least 1");
+  check_replay_flags(o);
+  require(o.spec_batch >= 1, "--spec-batch must be at least 1, got ", o.spec_batch);
+  o.sampling.validate();
+  require(o.num_draft >= 0, "--num-draft-tokens must not be negative, got ", o.num_draft);
+  for (int b : o.batches) require(b >= 1, "--batch-sizes must be positive, got ", b);
+  require(o.prompt_tokens >= 1 && o.gen_tokens >= 2, "--prompt-tokens must be >= 1 and --new-tokens >= 2");
+  std::set<std::string> seen;
+  for (const std::string& d : o.drafts) {
+    require(seen.insert(d).second, "--draft ", d, " is given twice");
+    o.engine.drafts.push_back(draft_spec(d, o.num_draft));
+  }
+  o.suite = load_suite(f.suite);
+  return o;
+}
+
+}  // namespace
+
+CommandLine parse_command_line(const std::vector<std::string>& args) {
+  CLI::App app{"specdec: LLM inference with lossless speculative decoding"};
+  app.require_subcommand(1);
+  GenerateFlags generate;
+  CLI::App* generate_cmd = add_generate(app, generate);
+  InfoCommand info;
+  info.model_dir = SPECDEC_DEFAULT_MODEL_DIR;
+  CLI::App* info_cmd = app.add_subcommand("info", "describe a model folder");
+  info_cmd->add_option("--model", info.model_dir, "model folder")->capture_default_str();
+  BenchFlags bench;
+  CLI::App* bench_cmd = add_bench(app, bench);
+  CommandLine line;
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes the words last first
+    app.parse(std::move(reversed));
+  } catch (const CLI::ParseError& e) {
+    // --help and friends end with status 0 and print what they print; a real parse error gets
+    // the same single line and status 1 as every other error.
+    std::ostringstream out, err;
+    if (e.get_exit_code() == 0) {
+      line.exit_status = app.exit(e, out, err);
+      line.out = out.str();
+      return line;
+    }
+    line.exit_status = 1;
+    line.err = std::string("specdec: error: ") + e.what() + " (see --help)";
+    return line;
+  }
+  try {
+    if (generate_cmd->parsed()) line.command = generate_command(generate);
+    if (info_cmd->parsed()) line.command = info;
+    if (bench_cmd->parsed()) line.command = bench_command(bench);
+  } catch (const std::exception& e) {
+    line.exit_status = 1;
+    line.err = std::string("specdec: error: ") + e.what();
+  }
+  return line;
+}
+
+}  // namespace specdec::cli

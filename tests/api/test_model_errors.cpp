@@ -1,0 +1,179 @@
+// Broken model folders, made in a temporary folder from links to the bundled and fixture models:
+// loading one through the public API (an Engine, a draft, inspect_model) throws an error naming
+// the file, the tensor or the field at fault.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "specdec/specdec.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kSource = SPECDEC_SOURCE_DIR;
+const std::string kTarget = kSource + "/models/target";
+const std::string kTinyLlama = kSource + "/tests/fixtures/models/llama";
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A safetensors file as (header JSON, data bytes), for editing tiny fixtures.
+struct Safetensors {
+  nlohmann::json header;
+  std::string data;
+
+  static Safetensors read(const fs::path& p) {
+    const std::string b = slurp(p);
+    uint64_t n = 0;
+    std::memcpy(&n, b.data(), 8);
+    return {nlohmann::json::parse(b.substr(8, n)), b.substr(8 + n)};
+  }
+  std::string bytes() const {
+    std::string h = header.dump();
+    while (h.size() % 8 != 0) h += ' ';
+    const uint64_t n = h.size();
+    std::string b(8, '\0');
+    std::memcpy(b.data(), &n, 8);
+    return b + h + data;
+  }
+};
+
+void expect_error(const std::function<void()>& load, const std::string& cause) {
+  try {
+    load();
+    ADD_FAILURE() << "expected an error naming '" << cause << "'";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(cause), std::string::npos) << "expected '" << cause << "' in: " << e.what();
+  }
+}
+
+specdec::EngineConfig on_cpu(const fs::path& dir) {
+  specdec::EngineConfig c;
+  c.model_dir = dir.string();
+  c.device = specdec::DeviceKind::cpu;
+  return c;
+}
+
+// Each test gets a fresh folder under /tmp, removed afterwards; the repository is never written.
+class BrokenModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/specdec_models_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr) << std::strerror(errno);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  // A model folder whose files are links to `from`'s, except those the test then replaces (the
+  // link is removed first, so that the original is never written through it).
+  fs::path linked_copy(const std::string& from) {
+    const fs::path to = dir_ / "m";
+    fs::create_directories(to);
+    for (const auto& e : fs::directory_iterator(from)) fs::create_symlink(e.path(), to / e.path().filename());
+    return to;
+  }
+  void replace(const fs::path& file, const std::string& bytes) {
+    fs::remove(file);
+    std::ofstream(file, std::ios::binary) << bytes;
+  }
+  // Loading `m` as a target and describing it both fail naming `cause`.
+  void expect_refused(const fs::path& m, const std::string& cause) {
+    expect_error([&] { specdec::Engine engine(on_cpu(m)); }, cause);
+    expect_error([&] { specdec::inspect_model(m.string()); }, cause);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(BrokenModel, MissingFolder) { expect_refused(dir_ / "no_such_model", "no_such_model"); }
+
+TEST_F(BrokenModel, MissingConfig) {
+  const fs::path m = linked_copy(kTarget);
+  fs::remove(m / "config.json");
+  expect_refused(m, "config.json");
+}
+
+TEST_F(BrokenModel, InvalidConfigJson) {
+  const fs::path m = linked_copy(kTarget);
+  replace(m / "config.json", "{\"vocab_size\": 8192, ");
+  expect_refused(m, "config.json");
+}
+
+TEST_F(BrokenModel, UnknownArchitecture) {
+  const fs::path m = linked_copy(kTarget);
+  auto config = nlohmann::json::parse(slurp(kTarget + "/config.json"));
+  config["architectures"] = {"FooForCausalLM"};
+  config["model_type"] = "foo";
+  replace(m / "config.json", config.dump(2));
+  expect_refused(m, "FooForCausalLM");
+}
+
+TEST_F(BrokenModel, TruncatedHeader) {
+  const fs::path m = linked_copy(kTarget);
+  replace(m / "model.safetensors", slurp(kTarget + "/model.safetensors").substr(0, 1000));
+  expect_refused(m, "model.safetensors");
+}
+
+TEST_F(BrokenModel, TruncatedTensorData) {
+  const fs::path m = linked_copy(kTinyLlama);
+  const std::string whole = slurp(kTinyLlama + "/model.safetensors");
+  replace(m / "model.safetensors", whole.substr(0, whole.size() / 2));
+  expect_refused(m, "model.safetensors");
+}
+
+TEST_F(BrokenModel, TensorWithTheWrongShape) {
+  const fs::path m = linked_copy(kTinyLlama);
+  Safetensors st = Safetensors::read(kTinyLlama + "/model.safetensors");
+  // Same number of elements, other shape: only the shape check can catch it.
+  st.header["model.layers.0.self_attn.q_proj.weight"]["shape"] = {32, 128};
+  replace(m / "model.safetensors", st.bytes());
+  expect_refused(m, "model.layers.0.self_attn.q_proj.weight");
+  // As a draft model, too, before its vocabulary is compared with the target's.
+  specdec::EngineConfig c = on_cpu(kTarget);
+  c.drafts.push_back(specdec::DraftSpec::model(m.string(), "d"));
+  expect_error([&] { specdec::Engine engine(c); }, "model.layers.0.self_attn.q_proj.weight");
+}
+
+TEST_F(BrokenModel, MissingTensor) {
+  const fs::path m = linked_copy(kTinyLlama);
+  Safetensors st = Safetensors::read(kTinyLlama + "/model.safetensors");
+  // model.norm.weight holds the last bytes, so dropping it leaves a consistent file.
+  const auto end = st.header["model.norm.weight"]["data_offsets"][0].get<size_t>();
+  ASSERT_EQ(st.header["model.norm.weight"]["data_offsets"][1].get<size_t>(), st.data.size());
+  st.header.erase("model.norm.weight");
+  st.data.resize(end);
+  replace(m / "model.safetensors", st.bytes());
+  expect_refused(m, "model.norm.weight");
+}
+
+TEST(DraftModel, AnotherVocabularyIsRefusedAndTheEngineServesOn) {
+  specdec::Engine engine(on_cpu(kTarget));
+  expect_error([&] { engine.add_draft(specdec::DraftSpec::model(kTinyLlama, "tiny")); }, "vocab");
+  EXPECT_FALSE(engine.has_draft("tiny"));
+  specdec::GenerationRequest r;
+  r.prompt = "def f(x):";
+  r.max_tokens = 4;
+  r.ignore_eos = true;
+  EXPECT_EQ(engine.wait(engine.submit(r)).tokens.size(), 4u);
+  r.prompt.clear();
+  for (int i = 0; i < 3000; ++i) r.prompt += "x = 1\n";
+  expect_error([&] { engine.submit(r); }, "2048");
+}
+
+}  // namespace
