@@ -532,20 +532,6 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
   cp_async_wait<0>();
 }
 
-// How many weight vectors linear kernels load before waiting for the previous kernel (see
-// linear_rows_kernel's `early`): SPECDEC_CUDA_EARLY_WEIGHTS=0, 1 or 2, to measure what each buys.
-int early_weight_loads() {
-  static const int level = env_level("SPECDEC_CUDA_EARLY_WEIGHTS", 2, 2);
-  return level;
-}
-
-// Whether one-row linears take the stream kernel (default) or the row kernel
-// (SPECDEC_CUDA_STREAM_LINEAR=0, to measure the difference).
-bool stream_linear() {
-  static const bool on = env_switch("SPECDEC_CUDA_STREAM_LINEAR", true);
-  return on;
-}
-
 int multiprocessors() {
   static const int n = [] {
     int device = 0, count = 0;
@@ -561,13 +547,12 @@ int multiprocessors() {
 
 std::atomic<uint64_t> stream_launches{0};
 
-// Whether a one-row store or add linear streams two columns a warp (SPECDEC_CUDA_PAIRED: 0
-// never, 1 when the norm is folded (the default), 2 always). Measured on the 8B shape's recorded
-// batch-1 step: 4.22 ms unpaired, 4.12 with q/k/v paired (its 6,144 columns then fit one pass
-// of the grid), 4.22 with every linear paired (o and down get one 16-warp block per SM).
-bool paired_columns(const LinearRowsArgs& a) {
-  static const int mode = env_level("SPECDEC_CUDA_PAIRED", 1, 2);
-  return mode == 2 || (mode == 1 && a.norm_w != nullptr);
+// Whether a one-row store or add linear streams two columns a warp (CudaTuning::paired_columns;
+// by default when the norm is folded). Measured on the 8B shape's recorded batch-1 step: 4.22 ms
+// unpaired, 4.12 with q/k/v paired (its 6,144 columns then fit one pass of the grid), 4.22 with
+// every linear paired (o and down get one 16-warp block per SM).
+bool paired_columns(const LinearRowsArgs& a, PairedColumns mode) {
+  return mode == PairedColumns::always || (mode == PairedColumns::with_folded_norm && a.norm_w != nullptr);
 }
 
 size_t stream_smem(int K, int RR, int NW) {
@@ -576,7 +561,7 @@ size_t stream_smem(int K, int RR, int NW) {
 
 // launch_stream with NW warps a block.
 template <typename W, int RR, LinearEpilogue E, int NW>
-bool launch_stream_warps(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+bool launch_stream_warps(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   const size_t smem = stream_smem(a.K, RR, NW);
   const int sms = multiprocessors();
   if (sms == 0) return false;
@@ -608,7 +593,7 @@ bool launch_stream_warps(const LinearRowsArgs& a, int n_total, cudaStream_t stre
   }
   const int64_t wanted = (int64_t{stream_units<RR, E>(n_total)} + NW - 1) / NW;
   const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sms));
-  launch(kernel, blocks, NW * 32, smem, stream, a, n_total);
+  launch(kernel, blocks, NW * 32, smem, ctx, a, n_total);
   stream_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -619,9 +604,9 @@ bool launch_stream_warps(const LinearRowsArgs& a, int n_total, cudaStream_t stre
 // 8B batch-1 step 4.41-4.42 -> 4.29 ms (4.32 with only the down projection so). A folded norm keeps
 // kWarps, the 256 threads whose order the norm's sums follow.
 template <typename W, int RR, LinearEpilogue E>
-bool launch_stream(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
-  if (a.norm_w == nullptr) return launch_stream_warps<W, RR, E, kWideWarps>(a, n_total, stream);
-  return launch_stream_warps<W, RR, E, kWarps>(a, n_total, stream);
+bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
+  if (a.norm_w == nullptr) return launch_stream_warps<W, RR, E, kWideWarps>(a, n_total, ctx);
+  return launch_stream_warps<W, RR, E, kWarps>(a, n_total, ctx);
 }
 
 // Rows of x one block stages (launch_for_m's choice) and the K tile that fits them.
@@ -629,7 +614,7 @@ int tile_rows(int M) { return M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 
 int k_tile(int MT) { return kSmemBudget / (MT * static_cast<int>(sizeof(float))) / 256 * 256; }
 
 template <typename W, int MT, int C, int RR, bool kVec, LinearEpilogue E>
-void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+void launch_shape(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   const int cols_per_block = kWarps * C;
   const dim3 grid((n_total + cols_per_block - 1) / cols_per_block, (a.M + MT - 1) / MT);
   // K tile: as much of K as fits the budget, a multiple of 256 (whole vectors for every lane).
@@ -637,15 +622,16 @@ void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   const int k_round = (a.K + 255) / 256 * 256;
   if (kc > k_round) kc = k_round;
   const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
-  launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, grid, kThreads, smem, stream, a, n_total, kc, early_weight_loads());
+  launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, grid, kThreads, smem, ctx, a, n_total, kc,
+         ctx.tuning.early_weights);
 }
 
 template <typename W, int MT, LinearEpilogue E>
-void launch_tile(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+void launch_tile(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   constexpr bool kGate = E == LinearEpilogue::silu_gate;
   bool vec = a.K % Vec16<W>::n == 0;
   for (int j = 0; j < (kGate ? 2 : a.segments); ++j) vec = vec && reinterpret_cast<uintptr_t>(a.seg[j].w) % 16 == 0;
-  if (!vec) return launch_shape < W, MT, 1, kGate ? 2 : 1, false, E > (a, n_total, stream);
+  if (!vec) return launch_shape < W, MT, 1, kGate ? 2 : 1, false, E > (a, n_total, ctx);
   // Weight rows per warp RR: any choice gives the same per-output order, so it is chosen for
   // speed from M and the rows streamed. Few rows of x (bandwidth-bound): many blocks, so every
   // SM holds an even share of the weight stream. More rows: more weight rows per warp, so each x
@@ -653,47 +639,49 @@ void launch_tile(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   const int rows = kGate ? 2 * n_total : n_total;
   const int RR = MT <= 2 ? (rows >= 32768 ? 4 : (rows >= 12288 ? 2 : 1)) : (rows >= 8192 ? 4 : (rows >= 2048 ? 2 : 1));
   if constexpr (kGate) {
-    if (RR >= 4) return launch_shape<W, MT, 2, 4, true, E>(a, n_total, stream);
-    return launch_shape<W, MT, 1, 2, true, E>(a, n_total, stream);
+    if (RR >= 4) return launch_shape<W, MT, 2, 4, true, E>(a, n_total, ctx);
+    return launch_shape<W, MT, 1, 2, true, E>(a, n_total, ctx);
   } else {
-    if (RR == 4) return launch_shape<W, MT, 4, 4, true, E>(a, n_total, stream);
-    if (RR == 2) return launch_shape<W, MT, 2, 2, true, E>(a, n_total, stream);
-    launch_shape<W, MT, 1, 1, true, E>(a, n_total, stream);
+    if (RR == 4) return launch_shape<W, MT, 4, 4, true, E>(a, n_total, ctx);
+    if (RR == 2) return launch_shape<W, MT, 2, 2, true, E>(a, n_total, ctx);
+    launch_shape<W, MT, 1, 1, true, E>(a, n_total, ctx);
   }
 }
 
 template <typename W, LinearEpilogue E>
-void launch_for_m(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
-  if (a.M == 1 && stream_linear()) {
+void launch_for_m(const LinearRowsArgs& a, int n_total, const Context& ctx) {
+  if (a.M == 1 && ctx.tuning.stream_linear) {
     constexpr bool kGate = E == LinearEpilogue::silu_gate;
     bool vec = a.K % Vec16<W>::n == 0 && a.K % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
     for (int j = 0; j < (kGate ? 2 : a.segments); ++j) vec = vec && reinterpret_cast<uintptr_t>(a.seg[j].w) % 16 == 0;
-    if (vec && !kGate && n_total % 2 == 0 && paired_columns(a) && launch_stream<W, 2, E>(a, n_total, stream)) return;
-    if (vec && launch_stream < W, kGate ? 2 : 1, E > (a, n_total, stream)) return;
+    if (vec && !kGate && n_total % 2 == 0 && paired_columns(a, ctx.tuning.paired_columns) &&
+        launch_stream<W, 2, E>(a, n_total, ctx))
+      return;
+    if (vec && launch_stream < W, kGate ? 2 : 1, E > (a, n_total, ctx)) return;
   }
   switch (tile_rows(a.M)) {
     case 1:
-      return launch_tile<W, 1, E>(a, n_total, stream);
+      return launch_tile<W, 1, E>(a, n_total, ctx);
     case 2:
-      return launch_tile<W, 2, E>(a, n_total, stream);
+      return launch_tile<W, 2, E>(a, n_total, ctx);
     case 4:
-      return launch_tile<W, 4, E>(a, n_total, stream);
+      return launch_tile<W, 4, E>(a, n_total, ctx);
     case 8:
-      return launch_tile<W, 8, E>(a, n_total, stream);
+      return launch_tile<W, 8, E>(a, n_total, ctx);
     default:
-      return launch_tile<W, 16, E>(a, n_total, stream);
+      return launch_tile<W, 16, E>(a, n_total, ctx);
   }
 }
 
 template <typename W>
-void launch_epilogue(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+void launch_epilogue(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   switch (a.epilogue) {
     case LinearEpilogue::store:
-      return launch_for_m<W, LinearEpilogue::store>(a, n_total, stream);
+      return launch_for_m<W, LinearEpilogue::store>(a, n_total, ctx);
     case LinearEpilogue::add:
-      return launch_for_m<W, LinearEpilogue::add>(a, n_total, stream);
+      return launch_for_m<W, LinearEpilogue::add>(a, n_total, ctx);
     case LinearEpilogue::silu_gate:
-      return launch_for_m<W, LinearEpilogue::silu_gate>(a, n_total, stream);
+      return launch_for_m<W, LinearEpilogue::silu_gate>(a, n_total, ctx);
   }
 }
 
@@ -703,7 +691,7 @@ uint64_t linear_stream_launches() { return stream_launches.load(std::memory_orde
 
 bool linear_rows_folds_norm(int M, int K) { return tile_rows(M) <= kLeanRows && K <= k_tile(tile_rows(M)); }
 
-void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream) {
+void launch_linear_rows(const LinearRowsArgs& args, const Context& ctx) {
   int n_total = 0;
   if (args.epilogue == LinearEpilogue::silu_gate) {
     n_total = args.seg[0].n;
@@ -711,18 +699,18 @@ void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream) {
     for (int j = 0; j < args.segments; ++j) n_total += args.seg[j].n;
   }
   if (args.M == 0 || n_total == 0) return;
-  SPECDEC_DISPATCH_ELEM(args.w_type, W, launch_epilogue<W>(args, n_total, stream));
+  SPECDEC_DISPATCH_ELEM(args.w_type, W, launch_epilogue<W>(args, n_total, ctx));
 }
 
 void launch_linear_rows(const float* x, const void* w, ElemType w_type, const float* bias, float* out, int M, int N,
-                        int K, cudaStream_t stream) {
+                        int K, const Context& ctx) {
   LinearRowsArgs a;
   a.x = x;
   a.w_type = w_type;
   a.M = M;
   a.K = K;
   a.seg[0] = LinearSegment{w, bias, out, N};
-  launch_linear_rows(a, stream);
+  launch_linear_rows(a, ctx);
 }
 
 }  // namespace specdec::cuda
