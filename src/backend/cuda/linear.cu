@@ -98,16 +98,39 @@ __device__ __forceinline__ void store_output(const LinearRowsArgs& a, int n_tota
   }
 }
 
-// Folds the RMSNorm into staged rows of x (the whole row staged, mt <= MT rows at xs + m * kc):
-// rms_norm_kernel's arithmetic for every row at once. Thread t sums the squares of elements t,
-// t + 256, ... in order, each warp folds its threads' sums (warp_sum), and the warps' sums are
-// added in warp order, as block_sum does; one exchange through shared memory serves all rows.
-// Called by every thread of the block; contains barriers. The stream kernel's copy of
-// linear_rows_kernel's inline norm (see store_output).
+// The RMSNorm folded into the linears' reading of x: rms_norm_kernel's arithmetic, kept here
+// once for both kernels, so that a folded norm gives the bits of rms_norm followed by the linear
+// whichever kernel runs. Thread t of the kThreads has summed the squares of its elements t,
+// t + 256, ... of each row in that order (fmaf). norm_inverse folds each warp's sums (warp_sum)
+// and adds the warps' sums in warp order, as block_sum does, one exchange through `scratch`
+// (MT * kWarps floats) serving all MT rows; it returns each row's 1 / sqrt(mean square + eps).
+// Called by every thread of the block; contains a barrier.
+template <int MT>
+__device__ __forceinline__ void norm_inverse(float (&ss)[MT], int K, float eps, float* scratch, float (&inv)[MT]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int m = 0; m < MT; ++m) ss[m] = warp_sum(ss[m]);
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) scratch[m * kWarps + warp] = ss[m];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) total += scratch[m * kWarps + w];
+    inv[m] = 1.0f / sqrtf(total / static_cast<float>(K) + eps);
+  }
+}
+
+// An element x of a row with inverse RMS inv, normalised and scaled by its norm weight g.
+__device__ __forceinline__ float normed(float x, float inv, float g) { return (x * inv) * g; }
+
+// Folds the RMSNorm (weight g, epsilon eps) into staged rows of x in shared memory (the whole
+// row of K staged, mt <= MT rows at xs + m * kc). Called by every thread of the block; contains
+// barriers.
 template <typename W, int MT>
-__device__ __forceinline__ void fold_norm(const LinearRowsArgs& a, float* xs, int kc, int mt, float* scratch) {
-  const int K = a.K, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const W* g = static_cast<const W*>(a.norm_w);
+__device__ __forceinline__ void fold_norm(const W* g, int K, float eps, float* xs, int kc, int mt, float* scratch) {
   float ss[MT];
 #pragma unroll
   for (int m = 0; m < MT; ++m) ss[m] = 0.0f;
@@ -116,25 +139,13 @@ __device__ __forceinline__ void fold_norm(const LinearRowsArgs& a, float* xs, in
     for (int m = 0; m < MT; ++m)
       if (m < mt) ss[m] = fmaf(xs[m * kc + i], xs[m * kc + i], ss[m]);
   }
-#pragma unroll
-  for (int m = 0; m < MT; ++m) ss[m] = warp_sum(ss[m]);
-  if (lane == 0) {
-#pragma unroll
-    for (int m = 0; m < MT; ++m) scratch[m * kWarps + warp] = ss[m];
-  }
-  __syncthreads();
   float inv[MT];
-#pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    float total = 0.0f;
-    for (int w = 0; w < kWarps; ++w) total += scratch[m * kWarps + w];
-    inv[m] = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
-  }
+  norm_inverse<MT>(ss, K, eps, scratch, inv);
   for (int i = threadIdx.x; i < K; i += kThreads) {
     const float gi = to_float(g[i]);
 #pragma unroll
     for (int m = 0; m < MT; ++m)
-      if (m < mt) xs[m * kc + i] = (xs[m * kc + i] * inv[m]) * gi;
+      if (m < mt) xs[m * kc + i] = normed(xs[m * kc + i], inv[m], gi);
   }
   __syncthreads();
 }
@@ -221,41 +232,10 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
       }
     }
     __syncthreads();
-    if (MT <= kLeanRows && a.norm_w != nullptr) {
-      // The whole row is staged (klen == K). rms_norm_kernel's arithmetic for every row at once:
-      // thread t sums the squares of elements t, t + 256, ... in order, each warp folds its
-      // threads' sums (warp_sum), and the warps' sums are added in warp order, as block_sum does;
-      // one exchange through shared memory serves all rows.
-      const W* g = static_cast<const W*>(a.norm_w);
-      float ss[MT];
-#pragma unroll
-      for (int m = 0; m < MT; ++m) ss[m] = 0.0f;
-      for (int i = threadIdx.x; i < K; i += kThreads) {
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-          if (m < mt) ss[m] = fmaf(xs[m * kc + i], xs[m * kc + i], ss[m]);
+    if constexpr (MT <= kLeanRows) {
+      if (a.norm_w != nullptr) {  // the whole row is staged (klen == K)
+        fold_norm<W, MT>(static_cast<const W*>(a.norm_w), K, a.norm_eps, xs, kc, mt, norm_scratch);
       }
-#pragma unroll
-      for (int m = 0; m < MT; ++m) ss[m] = warp_sum(ss[m]);
-      if (lane == 0) {
-#pragma unroll
-        for (int m = 0; m < MT; ++m) norm_scratch[m * kWarps + warp] = ss[m];
-      }
-      __syncthreads();
-      float inv[MT];
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        float total = 0.0f;
-        for (int w = 0; w < kWarps; ++w) total += norm_scratch[m * kWarps + w];
-        inv[m] = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
-      }
-      for (int i = threadIdx.x; i < K; i += kThreads) {
-        const float gi = to_float(g[i]);
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-          if (m < mt) xs[m * kc + i] = (xs[m * kc + i] * inv[m]) * gi;
-      }
-      __syncthreads();
     }
     if (n0 >= n_total) continue;
     const int vend = min(k0 + klen, kvec_end);
@@ -447,28 +427,24 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
   if (in_registers) {
     // x staged with the norm folded in one pass: thread t loads elements t, t + 256, ... (all
     // loads issued before the first is used), sums their squares in that order and scales them
-    // in registers: fold_norm's arithmetic, so the same bits, with one round trip to memory and
-    // one pass over shared memory instead of a chain of loads and three passes.
+    // in registers: fold_norm's arithmetic (norm_inverse, normed), so the same bits, with one
+    // round trip to memory and one pass over shared memory instead of a chain of loads and three
+    // passes.
     float v[kStagePer];
 #pragma unroll
     for (int j = 0; j < kStagePer; ++j) {
       const int i = threadIdx.x + j * kThreads;
       v[j] = i < K ? a.x[i] : 0.0f;
     }
-    float ss = 0.0f;
+    float ss[1] = {0.0f}, inv[1];
 #pragma unroll
     for (int j = 0; j < kStagePer; ++j)
-      if (threadIdx.x + j * kThreads < K) ss = fmaf(v[j], v[j], ss);
-    ss = warp_sum(ss);
-    if (lane == 0) norm_scratch[warp] = ss;
-    __syncthreads();
-    float total = 0.0f;
-    for (int w = 0; w < kWarps; ++w) total += norm_scratch[w];
-    const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
+      if (threadIdx.x + j * kThreads < K) ss[0] = fmaf(v[j], v[j], ss[0]);
+    norm_inverse<1>(ss, K, a.norm_eps, norm_scratch, inv);
 #pragma unroll
     for (int j = 0; j < kStagePer; ++j) {
       const int i = threadIdx.x + j * kThreads;
-      if (i < K) xs[i] = (v[j] * inv) * gv[j];
+      if (i < K) xs[i] = normed(v[j], inv[0], gv[j]);
     }
     if (K + static_cast<int>(threadIdx.x) < kx) xs[K + threadIdx.x] = 0.0f;
     __syncthreads();
@@ -492,7 +468,7 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
     }
     __syncthreads();
     if constexpr (NW == kWarps) {
-      if (a.norm_w != nullptr) fold_norm<W, 1>(a, xs, kx, 1, norm_scratch);
+      if (a.norm_w != nullptr) fold_norm<W, 1>(static_cast<const W*>(a.norm_w), K, a.norm_eps, xs, kx, 1, norm_scratch);
     }
   }
 
