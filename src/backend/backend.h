@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 
+#include "backend/cuda_tuning.h"
 #include "core/tensor.h"
 #include "core/weight.h"
 #include "sampling/sample_row.h"
@@ -159,6 +160,7 @@ struct BackendOptions {
   size_t memory_limit = 0;       // GPU: cap on the memory pool in bytes, 0 = from free memory
   std::string cpu_isa;           // CPU: "", "avx512", "avx2", "scalar" or "avx512-bf16" (empty = best available)
   DType kv_dtype = DType::bf16;  // GPU: element type of the KV cache (bf16, f16 or f32); the CPU keeps f32
+  CudaTuning cuda;               // GPU: kernel switches, the measured best by default (cuda_tuning.h)
 };
 
 // Creates a backend; throws specdec::Error naming what is missing (e.g. no CUDA device).

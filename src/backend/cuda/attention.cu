@@ -453,68 +453,67 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
 }
 
 template <typename T>
-void launch_attention_typed(const AttentionArgs& a, cudaStream_t stream) {
+void launch_attention_typed(const AttentionArgs& a, const Context& ctx) {
   const int group_blocks = (a.heads / a.kv_heads + a.block_heads - 1) / a.block_heads;
   const bool split = a.partial_m != nullptr;
   const dim3 grid(a.kv_heads * group_blocks, a.tokens, split ? a.max_splits : 1);
   switch (a.head_dim) {
     case 16:
-      launch(attention_kernel<16, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<16, T>, grid, kThreads, 0, ctx, a);
       break;
     case 32:
-      launch(attention_kernel<32, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<32, T>, grid, kThreads, 0, ctx, a);
       break;
     case 48:
-      launch(attention_kernel<48, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<48, T>, grid, kThreads, 0, ctx, a);
       break;
     case 64:
-      launch(attention_kernel<64, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<64, T>, grid, kThreads, 0, ctx, a);
       break;
     case 80:
-      launch(attention_kernel<80, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<80, T>, grid, kThreads, 0, ctx, a);
       break;
     case 96:
-      launch(attention_kernel<96, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<96, T>, grid, kThreads, 0, ctx, a);
       break;
     case 112:
-      launch(attention_kernel<112, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<112, T>, grid, kThreads, 0, ctx, a);
       break;
     case 128:
-      launch(attention_kernel<128, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<128, T>, grid, kThreads, 0, ctx, a);
       break;
     case 160:
-      launch(attention_kernel<160, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<160, T>, grid, kThreads, 0, ctx, a);
       break;
     case 192:
-      launch(attention_kernel<192, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<192, T>, grid, kThreads, 0, ctx, a);
       break;
     case 224:
-      launch(attention_kernel<224, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<224, T>, grid, kThreads, 0, ctx, a);
       break;
     case 256:
-      launch(attention_kernel<256, T>, grid, kThreads, 0, stream, a);
+      launch(attention_kernel<256, T>, grid, kThreads, 0, ctx, a);
       break;
     default:
       return;  // rejected by the backend before launch
   }
-  if (split && a.arrivals == nullptr)
-    launch(attention_merge_kernel, dim3(a.heads, a.tokens), kMergeThreads, 0, stream, a);
+  if (split && a.arrivals == nullptr) launch(attention_merge_kernel, dim3(a.heads, a.tokens), kMergeThreads, 0, ctx, a);
 }
 
 }  // namespace
 
 void launch_kv_write(const float* k, const float* v, void* k_pool, void* v_pool, ElemType pool_type, const int* slots,
-                     int tokens, int kv_heads, int head_dim, int64_t pool_slots, cudaStream_t stream) {
+                     int tokens, int kv_heads, int head_dim, int64_t pool_slots, const Context& ctx) {
   if (tokens == 0) return;
   const int width = kv_heads * head_dim;
   SPECDEC_DISPATCH_ELEM(pool_type, T,
-                        launch(kv_write_kernel<T>, tokens, 256, 0, stream, k, v, static_cast<T*>(k_pool),
+                        launch(kv_write_kernel<T>, tokens, 256, 0, ctx, k, v, static_cast<T*>(k_pool),
                                static_cast<T*>(v_pool), slots, width, pool_slots));
 }
 
-void launch_attention(const AttentionArgs& args, cudaStream_t stream) {
+void launch_attention(const AttentionArgs& args, const Context& ctx) {
   if (args.tokens == 0 || args.heads == 0) return;
-  SPECDEC_DISPATCH_ELEM(args.pool_type, T, (launch_attention_typed<T>(args, stream)));
+  SPECDEC_DISPATCH_ELEM(args.pool_type, T, (launch_attention_typed<T>(args, ctx)));
 }
 
 }  // namespace specdec::cuda

@@ -12,12 +12,12 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
-#include "backend/cuda/env_switch.h"
 #include "backend/cuda/gemm_lt.h"
 #include "backend/cuda/kernels.h"
 
@@ -61,12 +61,45 @@ int to_int(int64_t v, const char* op, const char* what) {
   return static_cast<int>(v);
 }
 
+// `tuning` with the SPECDEC_CUDA_* environment variables that are set applied over it: the one
+// place they are read (once, when a backend is made), kept so that one build can be debugged and
+// measured switch by switch. A switch is on unless its value is "0" (SPECDEC_CUDA_SYNC: on only
+// at "1"); a level is its value clamped to the field's range.
+CudaTuning with_environment(CudaTuning tuning) {
+  const auto set_switch = [](const char* name, bool& field) {
+    if (const char* v = std::getenv(name)) field = std::strcmp(v, "0") != 0;
+  };
+  const auto set_level = [](const char* name, int max, int& field) {
+    if (const char* v = std::getenv(name)) field = std::clamp(std::atoi(v), 0, max);
+  };
+  if (const char* v = std::getenv("SPECDEC_CUDA_SYNC")) tuning.sync_each_call = std::strcmp(v, "1") == 0;
+  set_switch("SPECDEC_CUDA_RECORD", tuning.record);
+  set_switch("SPECDEC_CUDA_PDL", tuning.overlapped_launches);
+  set_level("SPECDEC_CUDA_EARLY_WEIGHTS", 2, tuning.early_weights);
+  set_switch("SPECDEC_CUDA_STREAM_LINEAR", tuning.stream_linear);
+  int paired = static_cast<int>(tuning.paired_columns);
+  set_level("SPECDEC_CUDA_PAIRED", 2, paired);
+  tuning.paired_columns = static_cast<PairedColumns>(paired);
+  set_switch("SPECDEC_CUDA_FUSED_ATTENTION", tuning.fused_attention);
+  set_switch("SPECDEC_CUDA_MERGE_LAUNCH", tuning.merge_launch);
+  return tuning;
+}
+
+void check_tuning(const CudaTuning& t) {
+  SPECDEC_CHECK(t.early_weights >= 0 && t.early_weights <= 2, "CudaTuning::early_weights = ", t.early_weights,
+                " must be 0, 1 or 2");
+  const int paired = static_cast<int>(t.paired_columns);
+  SPECDEC_CHECK(paired >= 0 && paired <= 2, "CudaTuning::paired_columns = ", paired, " must be 0, 1 or 2");
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const BackendOptions& options)
       : invariant_(options.batch_invariant), kv_dtype_(options.kv_dtype) {
     SPECDEC_CHECK(kv_dtype_ == DType::bf16 || kv_dtype_ == DType::f16 || kv_dtype_ == DType::f32,
                   "the CUDA backend keeps its KV cache in bf16, f16 or f32, not ", dtype_name(kv_dtype_));
+    check_tuning(options.cuda);
+    ctx_.tuning = options.cuda;
     int device = 0;
     SPECDEC_CUDA_CHECK(cudaGetDevice(&device));
     cudaDeviceProp prop{};
@@ -74,10 +107,7 @@ class CudaBackend final : public Backend {
     name_ = str_cat("cuda ", prop.name, invariant_ ? " (batch-invariant)" : " (fast)");
     memory_ = cuda::DeviceMemory::create(device, options.memory_limit);
     stream_ = memory_->stream();
-    const char* sync = std::getenv("SPECDEC_CUDA_SYNC");  // debugging: fail at the kernel that faults
-    sync_each_ = sync && std::string(sync) == "1";
-    const char* record = std::getenv("SPECDEC_CUDA_RECORD");  // debugging: "0" runs every call eagerly
-    record_ = !(record && std::string(record) == "0");
+    ctx_.stream = stream_;
   }
   ~CudaBackend() override {
     // Stream-ordered frees of scratch memory go into the stream before it is synchronized.
@@ -110,6 +140,7 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t stream() const { return stream_; }
+  const CudaTuning& tuning() const { return ctx_.tuning; }
 
   void synchronize() override { SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize"); }
 
@@ -123,7 +154,7 @@ class CudaBackend final : public Backend {
     SPECDEC_CHECK(out.numel() == T * H && out.dim(-1) == H, op, ": out ", out.shape_string(), " must be [", T, ", ", H,
                   "]");
     cuda::launch_embedding(table.data, tt, ids.ptr<int>(), out.ptr<float>(), to_int(T, op, "tokens"),
-                           to_int(H, op, "hidden"), to_int(table.dim(0), op, "vocab"), stream_);
+                           to_int(H, op, "hidden"), to_int(table.dim(0), op, "vocab"), ctx_);
     check_launch(op, T, "x", H);
   }
 
@@ -137,7 +168,7 @@ class CudaBackend final : public Backend {
                   ", weight ", weight.shape_string(), ", out ", out.shape_string(), " disagree");
     const int64_t rows = D == 0 ? 0 : x.numel() / D;
     cuda::launch_rms_norm(x.ptr<float>(), weight.data, wt, eps, out.ptr<float>(), to_int(rows, op, "rows"),
-                          to_int(D, op, "dim"), stream_);
+                          to_int(D, op, "dim"), ctx_);
     check_launch(op, rows, "x", D);
   }
 
@@ -151,7 +182,7 @@ class CudaBackend final : public Backend {
     }
     linear_lt(x, weight, sh.type, sh.m, sh.n, sh.k, out);
     if (sh.bias) {
-      cuda::launch_add_bias(out.ptr<float>(), sh.bias, sh.m, sh.n, stream_);
+      cuda::launch_add_bias(out.ptr<float>(), sh.bias, sh.m, sh.n, ctx_);
       check_launch("linear bias", sh.m, "x", sh.n);
     }
   }
@@ -208,7 +239,7 @@ class CudaBackend final : public Backend {
     const Tensor tmp = epilogue_scratch(out);
     linear_lt(x, weight, sh.type, sh.m, sh.n, sh.k, tmp);
     if (sh.bias) {
-      cuda::launch_add_bias(tmp.ptr<float>(), sh.bias, sh.m, sh.n, stream_);
+      cuda::launch_add_bias(tmp.ptr<float>(), sh.bias, sh.m, sh.n, ctx_);
       check_launch("linear_add bias", sh.m, "x", sh.n);
     }
     add(out, tmp, out);
@@ -227,12 +258,13 @@ class CudaBackend final : public Backend {
     cuda::launch_rope_kv_write(
         q.ptr<float>(), k.ptr<float>(), v.ptr<float>(), positions.ptr<int>(), inv_freq.ptr<float>(), attention_scaling,
         to_int(T, op, "tokens"), to_int(heads, op, "heads"), to_int(kvh, op, "kv_heads"), to_int(D, op, "head_dim"),
-        k_pool.data, v_pool.data, pt, batch.slots.ptr<int>(), k_pool.dim(0) * k_pool.dim(1), stream_);
+        k_pool.data, v_pool.data, pt, batch.slots.ptr<int>(), k_pool.dim(0) * k_pool.dim(1), ctx_);
     check_launch(op, T, "x", heads, "+", kvh, "x", D);
   }
 
   std::unique_ptr<RecordedCalls> record(const std::function<void()>& enqueue) override {
-    if (sync_each_ || !record_) return nullptr;  // per-call synchronization cannot be recorded
+    // Per-call synchronization cannot be recorded; without recordings every call runs eagerly.
+    if (tuning().sync_each_call || !tuning().record) return nullptr;
     auto recording = std::make_unique<Recording>(stream_, generation_);
     SPECDEC_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "recording calls");
     recording_ = true;
@@ -258,19 +290,19 @@ class CudaBackend final : public Backend {
     check_rope(op, x, positions, inv_freq);
     const int64_t T = x.dim(0), heads = x.dim(1), D = x.dim(2);
     cuda::launch_rope(x.ptr<float>(), positions.ptr<int>(), inv_freq.ptr<float>(), attention_scaling,
-                      to_int(T, op, "tokens"), to_int(heads, op, "heads"), to_int(D, op, "head_dim"), stream_);
+                      to_int(T, op, "tokens"), to_int(heads, op, "heads"), to_int(D, op, "head_dim"), ctx_);
     check_launch(op, T, "x", heads, "x", D);
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, const Tensor& out) override {
     elementwise("silu_mul", gate, up, out);
-    cuda::launch_silu_mul(gate.ptr<float>(), up.ptr<float>(), out.ptr<float>(), gate.numel(), stream_);
+    cuda::launch_silu_mul(gate.ptr<float>(), up.ptr<float>(), out.ptr<float>(), gate.numel(), ctx_);
     check_launch("silu_mul", gate.numel(), " elements");
   }
 
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
     elementwise("add", a, b, out);
-    cuda::launch_add(a.ptr<float>(), b.ptr<float>(), out.ptr<float>(), a.numel(), stream_);
+    cuda::launch_add(a.ptr<float>(), b.ptr<float>(), out.ptr<float>(), a.numel(), ctx_);
     check_launch("add", a.numel(), " elements");
   }
 
@@ -286,7 +318,7 @@ class CudaBackend final : public Backend {
     SPECDEC_CHECK(out.numel() == n * row_elems, op, ": out ", out.shape_string(), " must hold ", n, " rows of ",
                   row_elems);
     cuda::launch_gather_rows(x.data, indices.ptr<int>(), out.data, to_int(n, op, "count"),
-                             row_elems * static_cast<int64_t>(dtype_size(x.dtype)), to_int(rows, op, "rows"), stream_);
+                             row_elems * static_cast<int64_t>(dtype_size(x.dtype)), to_int(rows, op, "rows"), ctx_);
     check_launch(op, n, " rows of ", row_elems);
   }
 
@@ -297,7 +329,7 @@ class CudaBackend final : public Backend {
     const int64_t T = k.dim(0), kvh = k.dim(1), D = k.dim(2);
     cuda::launch_kv_write(k.ptr<float>(), v.ptr<float>(), k_pool.data, v_pool.data, pt, batch.slots.ptr<int>(),
                           to_int(T, op, "tokens"), to_int(kvh, op, "kv_heads"), to_int(D, op, "head_dim"),
-                          k_pool.dim(0) * k_pool.dim(1), stream_);
+                          k_pool.dim(0) * k_pool.dim(1), ctx_);
     check_launch(op, T, "x", kvh, "x", D);
   }
 
@@ -322,7 +354,7 @@ class CudaBackend final : public Backend {
     // Fused only when the attention is one wave (then the separate launches are latency): with
     // many waves each block redoing its token's rotation costs more than the launches it saves
     // (measured at batch 32 and 64).
-    if (!fused_attention() || attention_blocks(a) > kAttentionWave) {
+    if (!tuning().fused_attention || attention_blocks(a) > kAttentionWave) {
       rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
       return launch_attention("attention", a, batch);
     }
@@ -340,23 +372,9 @@ class CudaBackend final : public Backend {
   }
 
   void launch_attention(const char* op, const cuda::AttentionArgs& a, const AttentionBatch& batch) {
-    cuda::launch_attention(a, stream_);
+    cuda::launch_attention(a, ctx_);
     check_launch(op, a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ", batch.rows, ", max_row_len ",
                  batch.max_row_len);
-  }
-
-  // Decode steps rotate, cache and attend in one launch unless SPECDEC_CUDA_FUSED_ATTENTION=0
-  // (to measure what the fusion buys).
-  static bool fused_attention() {
-    static const bool on = cuda::env_switch("SPECDEC_CUDA_FUSED_ATTENTION", true);
-    return on;
-  }
-
-  // Split attention merges its chunks in a second launch instead of in the last block when
-  // SPECDEC_CUDA_MERGE_LAUNCH=1 (to measure the difference).
-  static bool merge_launch() {
-    static const bool on = cuda::env_switch("SPECDEC_CUDA_MERGE_LAUNCH", false);
-    return on;
   }
 
   // Checks attention's operands and lays out its kernel arguments, choosing the split launch.
@@ -440,7 +458,7 @@ class CudaBackend final : public Backend {
       // In one wave the last block of each (token, head group) folds the partials (one counter
       // each): a merge launch would be pure latency. With more waves the merge kernel's
       // parallel fold is cheaper than a serial one at the end of the last blocks (measured).
-      if (attention_blocks(a) <= kAttentionWave && !merge_launch())
+      if (attention_blocks(a) <= kAttentionWave && !tuning().merge_launch)
         a.arrivals = arrivals(static_cast<size_t>(attention_blocks(a) / a.max_splits));
     }
     return a;
@@ -473,7 +491,7 @@ class CudaBackend final : public Backend {
     expect_dtype(out, DType::i32, op, "out");
     const int64_t V = logits.dim(-1), n = V == 0 ? 0 : logits.numel() / V;
     SPECDEC_CHECK(out.numel() == n, op, ": out ", out.shape_string(), " must have ", n, " elements");
-    cuda::launch_argmax(logits.ptr<float>(), out.ptr<int>(), to_int(n, op, "rows"), to_int(V, op, "vocab"), stream_);
+    cuda::launch_argmax(logits.ptr<float>(), out.ptr<int>(), to_int(n, op, "rows"), to_int(V, op, "vocab"), ctx_);
     check_launch(op, n, "x", V);
   }
 
@@ -502,7 +520,7 @@ class CudaBackend final : public Backend {
     for (int64_t first = 0; first < n; first += per_launch) {
       const int64_t count = std::min(per_launch, n - first);
       cuda::launch_sample(logits.ptr<float>() + first * V, sample_rows + first, out.ptr<int>() + first, work,
-                          to_int(count, op, "rows"), to_int(V, op, "vocab"), stream_);
+                          to_int(count, op, "rows"), to_int(V, op, "vocab"), ctx_);
       check_launch(op, count, "x", V);
     }
   }
@@ -649,7 +667,7 @@ class CudaBackend final : public Backend {
     a.norm_w = norm_w;
     a.norm_eps = eps;
     for (size_t j = 0; j < segs.size(); ++j) a.seg[j] = segs[j];
-    cuda::launch_linear_rows(a, stream_);
+    cuda::launch_linear_rows(a, ctx_);
     check_launch(op, " (row-streaming kernel) ", sh.m, "x", sh.k, " by ", sh.n, "x", sh.k, ", ", segs.size(),
                  " weights");
   }
@@ -659,7 +677,7 @@ class CudaBackend final : public Backend {
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
       fail("launching ", op, " [", sizes..., "] failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
-    if (sync_each_) SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), op, " [", sizes..., "]");
+    if (tuning().sync_each_call) SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), op, " [", sizes..., "]");
   }
 
   void elementwise(const char* op, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -713,21 +731,21 @@ class CudaBackend final : public Backend {
     if (wt != ElemType::f32) {
       type = wt == ElemType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
       void* xh = scratch(static_cast<size_t>(m) * k * 2);
-      cuda::launch_convert_f32(x.ptr<float>(), xh, wt, int64_t{m} * k, stream_);
+      cuda::launch_convert_f32(x.ptr<float>(), xh, wt, int64_t{m} * k, ctx_);
       check_launch("linear (x to 16-bit)", m, "x", k);
       xin = xh;
     }
     lt_->run(xin, weight.data, type, out.ptr<float>(), m, n, k, lt_workspace_.data(), kLtWorkspaceBytes, stream_);
-    if (sync_each_) SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "linear (cuBLASLt) ", m, "x", n, "x", k);
+    if (tuning().sync_each_call)
+      SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "linear (cuBLASLt) ", m, "x", n, "x", k);
   }
 
   bool invariant_;
   DType kv_dtype_;
-  bool sync_each_ = false;
-  bool record_ = true;
   std::string name_;
   std::shared_ptr<cuda::DeviceMemory> memory_;
   cudaStream_t stream_ = nullptr;
+  cuda::Context ctx_;  // stream_ and the tuning, as the kernel launchers take them
   std::unique_ptr<cuda::LtGemm> lt_;
   Buffer lt_workspace_;
   Buffer scratch_;
@@ -756,7 +774,9 @@ void* cuda_stream_of(const Backend& backend) {
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
   SPECDEC_CHECK(cuda_device_count() > 0, "no CUDA device is available (cudaGetDeviceCount found none)");
-  return std::make_unique<CudaBackend>(options);
+  BackendOptions tuned = options;
+  tuned.cuda = with_environment(options.cuda);
+  return std::make_unique<CudaBackend>(tuned);
 }
 
 }  // namespace specdec

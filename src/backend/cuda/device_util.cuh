@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "backend/cuda/env_switch.h"
+#include "backend/cuda/kernels.h"
 
 namespace specdec::cuda {
 
@@ -19,7 +19,7 @@ namespace specdec::cuda {
 // earlier kernel wrote or writes what an earlier kernel reads; work before that point may only
 // touch memory no kernel writes (weights). allow_dependents() lets the next kernel be scheduled
 // now: its blocks start when there is room and wait in turn. Both are no-ops for a kernel
-// started without the attribute (SPECDEC_CUDA_PDL=0, or a launch outside launch()).
+// started without the attribute (CudaTuning::overlapped_launches off, or a launch outside launch()).
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -38,17 +38,11 @@ __device__ __forceinline__ void enter_kernel() {
   grid_dependency_wait();
 }
 
-// Whether kernels start overlapped (default) or strictly after the previous one
-// (SPECDEC_CUDA_PDL=0, for debugging and for measuring what the overlap buys).
-inline bool overlapped_launches() {
-  static const bool on = env_switch("SPECDEC_CUDA_PDL", true);
-  return on;
-}
-
-// kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the previous kernel's tail
-// (see grid_dependency_wait). Errors are left for the caller's launch check (cudaGetLastError).
+// kernel<<<grid, block, smem, ctx.stream>>>(args...), allowed to overlap the previous kernel's
+// tail (see grid_dependency_wait) unless ctx.tuning.overlapped_launches is off. Errors are left
+// for the caller's launch check (cudaGetLastError).
 template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args... args) {
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const Context& ctx, Args... args) {
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
@@ -56,9 +50,9 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
-  config.stream = stream;
+  config.stream = ctx.stream;
   config.attrs = attribute;
-  config.numAttrs = overlapped_launches() ? 1 : 0;
+  config.numAttrs = ctx.tuning.overlapped_launches ? 1 : 0;
   (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 

@@ -171,76 +171,75 @@ __global__ void add_bias_kernel(float* out, const float* __restrict__ bias, int6
 }  // namespace
 
 void launch_embedding(const void* table, ElemType type, const int* ids, float* out, int tokens, int hidden, int vocab,
-                      cudaStream_t stream) {
+                      const Context& ctx) {
   if (tokens == 0) return;
   SPECDEC_DISPATCH_ELEM(
-      type, T,
-      launch(embedding_kernel<T>, tokens, 256, 0, stream, static_cast<const T*>(table), ids, out, hidden, vocab));
+      type, T, launch(embedding_kernel<T>, tokens, 256, 0, ctx, static_cast<const T*>(table), ids, out, hidden, vocab));
 }
 
 void launch_rms_norm(const float* x, const void* weight, ElemType type, float eps, float* out, int rows, int dim,
-                     cudaStream_t stream) {
+                     const Context& ctx) {
   if (rows == 0) return;
-  SPECDEC_DISPATCH_ELEM(
-      type, T, launch(rms_norm_kernel<T>, rows, 256, 0, stream, x, static_cast<const T*>(weight), eps, out, dim));
+  SPECDEC_DISPATCH_ELEM(type, T,
+                        launch(rms_norm_kernel<T>, rows, 256, 0, ctx, x, static_cast<const T*>(weight), eps, out, dim));
 }
 
 void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,
-                 int head_dim, cudaStream_t stream) {
+                 int head_dim, const Context& ctx) {
   if (tokens == 0) return;
-  launch(rope_kernel, tokens, 256, 0, stream, x, positions, inv_freq, scaling, heads, head_dim);
+  launch(rope_kernel, tokens, 256, 0, ctx, x, positions, inv_freq, scaling, heads, head_dim);
 }
 
 void launch_rope_kv_write(float* q, float* k, const float* v, const int* positions, const float* inv_freq,
                           float scaling, int tokens, int heads, int kv_heads, int head_dim, void* k_pool, void* v_pool,
-                          ElemType pool_type, const int* slots, int64_t pool_slots, cudaStream_t stream) {
+                          ElemType pool_type, const int* slots, int64_t pool_slots, const Context& ctx) {
   if (tokens == 0) return;
   SPECDEC_DISPATCH_ELEM(
       pool_type, T,
-      launch(rope_kv_write_kernel<T>, tokens, 256, 0, stream, q, k, v, positions, inv_freq, scaling, heads, kv_heads,
+      launch(rope_kv_write_kernel<T>, tokens, 256, 0, ctx, q, k, v, positions, inv_freq, scaling, heads, kv_heads,
              head_dim, static_cast<T*>(k_pool), static_cast<T*>(v_pool), slots, pool_slots));
 }
 
-void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, const Context& ctx) {
   if (n == 0) return;
-  launch(silu_mul_kernel, blocks_for(n, 256), 256, 0, stream, gate, up, out, n);
+  launch(silu_mul_kernel, blocks_for(n, 256), 256, 0, ctx, gate, up, out, n);
 }
 
-void launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
+void launch_add(const float* a, const float* b, float* out, int64_t n, const Context& ctx) {
   if (n == 0) return;
-  launch(add_kernel, blocks_for(n, 256), 256, 0, stream, a, b, out, n);
+  launch(add_kernel, blocks_for(n, 256), 256, 0, ctx, a, b, out, n);
 }
 
 void launch_gather_rows(const void* x, const int* indices, void* out, int count, int64_t row_bytes, int x_rows,
-                        cudaStream_t stream) {
+                        const Context& ctx) {
   if (count == 0) return;
   if (row_bytes % 4 == 0) {
-    launch(gather_kernel<uint32_t>, count, 256, 0, stream, static_cast<const uint32_t*>(x), indices,
+    launch(gather_kernel<uint32_t>, count, 256, 0, ctx, static_cast<const uint32_t*>(x), indices,
            static_cast<uint32_t*>(out), row_bytes / 4, x_rows);
   } else if (row_bytes % 2 == 0) {
-    launch(gather_kernel<uint16_t>, count, 256, 0, stream, static_cast<const uint16_t*>(x), indices,
+    launch(gather_kernel<uint16_t>, count, 256, 0, ctx, static_cast<const uint16_t*>(x), indices,
            static_cast<uint16_t*>(out), row_bytes / 2, x_rows);
   } else {
-    launch(gather_kernel<uint8_t>, count, 256, 0, stream, static_cast<const uint8_t*>(x), indices,
+    launch(gather_kernel<uint8_t>, count, 256, 0, ctx, static_cast<const uint8_t*>(x), indices,
            static_cast<uint8_t*>(out), row_bytes, x_rows);
   }
 }
 
-void launch_argmax(const float* logits, int* out, int rows, int vocab, cudaStream_t stream) {
+void launch_argmax(const float* logits, int* out, int rows, int vocab, const Context& ctx) {
   if (rows == 0) return;
-  launch(argmax_kernel, rows, 1024, 0, stream, logits, out, vocab);
+  launch(argmax_kernel, rows, 1024, 0, ctx, logits, out, vocab);
 }
 
-void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, cudaStream_t stream) {
+void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, const Context& ctx) {
   if (n == 0) return;
   SPECDEC_DISPATCH_ELEM(type, T,
-                        launch(convert_kernel<T>, blocks_for(n, 256), 256, 0, stream, x, static_cast<T*>(out), n));
+                        launch(convert_kernel<T>, blocks_for(n, 256), 256, 0, ctx, x, static_cast<T*>(out), n));
 }
 
-void launch_add_bias(float* out, const float* bias, int rows, int cols, cudaStream_t stream) {
+void launch_add_bias(float* out, const float* bias, int rows, int cols, const Context& ctx) {
   const int64_t n = static_cast<int64_t>(rows) * cols;
   if (n == 0) return;
-  launch(add_bias_kernel, blocks_for(n, 256), 256, 0, stream, out, bias, n, cols);
+  launch(add_bias_kernel, blocks_for(n, 256), 256, 0, ctx, out, bias, n, cols);
 }
 
 }  // namespace specdec::cuda

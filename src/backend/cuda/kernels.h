@@ -7,38 +7,46 @@
 
 #include <cstdint>
 
+#include "backend/cuda_tuning.h"
 #include "sampling/sample_row.h"
 
 namespace specdec::cuda {
+
+// Where and how a launcher enqueues: its backend's stream, and the switches its kernels follow.
+// Each backend holds its own, so two backends in one process may be tuned differently.
+struct Context {
+  cudaStream_t stream = nullptr;
+  CudaTuning tuning;
+};
 
 // Element type of weights, biases, tables and KV pools as the kernels see them.
 enum class ElemType : int { f32 = 0, f16 = 1, bf16 = 2 };
 
 // out[t, :] = table[ids[t], :] as f32; ids outside [0, V) give a row of zeros.
 void launch_embedding(const void* table, ElemType type, const int* ids, float* out, int tokens, int hidden, int vocab,
-                      cudaStream_t stream);
+                      const Context& ctx);
 // One block per row, fixed reduction order.
 void launch_rms_norm(const float* x, const void* weight, ElemType type, float eps, float* out, int rows, int dim,
-                     cudaStream_t stream);
+                     const Context& ctx);
 // In place on x [tokens, heads, head_dim], Hugging Face rotate_half layout.
 void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,
-                 int head_dim, cudaStream_t stream);
-void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
-void launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+                 int head_dim, const Context& ctx);
+void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, const Context& ctx);
+void launch_add(const float* a, const float* b, float* out, int64_t n, const Context& ctx);
 // rope on q [T, heads, D] and k [T, kv_heads, D] in place (as launch_rope), then k and v written
 // into the pools at slots[t] (as launch_kv_write): one launch, one block per token.
 void launch_rope_kv_write(float* q, float* k, const float* v, const int* positions, const float* inv_freq,
                           float scaling, int tokens, int heads, int kv_heads, int head_dim, void* k_pool, void* v_pool,
-                          ElemType pool_type, const int* slots, int64_t pool_slots, cudaStream_t stream);
+                          ElemType pool_type, const int* slots, int64_t pool_slots, const Context& ctx);
 // out[i, :] = x[indices[i], :] for rows of row_bytes bytes; indices outside [0, x_rows) give zeros.
 void launch_gather_rows(const void* x, const int* indices, void* out, int count, int64_t row_bytes, int x_rows,
-                        cudaStream_t stream);
+                        const Context& ctx);
 // out[i] = lowest index of the maximum of logits[i, :].
-void launch_argmax(const float* logits, int* out, int rows, int vocab, cudaStream_t stream);
+void launch_argmax(const float* logits, int* out, int rows, int vocab, const Context& ctx);
 // out (bf16 or f16) = round-to-nearest-even of x.
-void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, cudaStream_t stream);
+void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, const Context& ctx);
 // out[m, n] += bias[n].
-void launch_add_bias(float* out, const float* bias, int rows, int cols, cudaStream_t stream);
+void launch_add_bias(float* out, const float* bias, int rows, int cols, const Context& ctx);
 
 // The row-streaming linear, general form: one launch computes up to kMaxLinearSegments
 // projections of the same x (weights of one type, same K), with an epilogue:
@@ -70,12 +78,12 @@ struct LinearRowsArgs {
   const void* norm_w = nullptr;
   float norm_eps = 0.0f;
 };
-void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream);
+void launch_linear_rows(const LinearRowsArgs& args, const Context& ctx);
 // Whether the row-streaming kernel folds the norm (norm_w) for M rows of K: one or two rows of x
 // (a decode step's tile), staged whole at once.
 bool linear_rows_folds_norm(int M, int K);
 // One-row calls go to a stream kernel (persistent grid, weights through cp.async) when their
-// shapes allow it and SPECDEC_CUDA_STREAM_LINEAR is not 0: how many it has served so far.
+// shapes allow it and ctx.tuning.stream_linear is set: how many it has served so far.
 uint64_t linear_stream_launches();
 
 // out[M, N] = x[M, K] · w[N, K]ᵀ (+ bias) with f32 accumulation. Each output is reduced in an
@@ -83,12 +91,12 @@ uint64_t linear_stream_launches();
 // result of one row of x never depends on M or on the other rows: batch invariant.
 // bias (f32, [N]) may be null.
 void launch_linear_rows(const float* x, const void* w, ElemType w_type, const float* bias, float* out, int M, int N,
-                        int K, cudaStream_t stream);
+                        int K, const Context& ctx);
 
 // k, v [tokens, kv_heads, head_dim] f32 into pools [slots, kv_heads, head_dim] at slots[t]
 // (negative slots are skipped; slots >= pool_slots are skipped).
 void launch_kv_write(const float* k, const float* v, void* k_pool, void* v_pool, ElemType pool_type, const int* slots,
-                     int tokens, int kv_heads, int head_dim, int64_t pool_slots, cudaStream_t stream);
+                     int tokens, int kv_heads, int head_dim, int64_t pool_slots, const Context& ctx);
 
 struct AttentionArgs {
   const float* q = nullptr;  // [tokens, heads, head_dim]
@@ -142,13 +150,13 @@ constexpr int kAttentionGroup = 4;
 // One block per (token, kv head, group of up to kAttentionGroup q heads[, chunk]); online softmax
 // over the row's cached positions in a fixed order. head_dim: 16, 48, 80, 112 or a multiple of
 // 32 up to 256.
-void launch_attention(const AttentionArgs& args, cudaStream_t stream);
+void launch_attention(const AttentionArgs& args, const Context& ctx);
 
 // out[i] = the token logits[i, :] draws under rows[i] (sampling.cu): the host pipeline of
 // sampling.cpp in one block per row, -1 where the host would throw (a NaN logit, or no finite
 // logit at temperature > 0). Deterministic and batch invariant. work: n * vocab floats of scratch
 // the kernel overwrites (each row's scaled logits, then their weights).
 void launch_sample(const float* logits, const SampleRow* rows, int* out, float* work, int n, int vocab,
-                   cudaStream_t stream);
+                   const Context& ctx);
 
 }  // namespace specdec::cuda

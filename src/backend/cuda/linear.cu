@@ -98,16 +98,39 @@ __device__ __forceinline__ void store_output(const LinearRowsArgs& a, int n_tota
   }
 }
 
-// Folds the RMSNorm into staged rows of x (the whole row staged, mt <= MT rows at xs + m * kc):
-// rms_norm_kernel's arithmetic for every row at once. Thread t sums the squares of elements t,
-// t + 256, ... in order, each warp folds its threads' sums (warp_sum), and the warps' sums are
-// added in warp order, as block_sum does; one exchange through shared memory serves all rows.
-// Called by every thread of the block; contains barriers. The stream kernel's copy of
-// linear_rows_kernel's inline norm (see store_output).
+// The RMSNorm folded into the linears' reading of x: rms_norm_kernel's arithmetic, kept here
+// once for both kernels, so that a folded norm gives the bits of rms_norm followed by the linear
+// whichever kernel runs. Thread t of the kThreads has summed the squares of its elements t,
+// t + 256, ... of each row in that order (fmaf). norm_inverse folds each warp's sums (warp_sum)
+// and adds the warps' sums in warp order, as block_sum does, one exchange through `scratch`
+// (MT * kWarps floats) serving all MT rows; it returns each row's 1 / sqrt(mean square + eps).
+// Called by every thread of the block; contains a barrier.
+template <int MT>
+__device__ __forceinline__ void norm_inverse(float (&ss)[MT], int K, float eps, float* scratch, float (&inv)[MT]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int m = 0; m < MT; ++m) ss[m] = warp_sum(ss[m]);
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) scratch[m * kWarps + warp] = ss[m];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) total += scratch[m * kWarps + w];
+    inv[m] = 1.0f / sqrtf(total / static_cast<float>(K) + eps);
+  }
+}
+
+// An element x of a row with inverse RMS inv, normalised and scaled by its norm weight g.
+__device__ __forceinline__ float normed(float x, float inv, float g) { return (x * inv) * g; }
+
+// Folds the RMSNorm (weight g, epsilon eps) into staged rows of x in shared memory (the whole
+// row of K staged, mt <= MT rows at xs + m * kc). Called by every thread of the block; contains
+// barriers.
 template <typename W, int MT>
-__device__ __forceinline__ void fold_norm(const LinearRowsArgs& a, float* xs, int kc, int mt, float* scratch) {
-  const int K = a.K, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const W* g = static_cast<const W*>(a.norm_w);
+__device__ __forceinline__ void fold_norm(const W* g, int K, float eps, float* xs, int kc, int mt, float* scratch) {
   float ss[MT];
 #pragma unroll
   for (int m = 0; m < MT; ++m) ss[m] = 0.0f;
@@ -116,25 +139,13 @@ __device__ __forceinline__ void fold_norm(const LinearRowsArgs& a, float* xs, in
     for (int m = 0; m < MT; ++m)
       if (m < mt) ss[m] = fmaf(xs[m * kc + i], xs[m * kc + i], ss[m]);
   }
-#pragma unroll
-  for (int m = 0; m < MT; ++m) ss[m] = warp_sum(ss[m]);
-  if (lane == 0) {
-#pragma unroll
-    for (int m = 0; m < MT; ++m) scratch[m * kWarps + warp] = ss[m];
-  }
-  __syncthreads();
   float inv[MT];
-#pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    float total = 0.0f;
-    for (int w = 0; w < kWarps; ++w) total += scratch[m * kWarps + w];
-    inv[m] = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
-  }
+  norm_inverse<MT>(ss, K, eps, scratch, inv);
   for (int i = threadIdx.x; i < K; i += kThreads) {
     const float gi = to_float(g[i]);
 #pragma unroll
     for (int m = 0; m < MT; ++m)
-      if (m < mt) xs[m * kc + i] = (xs[m * kc + i] * inv[m]) * gi;
+      if (m < mt) xs[m * kc + i] = normed(xs[m * kc + i], inv[m], gi);
   }
   __syncthreads();
 }
@@ -221,41 +232,10 @@ __global__ void __launch_bounds__(kThreads) linear_rows_kernel(LinearRowsArgs a,
       }
     }
     __syncthreads();
-    if (MT <= kLeanRows && a.norm_w != nullptr) {
-      // The whole row is staged (klen == K). rms_norm_kernel's arithmetic for every row at once:
-      // thread t sums the squares of elements t, t + 256, ... in order, each warp folds its
-      // threads' sums (warp_sum), and the warps' sums are added in warp order, as block_sum does;
-      // one exchange through shared memory serves all rows.
-      const W* g = static_cast<const W*>(a.norm_w);
-      float ss[MT];
-#pragma unroll
-      for (int m = 0; m < MT; ++m) ss[m] = 0.0f;
-      for (int i = threadIdx.x; i < K; i += kThreads) {
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-          if (m < mt) ss[m] = fmaf(xs[m * kc + i], xs[m * kc + i], ss[m]);
+    if constexpr (MT <= kLeanRows) {
+      if (a.norm_w != nullptr) {  // the whole row is staged (klen == K)
+        fold_norm<W, MT>(static_cast<const W*>(a.norm_w), K, a.norm_eps, xs, kc, mt, norm_scratch);
       }
-#pragma unroll
-      for (int m = 0; m < MT; ++m) ss[m] = warp_sum(ss[m]);
-      if (lane == 0) {
-#pragma unroll
-        for (int m = 0; m < MT; ++m) norm_scratch[m * kWarps + warp] = ss[m];
-      }
-      __syncthreads();
-      float inv[MT];
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        float total = 0.0f;
-        for (int w = 0; w < kWarps; ++w) total += norm_scratch[m * kWarps + w];
-        inv[m] = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
-      }
-      for (int i = threadIdx.x; i < K; i += kThreads) {
-        const float gi = to_float(g[i]);
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-          if (m < mt) xs[m * kc + i] = (xs[m * kc + i] * inv[m]) * gi;
-      }
-      __syncthreads();
     }
     if (n0 >= n_total) continue;
     const int vend = min(k0 + klen, kvec_end);
@@ -447,28 +427,24 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
   if (in_registers) {
     // x staged with the norm folded in one pass: thread t loads elements t, t + 256, ... (all
     // loads issued before the first is used), sums their squares in that order and scales them
-    // in registers: fold_norm's arithmetic, so the same bits, with one round trip to memory and
-    // one pass over shared memory instead of a chain of loads and three passes.
+    // in registers: fold_norm's arithmetic (norm_inverse, normed), so the same bits, with one
+    // round trip to memory and one pass over shared memory instead of a chain of loads and three
+    // passes.
     float v[kStagePer];
 #pragma unroll
     for (int j = 0; j < kStagePer; ++j) {
       const int i = threadIdx.x + j * kThreads;
       v[j] = i < K ? a.x[i] : 0.0f;
     }
-    float ss = 0.0f;
+    float ss[1] = {0.0f}, inv[1];
 #pragma unroll
     for (int j = 0; j < kStagePer; ++j)
-      if (threadIdx.x + j * kThreads < K) ss = fmaf(v[j], v[j], ss);
-    ss = warp_sum(ss);
-    if (lane == 0) norm_scratch[warp] = ss;
-    __syncthreads();
-    float total = 0.0f;
-    for (int w = 0; w < kWarps; ++w) total += norm_scratch[w];
-    const float inv = 1.0f / sqrtf(total / static_cast<float>(K) + a.norm_eps);
+      if (threadIdx.x + j * kThreads < K) ss[0] = fmaf(v[j], v[j], ss[0]);
+    norm_inverse<1>(ss, K, a.norm_eps, norm_scratch, inv);
 #pragma unroll
     for (int j = 0; j < kStagePer; ++j) {
       const int i = threadIdx.x + j * kThreads;
-      if (i < K) xs[i] = (v[j] * inv) * gv[j];
+      if (i < K) xs[i] = normed(v[j], inv[0], gv[j]);
     }
     if (K + static_cast<int>(threadIdx.x) < kx) xs[K + threadIdx.x] = 0.0f;
     __syncthreads();
@@ -492,7 +468,7 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
     }
     __syncthreads();
     if constexpr (NW == kWarps) {
-      if (a.norm_w != nullptr) fold_norm<W, 1>(a, xs, kx, 1, norm_scratch);
+      if (a.norm_w != nullptr) fold_norm<W, 1>(static_cast<const W*>(a.norm_w), K, a.norm_eps, xs, kx, 1, norm_scratch);
     }
   }
 
@@ -532,20 +508,6 @@ __global__ void __launch_bounds__(NW * 32) linear_stream_kernel(LinearRowsArgs a
   cp_async_wait<0>();
 }
 
-// How many weight vectors linear kernels load before waiting for the previous kernel (see
-// linear_rows_kernel's `early`): SPECDEC_CUDA_EARLY_WEIGHTS=0, 1 or 2, to measure what each buys.
-int early_weight_loads() {
-  static const int level = env_level("SPECDEC_CUDA_EARLY_WEIGHTS", 2, 2);
-  return level;
-}
-
-// Whether one-row linears take the stream kernel (default) or the row kernel
-// (SPECDEC_CUDA_STREAM_LINEAR=0, to measure the difference).
-bool stream_linear() {
-  static const bool on = env_switch("SPECDEC_CUDA_STREAM_LINEAR", true);
-  return on;
-}
-
 int multiprocessors() {
   static const int n = [] {
     int device = 0, count = 0;
@@ -561,13 +523,12 @@ int multiprocessors() {
 
 std::atomic<uint64_t> stream_launches{0};
 
-// Whether a one-row store or add linear streams two columns a warp (SPECDEC_CUDA_PAIRED: 0
-// never, 1 when the norm is folded (the default), 2 always). Measured on the 8B shape's recorded
-// batch-1 step: 4.22 ms unpaired, 4.12 with q/k/v paired (its 6,144 columns then fit one pass
-// of the grid), 4.22 with every linear paired (o and down get one 16-warp block per SM).
-bool paired_columns(const LinearRowsArgs& a) {
-  static const int mode = env_level("SPECDEC_CUDA_PAIRED", 1, 2);
-  return mode == 2 || (mode == 1 && a.norm_w != nullptr);
+// Whether a one-row store or add linear streams two columns a warp (CudaTuning::paired_columns;
+// by default when the norm is folded). Measured on the 8B shape's recorded batch-1 step: 4.22 ms
+// unpaired, 4.12 with q/k/v paired (its 6,144 columns then fit one pass of the grid), 4.22 with
+// every linear paired (o and down get one 16-warp block per SM).
+bool paired_columns(const LinearRowsArgs& a, PairedColumns mode) {
+  return mode == PairedColumns::always || (mode == PairedColumns::with_folded_norm && a.norm_w != nullptr);
 }
 
 size_t stream_smem(int K, int RR, int NW) {
@@ -576,7 +537,7 @@ size_t stream_smem(int K, int RR, int NW) {
 
 // launch_stream with NW warps a block.
 template <typename W, int RR, LinearEpilogue E, int NW>
-bool launch_stream_warps(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+bool launch_stream_warps(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   const size_t smem = stream_smem(a.K, RR, NW);
   const int sms = multiprocessors();
   if (sms == 0) return false;
@@ -608,7 +569,7 @@ bool launch_stream_warps(const LinearRowsArgs& a, int n_total, cudaStream_t stre
   }
   const int64_t wanted = (int64_t{stream_units<RR, E>(n_total)} + NW - 1) / NW;
   const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{per_sm} * sms));
-  launch(kernel, blocks, NW * 32, smem, stream, a, n_total);
+  launch(kernel, blocks, NW * 32, smem, ctx, a, n_total);
   stream_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -619,9 +580,9 @@ bool launch_stream_warps(const LinearRowsArgs& a, int n_total, cudaStream_t stre
 // 8B batch-1 step 4.41-4.42 -> 4.29 ms (4.32 with only the down projection so). A folded norm keeps
 // kWarps, the 256 threads whose order the norm's sums follow.
 template <typename W, int RR, LinearEpilogue E>
-bool launch_stream(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
-  if (a.norm_w == nullptr) return launch_stream_warps<W, RR, E, kWideWarps>(a, n_total, stream);
-  return launch_stream_warps<W, RR, E, kWarps>(a, n_total, stream);
+bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
+  if (a.norm_w == nullptr) return launch_stream_warps<W, RR, E, kWideWarps>(a, n_total, ctx);
+  return launch_stream_warps<W, RR, E, kWarps>(a, n_total, ctx);
 }
 
 // Rows of x one block stages (launch_for_m's choice) and the K tile that fits them.
@@ -629,7 +590,7 @@ int tile_rows(int M) { return M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 
 int k_tile(int MT) { return kSmemBudget / (MT * static_cast<int>(sizeof(float))) / 256 * 256; }
 
 template <typename W, int MT, int C, int RR, bool kVec, LinearEpilogue E>
-void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+void launch_shape(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   const int cols_per_block = kWarps * C;
   const dim3 grid((n_total + cols_per_block - 1) / cols_per_block, (a.M + MT - 1) / MT);
   // K tile: as much of K as fits the budget, a multiple of 256 (whole vectors for every lane).
@@ -637,15 +598,16 @@ void launch_shape(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   const int k_round = (a.K + 255) / 256 * 256;
   if (kc > k_round) kc = k_round;
   const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
-  launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, grid, kThreads, smem, stream, a, n_total, kc, early_weight_loads());
+  launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, grid, kThreads, smem, ctx, a, n_total, kc,
+         ctx.tuning.early_weights);
 }
 
 template <typename W, int MT, LinearEpilogue E>
-void launch_tile(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+void launch_tile(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   constexpr bool kGate = E == LinearEpilogue::silu_gate;
   bool vec = a.K % Vec16<W>::n == 0;
   for (int j = 0; j < (kGate ? 2 : a.segments); ++j) vec = vec && reinterpret_cast<uintptr_t>(a.seg[j].w) % 16 == 0;
-  if (!vec) return launch_shape < W, MT, 1, kGate ? 2 : 1, false, E > (a, n_total, stream);
+  if (!vec) return launch_shape < W, MT, 1, kGate ? 2 : 1, false, E > (a, n_total, ctx);
   // Weight rows per warp RR: any choice gives the same per-output order, so it is chosen for
   // speed from M and the rows streamed. Few rows of x (bandwidth-bound): many blocks, so every
   // SM holds an even share of the weight stream. More rows: more weight rows per warp, so each x
@@ -653,47 +615,49 @@ void launch_tile(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
   const int rows = kGate ? 2 * n_total : n_total;
   const int RR = MT <= 2 ? (rows >= 32768 ? 4 : (rows >= 12288 ? 2 : 1)) : (rows >= 8192 ? 4 : (rows >= 2048 ? 2 : 1));
   if constexpr (kGate) {
-    if (RR >= 4) return launch_shape<W, MT, 2, 4, true, E>(a, n_total, stream);
-    return launch_shape<W, MT, 1, 2, true, E>(a, n_total, stream);
+    if (RR >= 4) return launch_shape<W, MT, 2, 4, true, E>(a, n_total, ctx);
+    return launch_shape<W, MT, 1, 2, true, E>(a, n_total, ctx);
   } else {
-    if (RR == 4) return launch_shape<W, MT, 4, 4, true, E>(a, n_total, stream);
-    if (RR == 2) return launch_shape<W, MT, 2, 2, true, E>(a, n_total, stream);
-    launch_shape<W, MT, 1, 1, true, E>(a, n_total, stream);
+    if (RR == 4) return launch_shape<W, MT, 4, 4, true, E>(a, n_total, ctx);
+    if (RR == 2) return launch_shape<W, MT, 2, 2, true, E>(a, n_total, ctx);
+    launch_shape<W, MT, 1, 1, true, E>(a, n_total, ctx);
   }
 }
 
 template <typename W, LinearEpilogue E>
-void launch_for_m(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
-  if (a.M == 1 && stream_linear()) {
+void launch_for_m(const LinearRowsArgs& a, int n_total, const Context& ctx) {
+  if (a.M == 1 && ctx.tuning.stream_linear) {
     constexpr bool kGate = E == LinearEpilogue::silu_gate;
     bool vec = a.K % Vec16<W>::n == 0 && a.K % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
     for (int j = 0; j < (kGate ? 2 : a.segments); ++j) vec = vec && reinterpret_cast<uintptr_t>(a.seg[j].w) % 16 == 0;
-    if (vec && !kGate && n_total % 2 == 0 && paired_columns(a) && launch_stream<W, 2, E>(a, n_total, stream)) return;
-    if (vec && launch_stream < W, kGate ? 2 : 1, E > (a, n_total, stream)) return;
+    if (vec && !kGate && n_total % 2 == 0 && paired_columns(a, ctx.tuning.paired_columns) &&
+        launch_stream<W, 2, E>(a, n_total, ctx))
+      return;
+    if (vec && launch_stream < W, kGate ? 2 : 1, E > (a, n_total, ctx)) return;
   }
   switch (tile_rows(a.M)) {
     case 1:
-      return launch_tile<W, 1, E>(a, n_total, stream);
+      return launch_tile<W, 1, E>(a, n_total, ctx);
     case 2:
-      return launch_tile<W, 2, E>(a, n_total, stream);
+      return launch_tile<W, 2, E>(a, n_total, ctx);
     case 4:
-      return launch_tile<W, 4, E>(a, n_total, stream);
+      return launch_tile<W, 4, E>(a, n_total, ctx);
     case 8:
-      return launch_tile<W, 8, E>(a, n_total, stream);
+      return launch_tile<W, 8, E>(a, n_total, ctx);
     default:
-      return launch_tile<W, 16, E>(a, n_total, stream);
+      return launch_tile<W, 16, E>(a, n_total, ctx);
   }
 }
 
 template <typename W>
-void launch_epilogue(const LinearRowsArgs& a, int n_total, cudaStream_t stream) {
+void launch_epilogue(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   switch (a.epilogue) {
     case LinearEpilogue::store:
-      return launch_for_m<W, LinearEpilogue::store>(a, n_total, stream);
+      return launch_for_m<W, LinearEpilogue::store>(a, n_total, ctx);
     case LinearEpilogue::add:
-      return launch_for_m<W, LinearEpilogue::add>(a, n_total, stream);
+      return launch_for_m<W, LinearEpilogue::add>(a, n_total, ctx);
     case LinearEpilogue::silu_gate:
-      return launch_for_m<W, LinearEpilogue::silu_gate>(a, n_total, stream);
+      return launch_for_m<W, LinearEpilogue::silu_gate>(a, n_total, ctx);
   }
 }
 
@@ -703,7 +667,7 @@ uint64_t linear_stream_launches() { return stream_launches.load(std::memory_orde
 
 bool linear_rows_folds_norm(int M, int K) { return tile_rows(M) <= kLeanRows && K <= k_tile(tile_rows(M)); }
 
-void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream) {
+void launch_linear_rows(const LinearRowsArgs& args, const Context& ctx) {
   int n_total = 0;
   if (args.epilogue == LinearEpilogue::silu_gate) {
     n_total = args.seg[0].n;
@@ -711,18 +675,18 @@ void launch_linear_rows(const LinearRowsArgs& args, cudaStream_t stream) {
     for (int j = 0; j < args.segments; ++j) n_total += args.seg[j].n;
   }
   if (args.M == 0 || n_total == 0) return;
-  SPECDEC_DISPATCH_ELEM(args.w_type, W, launch_epilogue<W>(args, n_total, stream));
+  SPECDEC_DISPATCH_ELEM(args.w_type, W, launch_epilogue<W>(args, n_total, ctx));
 }
 
 void launch_linear_rows(const float* x, const void* w, ElemType w_type, const float* bias, float* out, int M, int N,
-                        int K, cudaStream_t stream) {
+                        int K, const Context& ctx) {
   LinearRowsArgs a;
   a.x = x;
   a.w_type = w_type;
   a.M = M;
   a.K = K;
   a.seg[0] = LinearSegment{w, bias, out, N};
-  launch_linear_rows(a, stream);
+  launch_linear_rows(a, ctx);
 }
 
 }  // namespace specdec::cuda

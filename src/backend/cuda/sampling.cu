@@ -462,9 +462,9 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void launch_sample(const float* logits, const SampleRow* rows, int* out, float* work, int n, int vocab,
-                   cudaStream_t stream) {
+                   const Context& ctx) {
   if (n == 0) return;
-  launch(sample_kernel, n, kThreads, 0, stream, logits, rows, out, work, vocab);
+  launch(sample_kernel, n, kThreads, 0, ctx, logits, rows, out, work, vocab);
 }
 
 }  // namespace specdec::cuda

@@ -1,0 +1,38 @@
+// The CUDA backend's kernel switches, one value per backend (BackendOptions::cuda). The defaults
+// are the settings measured best; the others stay for debugging and for measuring what each
+// optimisation buys. Plain C++17 with no includes: the kernel files (.cu) read it too.
+#pragma once
+
+namespace specdec {
+
+// Which one-row store and add linears stream two output columns a warp instead of one.
+enum class PairedColumns : int { never = 0, with_folded_norm = 1, always = 2 };
+
+// No switch changes a result: each alternative computes the same bits at another speed. The CUDA
+// backend lets the SPECDEC_CUDA_* environment variables named here override these fields (read
+// once, when the backend is made).
+struct CudaTuning {
+  // Synchronize after every call, so that an error names the call whose kernel faulted; no
+  // recordings then (SPECDEC_CUDA_SYNC=1).
+  bool sync_each_call = false;
+  // Backend::record captures CUDA graphs; false runs every call eagerly (SPECDEC_CUDA_RECORD=0).
+  bool record = true;
+  // Kernels may start during the previous kernel's tail (programmatic dependent launch);
+  // false runs them strictly in turn (SPECDEC_CUDA_PDL=0).
+  bool overlapped_launches = true;
+  // Weight vectors per row the linear kernels load before they wait for the previous kernel:
+  // 0 none, 1 one, 2 all of their first loop iteration's (SPECDEC_CUDA_EARLY_WEIGHTS=0..2).
+  int early_weights = 2;
+  // One-row linears run as a persistent stream kernel; false takes the tiled row kernel
+  // (SPECDEC_CUDA_STREAM_LINEAR=0).
+  bool stream_linear = true;
+  // SPECDEC_CUDA_PAIRED=0, 1 or 2.
+  PairedColumns paired_columns = PairedColumns::with_folded_norm;
+  // Decode steps rotate, cache and attend in one launch (SPECDEC_CUDA_FUSED_ATTENTION=0 splits).
+  bool fused_attention = true;
+  // Split attention folds its chunks in a second launch instead of in the last block of each
+  // (SPECDEC_CUDA_MERGE_LAUNCH=1).
+  bool merge_launch = false;
+};
+
+}  // namespace specdec
