@@ -35,12 +35,13 @@ std::vector<std::vector<float>> run_linears(Backend& g, int M, int K, int Nq, in
   Owned h = empty(g, DType::f32, {M, K});
   Owned q = empty(g, DType::f32, {M, Nq}), k = empty(g, DType::f32, {M, Nkv}), v = empty(g, DType::f32, {M, Nkv});
   Owned gate = empty(g, DType::f32, {M, I});
-  const std::array<Projection, 3> p = {Projection{wq.tensor, bq.tensor, q.tensor}, Projection{wk.tensor, {}, k.tensor},
-                                       Projection{wv.tensor, {}, v.tensor}};
+  const std::array<Projection, 3> p = {Projection{Weight(wq.tensor), bq.tensor, q.tensor},
+                                       Projection{Weight(wk.tensor), {}, k.tensor},
+                                       Projection{Weight(wv.tensor), {}, v.tensor}};
   const float eps = 1e-5f;
   g.norm_linear_many(x.tensor, norm1.tensor, eps, h.tensor, p);
-  g.norm_gated_linear(x.tensor, norm2.tensor, eps, h.tensor, wg.tensor, wu.tensor, gate.tensor);
-  g.linear_add(gate.tensor, wd.tensor, nullptr, res.tensor);
+  g.norm_gated_linear(x.tensor, norm2.tensor, eps, h.tensor, Weight(wg.tensor), Weight(wu.tensor), gate.tensor);
+  g.linear_add(gate.tensor, Weight(wd.tensor), nullptr, res.tensor);
   return {download(g, q.tensor), download(g, k.tensor), download(g, v.tensor), download(g, gate.tensor),
           download(g, res.tensor)};
 }
