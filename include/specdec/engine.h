@@ -54,6 +54,9 @@ class Engine {
   // Blocks until the request has finished and hands its result over (once: a second wait for
   // the same id throws, as does one for an id never submitted).
   GenerationResult wait(int64_t request_id);
+  // The caller will not wait for this request (it follows it through on_event): its result is
+  // dropped when it finishes, or now if it has. Without it every result stays until waited for.
+  void release(int64_t request_id);
 
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = true) const;

@@ -100,6 +100,8 @@ void Engine::cancel(int64_t request_id) {
 
 GenerationResult Engine::wait(int64_t request_id) { return impl_->loop->wait(request_id); }
 
+void Engine::release(int64_t request_id) { impl_->loop->release(request_id); }
+
 std::vector<int32_t> Engine::encode(std::string_view text, bool parse_special) const {
   return impl_->session.tokenizer->encode(text, parse_special);
 }

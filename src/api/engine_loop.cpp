@@ -81,6 +81,17 @@ GenerationResult EngineLoop::wait(int64_t id) {
   return result;
 }
 
+void EngineLoop::release(int64_t id) {
+  std::lock_guard lock(mutex_);
+  auto it = outcomes_.find(id);
+  if (it == outcomes_.end()) return;
+  if (it->second.has_value()) {
+    outcomes_.erase(it);
+  } else {
+    released_.insert(id);
+  }
+}
+
 void EngineLoop::run() {
   for (;;) {
     std::deque<Task> tasks;
@@ -119,7 +130,11 @@ void EngineLoop::collect() {
     }
     {
       std::lock_guard lock(mutex_);
-      outcomes_[*it] = public_result(std::move(*r));
+      if (released_.erase(*it)) {
+        outcomes_.erase(*it);
+      } else {
+        outcomes_[*it] = public_result(std::move(*r));
+      }
     }
     it = live_.erase(it);
     any = true;
@@ -137,7 +152,11 @@ void EngineLoop::fail_all(const std::string& why) {
       r.request_id = id;
       r.finish = Finish::error;
       r.error = str_cat("the engine failed: ", why);
-      outcomes_[id] = std::move(r);
+      if (released_.erase(id)) {
+        outcomes_.erase(id);
+      } else {
+        outcomes_[id] = std::move(r);
+      }
     }
   }
   live_.clear();

@@ -45,6 +45,8 @@ class EngineLoop {
   // All or nothing: a bad request cancels the ones queued before it and throws.
   std::vector<int64_t> submit_all(std::vector<Request> requests);
   GenerationResult wait(int64_t id);
+  // Drops the request's result now if it has one, else when it arrives.
+  void release(int64_t id);
 
  private:
   // A queued task; called with nullptr when the loop stops before running it.
@@ -71,6 +73,7 @@ class EngineLoop {
   bool stopped_ = false;
   std::string failure_;                                          // why the engine stopped serving, once a step threw
   std::map<int64_t, std::optional<GenerationResult>> outcomes_;  // submitted, not yet waited for
+  std::set<int64_t> released_;                                   // running, nobody will wait: drop the result
   std::thread thread_;                                           // last: it starts once everything above exists
 };
 

@@ -128,6 +128,30 @@ struct Stream {
   }
 };
 
+TEST(Engine, ReleasedResultsAreNotKept) {
+  // A streaming client that never waits: after release its result is gone, so wait refuses it;
+  // its events still arrive, and an unreleased request beside it keeps its result.
+  specdec::Engine engine(config());
+  std::promise<std::string> final_text;
+  std::string streamed;
+  specdec::GenerationRequest r = greedy(fixture().prompts[0], kTokens);
+  r.on_event = [&](const specdec::GenerationEvent& ev) {
+    streamed += ev.text;
+    if (ev.finish != specdec::Finish::none) final_text.set_value(streamed);
+  };
+  const int64_t streaming = engine.submit(std::move(r));
+  engine.release(streaming);
+  const int64_t kept = engine.submit(greedy(fixture().prompts[1], kTokens));
+  EXPECT_FALSE(final_text.get_future().get().empty());
+  EXPECT_EQ(engine.wait(kept).tokens, first(fixture().greedy[1], kTokens));
+  EXPECT_THROW(engine.wait(streaming), std::runtime_error);
+  // Released after it finished: dropped at once.
+  const int64_t done = engine.submit(greedy(fixture().prompts[2], 4));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  engine.release(done);
+  EXPECT_THROW(engine.wait(done), std::runtime_error);
+}
+
 TEST(Engine, CancelEndsARequestMidStream) {
   specdec::Engine engine(config());
   Stream s;
