@@ -214,23 +214,40 @@ TEST_F(ForwardApi, ReportsTheModelItLoaded) {
   EXPECT_EQ(cache->num_layers(), 2);
 }
 
+// Tap j of a forward's result (a view in the backend's memory), copied to the host.
+std::vector<float> host_tap(Backend& backend, const ForwardResult& result, size_t j) {
+  const Tensor& t = result.taps.at(j);
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  if (!v.empty()) backend.copy(t, Tensor(v.data(), DType::f32, {t.numel()}));
+  backend.synchronize();
+  return v;
+}
+
 TEST_F(ForwardApi, TapsAreTheHiddenStatesBehindTheLogits) {
   const ModelConfig& c = model->config();
   const int L = c.num_layers, H = c.hidden_size, V = c.vocab_size;
   auto cache = model->make_cache(4);
   const auto seq = cache->create();
   ASSERT_TRUE(cache->reserve(seq, 12));
-  ForwardRequest request{{{seq, tokens_for(12, V, 11), {3, 11}}}, {L, 0, L - 1}};
+  ForwardRequest request{{{seq, tokens_for(12, V, 11), {3, 11}, {3, 11}}}, {L, 0, L - 1}};
   const ForwardResult result = model->forward(request, *cache);
   ASSERT_EQ(result.taps.size(), 3u);
-  for (const auto& t : result.taps) ASSERT_EQ(t.size(), 2u * static_cast<size_t>(H));
+  EXPECT_EQ(result.tap_layers, (std::vector<int>{L, 0, L - 1}));
+  EXPECT_EQ(result.tap_offsets, (std::vector<int>{0, 2}));
+  std::vector<std::vector<float>> taps;
+  for (size_t j = 0; j < 3; ++j) {
+    ASSERT_EQ(result.taps[j].dim(0), 2);
+    ASSERT_EQ(result.taps[j].dim(1), H);
+    EXPECT_EQ(result.taps[j].device, backend->device());
+    taps.push_back(host_tap(*backend, result, j));
+  }
 
   auto weights = WeightStore::open(model_dir("llama"));
   const float* lm_head = weights.get("lm_head.weight").ptr<float>();
   const float* norm = weights.get("model.norm.weight").ptr<float>();
   for (int i = 0; i < 2; ++i) {
-    const float* last = result.taps[2].data() + static_cast<size_t>(i) * static_cast<size_t>(H);
-    const float* final_hidden = result.taps[0].data() + static_cast<size_t>(i) * static_cast<size_t>(H);
+    const float* last = taps[2].data() + static_cast<size_t>(i) * static_cast<size_t>(H);
+    const float* final_hidden = taps[0].data() + static_cast<size_t>(i) * static_cast<size_t>(H);
     // The final normed hidden is RMSNorm(residual after the last layer).
     double ms = 0;
     for (int k = 0; k < H; ++k) ms += static_cast<double>(last[k]) * last[k];
@@ -244,7 +261,47 @@ TEST_F(ForwardApi, TapsAreTheHiddenStatesBehindTheLogits) {
     }
   }
   // Tap 0 (after the first layer) differs from the last layer's output.
-  EXPECT_NE(result.taps[1], result.taps[2]);
+  EXPECT_NE(taps[1], taps[2]);
+}
+
+TEST_F(ForwardApi, TapsWithoutLogitsAtTheirOwnPositions) {
+  // A prefill chunk tapped at every position, with no logits: the taps come back, no logits, and
+  // each tapped row equals that position's tap in another forward of the same tokens (split
+  // differently, beside another row, with logits): the kernels are batch and window invariant.
+  const ModelConfig& c = model->config();
+  const int L = c.num_layers, H = c.hidden_size, V = c.vocab_size;
+  const std::vector<int32_t> tokens = tokens_for(12, V, 21);
+  auto cache = model->make_cache(8);
+  const auto a = cache->create(), b = cache->create(), other = cache->create();
+  ASSERT_TRUE(cache->reserve(a, 12) && cache->reserve(b, 12) && cache->reserve(other, 5));
+  const ForwardResult tapped =
+      model->forward(ForwardRequest{{{a, tokens, {}, all_positions(12)}}, {0, L, L - 1}}, *cache);
+  EXPECT_TRUE(tapped.logits.empty());
+  EXPECT_EQ(tapped.row_offsets, (std::vector<int>{0, 0}));
+  EXPECT_EQ(tapped.tap_offsets, (std::vector<int>{0, 12}));
+  ASSERT_EQ(tapped.taps.size(), 3u);
+  std::vector<std::vector<float>> whole;
+  for (size_t j = 0; j < 3; ++j) whole.push_back(host_tap(*backend, tapped, j));
+
+  // The same tokens in two forwards: 7 untapped, then 5 beside another row, tapped at 4 and 2.
+  model->forward(ForwardRequest{{{b, {tokens.begin(), tokens.begin() + 7}, {}}}, {}}, *cache);
+  const ForwardResult split = model->forward(
+      ForwardRequest{{{other, tokens_for(5, V, 22), {4}, {1}}, {b, {tokens.begin() + 7, tokens.end()}, {0}, {4, 2}}},
+                     {L - 1, 0, L}},
+      *cache);
+  EXPECT_EQ(split.logits.size(), 2u * static_cast<size_t>(V));
+  EXPECT_EQ(split.tap_offsets, (std::vector<int>{0, 1, 3}));
+  const std::vector<float> s_last = host_tap(*backend, split, 0), s_first = host_tap(*backend, split, 1),
+                           s_final = host_tap(*backend, split, 2);
+  const auto row = [H](const std::vector<float>& v, int i) {
+    return std::vector<float>(v.begin() + i * H, v.begin() + (i + 1) * H);
+  };
+  for (const auto& [split_row, position] : {std::pair{1, 11}, std::pair{2, 9}}) {
+    EXPECT_EQ(row(s_first, split_row), row(whole[0], position)) << position;
+    EXPECT_EQ(row(s_final, split_row), row(whole[1], position)) << position;
+    EXPECT_EQ(row(s_last, split_row), row(whole[2], position)) << position;
+  }
+  EXPECT_NE(row(whole[0], 3), row(whole[2], 3));
 }
 
 TEST_F(ForwardApi, RowsWithoutLogitsStillWriteTheirKv) {
@@ -381,6 +438,9 @@ TEST_F(ForwardApi, RejectsMalformedRequestsWithoutTouchingTheCache) {
   expect_rejected(*model, *cache, ForwardRequest{{{s, {1}, {0}}, {s, {2}, {0}}}, {}}, "twice");
   expect_rejected(*model, *cache, ForwardRequest{{{s, {1, 2}, {2}}}, {}}, "logits_at");
   expect_rejected(*model, *cache, ForwardRequest{{{s, {1}, {0}}}, {c.num_layers + 1}}, "tap layer");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {1, 2}, {}, {2}}}, {0}}, "taps_at");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {1, 2}, {}, {-1}}}, {0}}, "taps_at");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {1, 2}, {}, {0}}}, {}}, "no tap layers");
   expect_rejected(*model, *cache, ForwardRequest{{{999, {1}, {0}}}, {}}, "unknown");
   ForwardRequest two_rows_for_one{{{s, {1, 2}, {1}}}, {}};
   two_rows_for_one.sampling.assign(2, SampleRow{});
