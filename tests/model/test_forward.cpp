@@ -511,6 +511,45 @@ TEST(ForwardCosts, FirstForwardsOfAShapeAreMarkedOneOff) {
   EXPECT_FALSE(last) << "a verify window repeated four times";
 }
 
+TEST(ForwardTaps, ReplayedStepsTapTheRowsTheyAreToldOf) {
+  // Decode steps with taps are replayable (recorded on their second run where the backend
+  // records, replayed from the third): each replay gathers the rows this step names, uploaded
+  // like the token ids (here alternating between two rows), and equals the same steps run call
+  // by call (rows without logits: not a replayable shape).
+  auto backend = make_backend(testing::test_backend_options());
+  auto model = Model::load(model_dir("llama"), *backend);
+  const int L = model->config().num_layers, V = model->config().vocab_size, H = model->config().hidden_size;
+  auto cache = model->make_cache(16);
+  const auto a = cache->create(), b = cache->create(), ra = cache->create(), rb = cache->create();
+  for (auto s : {a, b, ra, rb}) ASSERT_TRUE(cache->reserve(s, 32));
+  const auto prompt = tokens_for(8, V, 5), steps = tokens_for(8, V, 6);
+  model->forward(ForwardRequest{{{a, prompt, {}}, {b, prompt, {}}, {ra, prompt, {}}, {rb, prompt, {}}}, {}}, *cache);
+  const std::vector<SampleRow> greedy(2);
+  bool one_off = true;
+  for (int step = 0; step < 6; ++step) {
+    const int32_t ta = steps[static_cast<size_t>(step)], tb = steps[static_cast<size_t>(step) + 1];
+    const bool on_b = step % 2 == 1;
+    ForwardRequest request{{{a, {ta}, {0}, {}}, {b, {tb}, {0}, {}}}, {L, 0}, greedy};
+    request.rows[on_b ? 1 : 0].taps_at = {0};
+    const ForwardResult got = model->forward(request, *cache);
+    one_off = got.one_off;
+    EXPECT_EQ(got.tap_offsets, (on_b ? std::vector<int>{0, 0, 1} : std::vector<int>{0, 1, 1}));
+    const std::vector<float> final_hidden = host_tap(*backend, got, 0), first = host_tap(*backend, got, 1);
+    ASSERT_EQ(first.size(), static_cast<size_t>(H));
+
+    const ForwardResult want =
+        model->forward(ForwardRequest{{{ra, {ta}, {}, {0}}, {rb, {tb}, {}, {0}}}, {L, 0}}, *cache);
+    const auto row = [&](size_t j) {
+      const std::vector<float> all = host_tap(*backend, want, j);
+      const auto from = all.begin() + (on_b ? H : 0);
+      return std::vector<float>(from, from + H);
+    };
+    EXPECT_EQ(final_hidden, row(0)) << "step " << step;
+    EXPECT_EQ(first, row(1)) << "step " << step;
+  }
+  EXPECT_FALSE(one_off) << "a tapped decode step repeated six times";
+}
+
 TEST(ModelLoad, NamesWhatIsMissing) {
   auto backend = make_backend(BackendOptions{});
   EXPECT_THROW(Model::load(std::string(SPECDEC_SOURCE_DIR) + "/tests/fixtures/no_such_model", *backend), Error);
