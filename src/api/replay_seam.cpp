@@ -11,12 +11,17 @@ namespace specdec {
 
 namespace {
 
+// The replay runs no target forward, so it offers no hidden taps: a method that reads them is
+// refused here, by name, before any row state exists. The weights' ports cost nothing.
 std::unique_ptr<DraftRows> open_group(DraftMethod& method, const Model& target) {
   TargetView view;
   view.model = &target;
   view.vocab_size = target.config().vocab_size;
   view.hidden_size = target.config().hidden_size;
   view.num_layers = target.config().num_layers;
+  view.embedding = &target.embedding();
+  view.lm_head = &target.lm_head();
+  check_ports(view, method.needs(), method.name());
   return method.open(view);
 }
 
@@ -33,7 +38,7 @@ SeamRow::SeamRow(DraftMethod& method, const Model& target) : rows_(open_group(me
 }
 
 void SeamRow::prefill(std::span<const int32_t> tokens) {
-  rows_->prefill(0, tokens);
+  rows_->prefill(0, tokens, TargetContext{});
   position_ += static_cast<int64_t>(tokens.size());
 }
 
@@ -108,7 +113,7 @@ double time_draft_prefill(DraftMethod& method, const Model& target, const std::v
   std::vector<double> t;
   for (int rep = 0; rep < reps; ++rep) {
     append_empty_row(*rows);
-    t.push_back(median_seconds(1, [&] { rows->prefill(0, prompt); }));
+    t.push_back(median_seconds(1, [&] { rows->prefill(0, prompt, TargetContext{}); }));
     rows->filter_rows({});
   }
   return median_of(t);

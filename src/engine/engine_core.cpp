@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
+#include <set>
 #include <utility>
 
 #include "core/error.h"
@@ -36,7 +38,21 @@ TargetView target_view(const Model& target, const EngineOptions& options) {
   view.num_layers = target.config().num_layers;
   view.max_rows = options.max_rows;
   view.taps = true;
+  view.embedding = &target.embedding();
+  view.lm_head = &target.lm_head();
   return view;
+}
+
+// Row r's tapped positions [0, count) of the forward, in the layers (and order) its method
+// declared: slices of the forward's views, which tapped the union of its rows' layers.
+TargetContext tap_context(const ForwardResult& out, std::span<const int> layers, size_t r, int count) {
+  TargetContext context;
+  for (int layer : layers) {
+    const auto j = std::find(out.tap_layers.begin(), out.tap_layers.end(), layer) - out.tap_layers.begin();
+    SPECDEC_CHECK(j < std::ssize(out.tap_layers), "the target forward did not tap layer ", layer);
+    context.taps.push_back(out.taps[static_cast<size_t>(j)].rows(out.tap_offsets[r], count));
+  }
+  return context;
 }
 
 }  // namespace
@@ -137,6 +153,7 @@ void EngineCore::propose() {
 
 ForwardRequest EngineCore::build_forward(const std::vector<ScheduledRow>& batch, bool on_backend) const {
   ForwardRequest request;
+  std::set<int> tap_layers;
   for (const ScheduledRow& s : batch) {
     const Row& row = *s.row;
     SequenceInput in;
@@ -150,8 +167,18 @@ ForwardRequest EngineCore::build_forward(const std::vector<ScheduledRow>& batch,
       const auto from = row.tokens.begin() + row.prefilled;
       in.tokens.assign(from, from + s.chunk);
     }
+    // A row whose method reads the target's hidden states is tapped at every new position (the
+    // prefill chunk, or the window, of which commit hands over the verified part); the forward
+    // taps the union of its rows' layers. Other rows cost no taps.
+    const std::span<const int> layers = coordinator_.tap_layers(row.spec);
+    if (!layers.empty()) {
+      in.taps_at.resize(in.tokens.size());
+      std::iota(in.taps_at.begin(), in.taps_at.end(), 0);
+      tap_layers.insert(layers.begin(), layers.end());
+    }
     request.rows.push_back(std::move(in));
   }
+  request.tap_layers.assign(tap_layers.begin(), tap_layers.end());
   if (!on_backend) return request;
   for (size_t r = 0; r < batch.size(); ++r) {
     if (!batch[r].decode) continue;
@@ -195,9 +222,10 @@ void EngineCore::verify_and_commit(const std::vector<ScheduledRow>& batch, const
   std::vector<std::vector<int32_t>> emitted(batch.size());  // backs the rounds' spans
   for (size_t r = 0; r < batch.size(); ++r) {
     Row& row = *batch[r].row;
+    const std::span<const int> tap_layers = coordinator_.tap_layers(row.spec);
     if (!batch[r].decode) {
       const std::span<const int32_t> chunk(row.tokens.data() + row.prefilled, static_cast<size_t>(batch[r].chunk));
-      coordinator_.prefill(row.spec, chunk);
+      coordinator_.prefill(row.spec, chunk, tap_context(out, tap_layers, r, batch[r].chunk));
       row.prefilled += batch[r].chunk;
       row.decoding = row.prefilled == row.prefill_end;
       continue;
@@ -207,6 +235,7 @@ void EngineCore::verify_and_commit(const std::vector<ScheduledRow>& batch, const
     row.spec.telemetry.target_forwards += 1;
     if (!row.speculates()) continue;
     row.spec.telemetry.verify_ns += static_cast<int64_t>((forward_secs + seconds_since(tv)) * 1e9);
+    round.context = tap_context(out, tap_layers, r, round.accepted + 1);
     rounds.push_back(round);
   }
   coordinator_.commit(rounds);

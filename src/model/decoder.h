@@ -21,8 +21,8 @@ struct DecoderPass {
   KvCache& cache;               // where the layers' K/V go
   const Tensor& x;              // [T, hidden] f32: the residual stream
   Carver scratch;               // the decoder's own scratch_bytes(T), laid out as it likes
-  // Runs after layer i with the residual stream (hidden taps). Not a kernel call: a forward the
-  // runner records has no taps, so there it does nothing.
+  // Runs after layer i with the residual stream (hidden taps). It makes backend kernel calls
+  // only (gathers of the tapped rows), so a recorded pass records them too.
   const std::function<void(int layer, const Tensor& x)>& after_layer;
 };
 

@@ -25,6 +25,8 @@ Backend& Model::backend() const { return impl_->backend(); }
 size_t Model::parameter_count() const { return impl_->parameter_count(); }
 size_t Model::weight_bytes() const { return impl_->weight_bytes(); }
 size_t Model::step_weight_bytes(int tokens) const { return impl_->step_weight_bytes(tokens); }
+const Tensor& Model::embedding() const { return impl_->embedding(); }
+const Weight& Model::lm_head() const { return impl_->lm_head(); }
 
 std::unique_ptr<KvCache> Model::make_cache(int num_blocks) const {
   const ModelConfig& c = config();

@@ -20,12 +20,16 @@ struct SequenceInput {
   KvCache::SeqId seq = 0;
   std::vector<int32_t> tokens;     // new tokens, at positions length(seq) .. length(seq)+n-1
   std::vector<int32_t> logits_at;  // indices into tokens whose logits are returned
+  // Indices into tokens whose hidden states are tapped (ForwardRequest::tap_layers), apart from
+  // the logits: a prefill chunk can tap every position without computing logits there.
+  std::vector<int32_t> taps_at = {};
 };
 
 struct ForwardRequest {
   std::vector<SequenceInput> rows;
-  // Hidden states returned at the logits_at positions: i in [0, L) = residual stream after
-  // layer i; L = the final normed hidden (the LM head's input).
+  // Hidden states tapped at every row's taps_at positions: i in [0, L) = residual stream after
+  // layer i; L = the final normed hidden (the LM head's input). Gathered by kernel calls inside
+  // the forward, so a forward with taps can still be replayed from a recording.
   std::vector<int> tap_layers;
   // Token selection on the backend. Empty: the logits come back. Otherwise one SampleRow per
   // returned row (every row's logits_at, in request order): the logits stay where they were
@@ -40,7 +44,13 @@ struct ForwardResult {
   std::vector<float> logits;             // [total logits_at, vocab], rows in request order; empty when sampling
   std::vector<int32_t> tokens;           // [total logits_at] drawn per ForwardRequest::sampling, else empty
   std::vector<int> row_offsets;          // size rows+1: row r's logits rows are [row_offsets[r], row_offsets[r+1])
-  std::vector<std::vector<float>> taps;  // per tap layer: [total logits_at, hidden]
+  // The hidden taps, device-side: per ForwardRequest::tap_layers entry (in that order, also kept
+  // in tap_layers here) a [total taps_at, hidden] f32 view in the backend's memory (host memory
+  // on the CPU: no copy). Row r's taps are rows [tap_offsets[r], tap_offsets[r+1]), in its
+  // taps_at order. The views stay valid until the next forward on this model.
+  std::vector<int> tap_layers;
+  std::vector<Tensor> taps;
+  std::vector<int> tap_offsets;          // size rows+1
   // The forward paid one-off costs: it grew the model's buffers (their first pages fault), or
   // its shape ran call by call for the first time or recorded its replay. Its time is no price
   // of the next forward of that shape.
@@ -70,6 +80,12 @@ class Model {
   size_t step_weight_bytes(int tokens) const;
   // A KV cache shaped for this model, with num_blocks blocks of 16 positions.
   std::unique_ptr<KvCache> make_cache(int num_blocks) const;
+
+  // The target's own weights, for draft methods that reuse them instead of holding copies: the
+  // embedding table [vocab, hidden] and the LM head [vocab, hidden] (for a tied model, the same
+  // memory). Valid as long as the model.
+  const Tensor& embedding() const;
+  const Weight& lm_head() const;
 
   // One ragged forward over all rows. Each row's KV must already be reserved for length+n
   // (throws otherwise, before any work). Afterwards length(seq) += n for every row. Input is

@@ -54,11 +54,16 @@ ForwardPlan plan_forward(const ForwardRequest& request, const KvCache& cache, co
     }
     for (int32_t at : row.logits_at)
       SPECDEC_CHECK(at >= 0 && at < n, "forward row ", r, ": logits_at index ", at, " outside its ", n, " tokens");
+    for (int32_t at : row.taps_at)
+      SPECDEC_CHECK(at >= 0 && at < n, "forward row ", r, ": taps_at index ", at, " outside its ", n, " tokens");
+    SPECDEC_CHECK(row.taps_at.empty() || !request.tap_layers.empty(), "forward row ", r,
+                  ": taps_at positions given but the request names no tap layers");
     plan.max_row_tokens = std::max(plan.max_row_tokens, n);
     plan.max_row_len = std::max(plan.max_row_len, static_cast<int>(end));
     plan.max_blocks = std::max(plan.max_blocks, (static_cast<int>(end) + plan.block_size - 1) / plan.block_size);
     plan.tokens += n;
     plan.outputs += static_cast<int>(row.logits_at.size());
+    plan.taps += static_cast<int>(row.taps_at.size());
   }
 
   SPECDEC_CHECK(request.sampling.empty() || request.sampling.size() == static_cast<size_t>(plan.outputs),
@@ -82,8 +87,11 @@ ForwardPlan plan_forward(const ForwardRequest& request, const KvCache& cache, co
   plan.block_table.assign(R * static_cast<size_t>(plan.max_blocks), 0);
   plan.out_index.reserve(static_cast<size_t>(plan.outputs));
   plan.row_offsets.reserve(R + 1);
+  plan.tap_index.reserve(static_cast<size_t>(plan.taps));
+  plan.tap_offsets.reserve(R + 1);
   plan.row_starts.push_back(0);
   plan.row_offsets.push_back(0);
+  plan.tap_offsets.push_back(0);
   for (size_t r = 0; r < R; ++r) {
     const SequenceInput& row = request.rows[r];
     const std::vector<int32_t>& table = cache.block_table(row.seq);
@@ -103,6 +111,8 @@ ForwardPlan plan_forward(const ForwardRequest& request, const KvCache& cache, co
     plan.row_starts.push_back(token_base + n);
     plan.row_lens.push_back(start + n);
     plan.row_offsets.push_back(static_cast<int>(plan.out_index.size()));
+    for (int32_t at : row.taps_at) plan.tap_index.push_back(token_base + at);
+    plan.tap_offsets.push_back(static_cast<int>(plan.tap_index.size()));
   }
   return plan;
 }

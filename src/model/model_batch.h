@@ -16,6 +16,7 @@ struct ForwardPlan {
   int rows = 0;
   int tokens = 0;        // T: new tokens of all rows
   int outputs = 0;       // total logits_at entries
+  int taps = 0;          // total taps_at entries
   int max_blocks = 0;    // block_table row width
   int block_size = 16;
   int max_row_len = 0;
@@ -28,10 +29,12 @@ struct ForwardPlan {
   std::vector<int32_t> block_table;  // [R, max_blocks], padded with block 0 (never read)
   std::vector<int32_t> out_index;    // [outputs]: token index (into T) of each returned row
   std::vector<int> row_offsets;      // [R + 1] into out_index
+  std::vector<int32_t> tap_index;    // [taps]: token index (into T) of each tapped row
+  std::vector<int> tap_offsets;      // [R + 1] into tap_index
 };
 
 // Checks the request: at least one row; no row without tokens; no sequence twice; token ids in
-// [0, vocab); logits_at inside the row; the sequence fits max_position; KV reserved for
+// [0, vocab); logits_at and taps_at inside the row (taps_at only with tap layers); the sequence fits max_position; KV reserved for
 // length + n; tap layers in [0, num_layers]; the cache shaped for this model; no sampling rows
 // or one valid SampleRow per returned row. Throws Error naming the row and the limit.
 ForwardPlan plan_forward(const ForwardRequest& request, const KvCache& cache, const ModelConfig& config);

@@ -23,6 +23,10 @@ enum class Selection : uint8_t { logits, argmax, sample };
 struct ReplayKey {
   int rows = 0, tokens = 0, max_row_tokens = 0, max_blocks = 0, max_row_len = 0;
   Selection selection = Selection::logits;
+  // The hidden taps: which layers, and how many tapped rows (which rows they are is metadata,
+  // uploaded before each replay like the token ids).
+  std::vector<int> tap_layers;
+  int taps = 0;
   // The cache a recording writes into, by its memory: every pool's address and the pool size
   // (a later cache may reuse an earlier one's addresses, but then it is the same memory).
   int pool_blocks = 0;

@@ -1,6 +1,7 @@
 // ModelRunner: one forward laid out and run. The plan's metadata is uploaded in one copy; the
 // decoder runs over the residual stream; only the returned positions go through the final norm
-// and the LM head; tokens are selected on the backend when asked, so only they come back.
+// and the LM head; tokens are selected on the backend when asked, so only they come back; the
+// tapped hidden states are gathered into the output buffer and handed back as views.
 #include "model/runner.h"
 
 #include <algorithm>
@@ -15,7 +16,7 @@ namespace specdec {
 // The plan's i32 arrays and the output rows' SampleRows, packed so that one copy uploads them
 // all (before a recorded step is replayed, too: its sample call reads them from here).
 struct ModelRunner::MetaViews {
-  Tensor ids, positions, slots, row_starts, row_lens, block_table, out_index, sample_rows;
+  Tensor ids, positions, slots, row_starts, row_lens, block_table, out_index, sample_rows, tap_index;
   MetaViews(Carver& m, const ForwardPlan& p)
       : ids(m.take(DType::i32, {p.tokens})),
         positions(m.take(DType::i32, {p.tokens})),
@@ -24,19 +25,20 @@ struct ModelRunner::MetaViews {
         row_lens(m.take(DType::i32, {p.rows})),
         block_table(m.take(DType::i32, {p.rows, p.max_blocks})),
         out_index(m.take(DType::i32, {std::max(p.outputs, 1)})),
-        sample_rows(m.take(DType::i32, {std::max(p.outputs, 1), kSampleRowWords})) {}
+        sample_rows(m.take(DType::i32, {std::max(p.outputs, 1), kSampleRowWords})),
+        tap_index(m.take(DType::i32, {std::max(p.taps, 1)})) {}
 };
 
 // Per-output rows: the final normed hidden (LM head input), the logits, the tokens selected
-// from them, and tapped hiddens.
+// from them; per tap layer, the NT tapped rows.
 struct ModelRunner::OutputViews {
   Tensor final_hidden, logits, tokens;
   std::vector<Tensor> taps;
-  OutputViews(Carver& o, const ModelConfig& c, int64_t N, size_t tap_count)
+  OutputViews(Carver& o, const ModelConfig& c, int64_t N, int64_t NT, size_t tap_count)
       : final_hidden(o.take(DType::f32, {N, c.hidden_size})),
         logits(o.take(DType::f32, {N, c.vocab_size})),
         tokens(o.take(DType::i32, {N})) {
-    for (size_t j = 0; j < tap_count; ++j) taps.push_back(o.take(DType::f32, {N, c.hidden_size}));
+    for (size_t j = 0; j < tap_count; ++j) taps.push_back(o.take(DType::f32, {NT, c.hidden_size}));
   }
 };
 
@@ -125,6 +127,7 @@ ModelRunner::MetaViews ModelRunner::upload_meta(const ForwardPlan& plan, std::sp
   put(plan.row_lens, host.row_lens);
   put(plan.block_table, host.block_table);
   put(plan.out_index, host.out_index);
+  put(plan.tap_index, host.tap_index);
   if (!sampling.empty()) std::memcpy(host.sample_rows.data, sampling.data(), sampling.size_bytes());
   const int64_t meta_elems = static_cast<int64_t>(meta_host_.size());
   backend_.copy(Tensor(meta_host_.data(), DType::i32, {meta_elems}),
@@ -135,19 +138,17 @@ ModelRunner::MetaViews ModelRunner::upload_meta(const ForwardPlan& plan, std::sp
 void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_layers,
                           std::span<const SampleRow> sampling, KvCache& cache, ForwardResult& result) {
   // Decode steps (one token and one returned row per sequence) and one row's verify windows
-  // (every new token returns its row), without taps, are replayed from a recording of their
-  // calls where the backend can record; everything else runs call by call. Called one by one,
-  // a small model's forward costs a GPU more than its replay. A batch's windows come in too
-  // many shapes for recordings to pay.
+  // (every new token returns its row) are replayed from a recording of their calls where the
+  // backend can record; everything else runs call by call. Called one by one, a small model's
+  // forward costs a GPU more than its replay. A batch's windows come in too many shapes for
+  // recordings to pay. Taps are gathered by kernel calls, so they take part in the recording.
   const bool one_row_window = given.rows == 1 && given.outputs == given.tokens;
   const bool decode_step = given.tokens == given.rows && given.outputs == given.rows;
-  const bool replayable =
-      replays_.available() && tap_layers.empty() && given.tokens > 0 && (decode_step || one_row_window);
+  const bool replayable = replays_.available() && given.tokens > 0 && (decode_step || one_row_window);
   const ForwardPlan padded = replayable ? ReplayCache::padded(given) : ForwardPlan{};
   const ForwardPlan& plan = replayable ? padded : given;
-  const int64_t T = plan.tokens, N = plan.outputs;
+  const int64_t T = plan.tokens, N = plan.outputs, NT = plan.taps;
   const int64_t H = config_.hidden_size, V = config_.vocab_size;
-  const size_t taps = tap_layers.size();
   const Selection selection = selection_for(sampling);
   const bool selects = selection != Selection::logits;
 
@@ -156,40 +157,39 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
   const AttentionBatch batch = attention_batch(plan, meta);
   const size_t decoder_bytes = decoder_->scratch_bytes(T);
   const ActivationViews act = scratch(activations_, [&](Carver& a) { return ActivationViews(a, H, T, decoder_bytes); });
-  const OutputViews out =
-      scratch(outputs_, [&](Carver& o) { return OutputViews(o, config_, std::max<int64_t>(N, 1), taps); });
+  const OutputViews out = scratch(outputs_, [&](Carver& o) {
+    return OutputViews(o, config_, std::max<int64_t>(N, 1), std::max<int64_t>(NT, 1), tap_layers.size());
+  });
 
   result.vocab = static_cast<int>(V);
   result.hidden = static_cast<int>(H);
   result.row_offsets = plan.row_offsets;
   result.logits.assign(selects ? 0 : static_cast<size_t>(N * V), 0.0f);
   result.tokens.assign(selects ? static_cast<size_t>(N) : 0, 0);
-  result.taps.assign(taps, std::vector<float>(static_cast<size_t>(N * H), 0.0f));
-  // Copies the hidden at the returned positions into every tap that asked for this layer.
-  // `gathered`: source already holds only those rows.
-  const auto tap = [&](int layer, const Tensor& source, bool gathered) {
-    if (N == 0) return;
-    for (size_t j = 0; j < taps; ++j) {
-      if (tap_layers[j] != layer) continue;
-      Tensor rows = source;
-      if (!gathered) {
-        rows = out.taps[j].rows(0, N);
-        backend_.gather_rows(source, meta.out_index.rows(0, N), rows);
-      }
-      backend_.copy(rows, Tensor(result.taps[j].data(), DType::f32, {N, H}));
-    }
+  result.tap_layers = tap_layers;
+  result.tap_offsets = plan.tap_offsets;
+  result.taps.clear();
+  for (const Tensor& t : out.taps) result.taps.push_back(t.rows(0, NT));
+  // Gathers the residual stream at the tapped positions into every tap that asked for `layer`.
+  const auto tap = [&](int layer, const Tensor& x) {
+    for (size_t j = 0; j < tap_layers.size() && NT > 0; ++j)
+      if (tap_layers[j] == layer) backend_.gather_rows(x, meta.tap_index.rows(0, NT), out.taps[j].rows(0, NT));
   };
-  const std::function<void(int, const Tensor&)> after_layer = [&](int i, const Tensor& x) { tap(i, x, false); };
+  const std::function<void(int, const Tensor&)> after_layer = tap;
 
-  // Kernel calls only (taps aside), so a decode step can be recorded.
+  // Kernel calls only, so that the forward can be recorded.
   const auto calls = [&] {
     decoder_->run(DecoderPass{meta.ids, batch, cache, act.x, act.decoder, after_layer});
+    // The final normed hidden at the tapped positions (a row's norm does not depend on others).
+    const int L = config_.num_layers;
+    tap(L, act.x);
+    for (size_t j = 0; j < tap_layers.size() && NT > 0; ++j)
+      if (tap_layers[j] == L) decoder_->final_norm(out.taps[j].rows(0, NT));
     if (N == 0) return;
-    // The LM head, only at the returned positions (a row's norm does not depend on others).
+    // The LM head, only at the returned positions.
     const Tensor g = out.final_hidden.rows(0, N);
     backend_.gather_rows(act.x, meta.out_index.rows(0, N), g);
     decoder_->final_norm(g);
-    tap(config_.num_layers, g, true);
     backend_.linear(g, decoder_->lm_head(), nullptr, out.logits.rows(0, N));
     if (selection == Selection::argmax) backend_.argmax(out.logits.rows(0, N), out.tokens.rows(0, N));
     if (selection == Selection::sample)
@@ -198,7 +198,8 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
 
   if (replayable) {
     ReplayKey key{plan.rows,        plan.tokens, plan.max_row_tokens,  plan.max_blocks,
-                  plan.max_row_len, selection,   cache.total_blocks(), {}};
+                  plan.max_row_len, selection,   tap_layers,           plan.taps,
+                  cache.total_blocks(), {}};
     for (int i = 0; i < config_.num_layers; ++i) {
       key.pools.push_back(cache.k_pool(i).data);
       key.pools.push_back(cache.v_pool(i).data);

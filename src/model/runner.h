@@ -1,7 +1,7 @@
 // ModelRunner: the forward machinery every model family shares. It lays a plan out in backend
 // memory (metadata, scratch), runs the family's decoder (replayed from a recording for decode
 // steps), then the final norm and LM head at the returned positions only, and hands back
-// logits or the tokens drawn from them on the backend, with the hidden taps.
+// logits or the tokens drawn from them on the backend, with views of the hidden taps.
 #pragma once
 
 #include <cstddef>
@@ -32,9 +32,12 @@ class ModelRunner {
   size_t parameter_count() const { return weights_.parameter_count(); }
   size_t weight_bytes() const { return weights_.bytes(); }
   size_t step_weight_bytes(int tokens) const;
+  const Tensor& embedding() const { return decoder_->embedding_table(); }
+  const Weight& lm_head() const { return decoder_->lm_head(); }
 
   // Runs a validated plan; fills result (logits, or with `sampling` the tokens drawn from them;
-  // taps) and writes the rows' K/V into the cache. Does not change the cache's lengths.
+  // views of the taps in outputs_) and writes the rows' K/V into the cache. Does not change the
+  // cache's lengths.
   void forward(const ForwardPlan& plan, const std::vector<int>& tap_layers, std::span<const SampleRow> sampling,
                KvCache& cache, ForwardResult& result);
 
@@ -64,7 +67,7 @@ class ModelRunner {
   // Scratch, reused across forwards.
   Buffer meta_;         // the plan's i32 arrays
   Buffer activations_;  // per-token activations: the residual stream and the decoder's scratch
-  Buffer outputs_;      // per-output rows: gathered hidden, logits, taps
+  Buffer outputs_;      // per-output rows: gathered hidden, logits; the tapped rows (the result's views)
   std::vector<int32_t> meta_host_;
 };
 

@@ -16,6 +16,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Coordinator::Group {
   std::shared_ptr<DraftMethod> method;
+  std::vector<int> tap_layers;  // the method's declared taps
   std::unique_ptr<DraftRows> rows;
   std::vector<SpecRow*> members;  // in the group's row order
   DraftCost draft_cost;           // seconds of this group's draft calls
@@ -34,6 +35,16 @@ struct Coordinator::Group {
   void draft();
 };
 
+// A method that declared taps gets exactly its layers for exactly the positions it is told of;
+// one that declared none gets none. A mismatch is the engine's bug, caught before the method.
+void Coordinator::check_context(const Group& g, const TargetContext& context, int64_t positions) {
+  const bool fits = g.tap_layers.empty() ? context.empty()
+                                         : context.taps.size() == g.tap_layers.size() && context.positions() == positions;
+  SPECDEC_CHECK(fits, "draft context of ", context.taps.size(), " taps x ", context.positions(),
+                " positions does not match the method's ", g.tap_layers.size(), " tap layers x ", positions,
+                " positions");
+}
+
 Coordinator::Coordinator(TargetView target) : target_(target) {}
 
 Coordinator::~Coordinator() = default;
@@ -42,8 +53,10 @@ void Coordinator::add_method(const std::string& id, std::shared_ptr<DraftMethod>
   SPECDEC_CHECK(method != nullptr, "null draft method");
   SPECDEC_CHECK(!id.empty(), "a draft method needs a non-empty id");
   SPECDEC_CHECK(!groups_.count(id), "a draft method with id '", id, "' is already registered");
-  check_ports(target_, method->needs(), id);
+  const TargetNeeds needs = method->needs();
+  check_ports(target_, needs, id);
   auto group = std::make_unique<Group>();
+  group->tap_layers = needs.tap_layers;
   group->rows = method->open(target_);
   group->method = std::move(method);
   groups_[id] = std::move(group);
@@ -91,10 +104,16 @@ void Coordinator::leave(std::span<SpecRow* const> rows) {
   }
 }
 
-void Coordinator::prefill(SpecRow& row, std::span<const int32_t> tokens) {
+std::span<const int> Coordinator::tap_layers(const SpecRow& row) const {
+  if (!row.joined) return {};
+  return group_of(row).tap_layers;
+}
+
+void Coordinator::prefill(SpecRow& row, std::span<const int32_t> tokens, const TargetContext& context) {
   if (!row.joined) return;
   Group& g = group_of(row);
-  g.rows->prefill(g.index_of(row), tokens);
+  check_context(g, context, static_cast<int64_t>(tokens.size()));
+  g.rows->prefill(g.index_of(row), tokens, context);
 }
 
 void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs, int decoding) {
@@ -149,6 +168,8 @@ void Coordinator::commit(std::span<const RoundOutcome> outcomes) {
     c.accepted = o.accepted;
     c.emitted.assign(o.emitted.begin(), o.emitted.end());
     c.drafted = o.drafted;
+    check_context(g, o.context, o.accepted + 1);
+    c.context = o.context;
     g.commits.push_back(std::move(c));
   }
   for (auto& [id, g] : groups_)

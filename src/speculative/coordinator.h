@@ -48,6 +48,7 @@ struct RoundOutcome {
   int accepted = 0;
   std::span<const int32_t> emitted;    // accepted drafts and the target's own token
   bool finished = false;               // the row ended this round: its group learns nothing more
+  TargetContext context = {};          // the verified positions' taps (accepted + 1), if asked
 };
 
 class Coordinator {
@@ -70,8 +71,12 @@ class Coordinator {
   void join(SpecRow& row);
   void leave(std::span<SpecRow* const> rows);
 
-  // A prompt block the target processed for the row (tail split: never the pending token).
-  void prefill(SpecRow& row, std::span<const int32_t> tokens);
+  // The tap layers the row's method declared, in its order; empty when it declared none or the
+  // row is not in its group (then the forward need not tap the row at all).
+  std::span<const int> tap_layers(const SpecRow& row) const;
+  // A prompt block the target processed for the row (tail split: never the pending token), with
+  // the taps of its positions when the method asked for them.
+  void prefill(SpecRow& row, std::span<const int32_t> tokens, const TargetContext& context);
   // Sets each asking row's proposal: its policy picks the depth from the measured costs
   // (`decoding` rows share the forward), the row's group drafts, batched per group.
   void propose(std::span<const DraftAsk> asks, const CostModel& costs, int decoding);
@@ -81,6 +86,7 @@ class Coordinator {
  private:
   struct Group;
   Group& group_of(const SpecRow& row) const;
+  static void check_context(const Group& g, const TargetContext& context, int64_t positions);
 
   TargetView target_;
   std::map<std::string, std::unique_ptr<Group>> groups_;

@@ -1,4 +1,4 @@
-// Checks shared by every draft method's restore path.
+// Checks shared by every draft method: its restore path, and the ports it needs of the target.
 #include "speculative/draft.h"
 
 #include "core/error.h"

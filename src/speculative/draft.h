@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/tensor.h"
+#include "core/weight.h"
 #include "sampling/sampling.h"
 
 namespace specdec {
@@ -58,7 +60,8 @@ class PreparedChange {
 };
 
 // What a method needs of the target beyond its tokens: hidden-state taps of some layers (handed
-// over with each prefill block and verified round), the target's embedding and LM head (a head
+// over with each prefill block and verified round, in this order; i < L: the residual stream
+// after layer i, L = num_layers: the final normed hidden), the target's embedding and LM head (a head
 // that reuses them instead of holding copies), read access to the target's KV (an assistant
 // head that attends to it).
 struct TargetNeeds {
@@ -76,11 +79,25 @@ struct TargetView {
   int hidden_size = 0;
   int num_layers = 0;
   int max_rows = 0;  // rows the engine runs at once: a method sizes its per-row state for them
-  // Ports offered.
+  // Ports offered (null: not offered). The embedding table and the LM head are views of the
+  // target's own weights in its backend's memory, valid as long as the target: a head that
+  // reuses them holds no copy.
   bool taps = false;
-  bool embedding = false;
-  bool lm_head = false;
+  const Tensor* embedding = nullptr;  // [vocab, hidden]
+  const Weight* lm_head = nullptr;    // [vocab, hidden]; a tied target's is the embedding table
   bool kv = false;
+};
+
+// The target's hidden states for one row's positions, as the method asked for them
+// (TargetNeeds::tap_layers): taps[j] is a [positions, hidden] f32 view of layer tap_layers[j]
+// in the target backend's memory. The views are valid during the call that hands them over
+// only (the next target forward reuses the memory): a method copies what it keeps. Empty for
+// a method that declared no taps.
+struct TargetContext {
+  std::vector<Tensor> taps;
+
+  bool empty() const { return taps.empty(); }
+  int64_t positions() const { return taps.empty() ? 0 : taps.front().dim(0); }
 };
 
 // Throws a clear Error naming the first port `needs` asks for that `target` does not offer.
@@ -112,6 +129,9 @@ struct RowCommit {
   int accepted = 0;              // drafts accepted (0..drafted)
   std::vector<int32_t> emitted;  // accepted drafts followed by the target's own token
   int drafted = 0;               // drafts proposed this round
+  // The hidden states of the verified positions: pending and the accepted drafts (accepted + 1
+  // rows), when the method declared taps.
+  TargetContext context = {};
 };
 
 class DraftRows {
@@ -123,8 +143,9 @@ class DraftRows {
   // Keeps rows `keep` (ascending indices into the current rows), in that order.
   virtual void filter_rows(std::span<const int> keep) = 0;
   // A block of prompt tokens the target has processed for `row` (tail split: never the last
-  // prompt token, which stays pending).
-  virtual void prefill(int row, std::span<const int32_t> tokens) = 0;
+  // prompt token, which stays pending), with the target's hidden states of every one of them
+  // when the method declared taps.
+  virtual void prefill(int row, std::span<const int32_t> tokens, const TargetContext& context) = 0;
   // Drafts for the listed rows, batched; result[i] belongs to rows[i].
   virtual std::vector<DraftProposal> draft(std::span<const DraftRequestRow> rows) = 0;
   // The verified outcome of the round for the listed rows (every row that took part in the

@@ -130,13 +130,14 @@ TEST(DraftInstances, DraftCacheFillingMidRunPausesThoseRows) {
   EXPECT_GT(drafted, 0);
 }
 
-class NeedsLmHead : public DraftMethod {
+// The target's KV is a port the engine does not offer (yet).
+class NeedsTargetKv : public DraftMethod {
  public:
-  std::string name() const override { return "needs-lm-head"; }
-  std::string checkpoint_namespace() const override { return "needs-lm-head-v1"; }
+  std::string name() const override { return "needs-kv"; }
+  std::string checkpoint_namespace() const override { return "needs-kv-v1"; }
   TargetNeeds needs() const override {
     TargetNeeds n;
-    n.lm_head = true;
+    n.kv = true;
     return n;
   }
   std::unique_ptr<DraftRows> open(const TargetView&) override {
@@ -146,7 +147,7 @@ class NeedsLmHead : public DraftMethod {
   int default_depth() const override { return 4; }
 };
 
-class NeedsTapBeyondTheModel : public NeedsLmHead {
+class NeedsTapBeyondTheModel : public NeedsTargetKv {
  public:
   TargetNeeds needs() const override {
     TargetNeeds n;
@@ -158,10 +159,10 @@ class NeedsTapBeyondTheModel : public NeedsLmHead {
 TEST(DraftInstances, MissingPortsAreRefusedAtRegistration) {
   auto engine = bare_engine();
   try {
-    engine->add_method("head", std::make_shared<NeedsLmHead>());
+    engine->add_method("kv", std::make_shared<NeedsTargetKv>());
     ADD_FAILURE() << "registered a method whose port is missing";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("LM head"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("KV cache"), std::string::npos) << e.what();
   }
   try {
     engine->add_method("taps", std::make_shared<NeedsTapBeyondTheModel>());
@@ -169,7 +170,7 @@ TEST(DraftInstances, MissingPortsAreRefusedAtRegistration) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("layer 99"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(engine->has_method("head"));
+  EXPECT_FALSE(engine->has_method("kv"));
   EXPECT_FALSE(engine->has_method("taps"));
   // The engine is unharmed.
   const auto prompt = encode(texts()[0]);

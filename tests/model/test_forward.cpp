@@ -1,6 +1,6 @@
 // Properties of the ragged forward that must hold exactly: a sequence's logits do not depend on
 // its neighbours in the batch, on how its tokens are split into forwards, or on KV that was
-// rolled back; plus hidden taps and the errors for malformed requests.
+// rolled back; plus the errors for malformed requests (taps: test_forward_taps.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,10 +16,15 @@
 #include "model/weights.h"
 #include "sampling/sampling.h"
 #include "sampling_reference.h"
+#include "forward_util.h"
 #include "test_device.h"
 
 namespace specdec {
 namespace {
+
+using model_test::all_positions;
+using model_test::model_dir;
+using model_test::tokens_for;
 
 bool cpu_has(const std::string& isa) {
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -31,29 +36,6 @@ bool cpu_has(const std::string& isa) {
   return true;
 }
 
-std::string model_dir(const std::string& name) {
-  if (name == "draft" || name == "target") return std::string(SPECDEC_SOURCE_DIR) + "/models/" + name;
-  return std::string(SPECDEC_SOURCE_DIR) + "/tests/fixtures/models/" + name;
-}
-
-// Deterministic pseudo-random token ids in [0, vocab).
-std::vector<int32_t> tokens_for(int n, int vocab, uint32_t seed) {
-  std::vector<int32_t> out;
-  uint32_t x = seed * 2654435761u + 12345u;
-  for (int i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    out.push_back(static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab)));
-  }
-  return out;
-}
-
-std::vector<int32_t> all_positions(size_t n) {
-  std::vector<int32_t> v(n);
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
-
-// Feeds `tokens` to `seq` in chunks of `chunk` (0 = all at once), returning the logits at every
 // new position, concatenated.
 std::vector<float> run_chunked(Model& model, KvCache& cache, KvCache::SeqId seq, const std::vector<int32_t>& tokens,
                                size_t chunk) {
@@ -214,39 +196,6 @@ TEST_F(ForwardApi, ReportsTheModelItLoaded) {
   EXPECT_EQ(cache->num_layers(), 2);
 }
 
-TEST_F(ForwardApi, TapsAreTheHiddenStatesBehindTheLogits) {
-  const ModelConfig& c = model->config();
-  const int L = c.num_layers, H = c.hidden_size, V = c.vocab_size;
-  auto cache = model->make_cache(4);
-  const auto seq = cache->create();
-  ASSERT_TRUE(cache->reserve(seq, 12));
-  ForwardRequest request{{{seq, tokens_for(12, V, 11), {3, 11}}}, {L, 0, L - 1}};
-  const ForwardResult result = model->forward(request, *cache);
-  ASSERT_EQ(result.taps.size(), 3u);
-  for (const auto& t : result.taps) ASSERT_EQ(t.size(), 2u * static_cast<size_t>(H));
-
-  auto weights = WeightStore::open(model_dir("llama"));
-  const float* lm_head = weights.get("lm_head.weight").ptr<float>();
-  const float* norm = weights.get("model.norm.weight").ptr<float>();
-  for (int i = 0; i < 2; ++i) {
-    const float* last = result.taps[2].data() + static_cast<size_t>(i) * static_cast<size_t>(H);
-    const float* final_hidden = result.taps[0].data() + static_cast<size_t>(i) * static_cast<size_t>(H);
-    // The final normed hidden is RMSNorm(residual after the last layer).
-    double ms = 0;
-    for (int k = 0; k < H; ++k) ms += static_cast<double>(last[k]) * last[k];
-    const double inv = 1.0 / std::sqrt(ms / H + c.rms_norm_eps);
-    for (int k = 0; k < H; ++k) EXPECT_NEAR(final_hidden[k], last[k] * inv * norm[k], 1e-4);
-    // The logits are the LM head applied to it.
-    for (int v = 0; v < V; ++v) {
-      double dot = 0;
-      for (int k = 0; k < H; ++k) dot += static_cast<double>(final_hidden[k]) * lm_head[static_cast<size_t>(v) * H + k];
-      EXPECT_NEAR(result.logits_row(i)[v], dot, 1e-4);
-    }
-  }
-  // Tap 0 (after the first layer) differs from the last layer's output.
-  EXPECT_NE(result.taps[1], result.taps[2]);
-}
-
 TEST_F(ForwardApi, RowsWithoutLogitsStillWriteTheirKv) {
   const int V = model->config().vocab_size;
   const auto tokens = tokens_for(10, V, 12);
@@ -381,6 +330,9 @@ TEST_F(ForwardApi, RejectsMalformedRequestsWithoutTouchingTheCache) {
   expect_rejected(*model, *cache, ForwardRequest{{{s, {1}, {0}}, {s, {2}, {0}}}, {}}, "twice");
   expect_rejected(*model, *cache, ForwardRequest{{{s, {1, 2}, {2}}}, {}}, "logits_at");
   expect_rejected(*model, *cache, ForwardRequest{{{s, {1}, {0}}}, {c.num_layers + 1}}, "tap layer");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {1, 2}, {}, {2}}}, {0}}, "taps_at");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {1, 2}, {}, {-1}}}, {0}}, "taps_at");
+  expect_rejected(*model, *cache, ForwardRequest{{{s, {1, 2}, {}, {0}}}, {}}, "no tap layers");
   expect_rejected(*model, *cache, ForwardRequest{{{999, {1}, {0}}}, {}}, "unknown");
   ForwardRequest two_rows_for_one{{{s, {1, 2}, {1}}}, {}};
   two_rows_for_one.sampling.assign(2, SampleRow{});

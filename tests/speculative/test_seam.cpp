@@ -31,7 +31,7 @@ TEST(NgramSeam, RefusesCheckpointOfAnotherNamespace) {
   auto rb = b.open(TargetView{});
   append(*ra, kEmpty);
   const std::vector<int32_t> prompt = {1, 2, 3, 4};
-  ra->prefill(0, prompt);
+  ra->prefill(0, prompt, {});
   const Checkpoint cp = ra->capture(0);
   try {
     const Checkpoint* p = &cp;
@@ -49,7 +49,7 @@ TEST(NgramSeam, FailedOrDroppedAppendLeavesGroupUnchanged) {
   auto rows = m.open(TargetView{});
   append(*rows, kEmpty);
   const std::vector<int32_t> prompt = {5, 6, 7, 5, 6};
-  rows->prefill(0, prompt);
+  rows->prefill(0, prompt, {});
   Checkpoint bad = rows->capture(0);
   bad.ns = "ngram-history-v1:9:9:9";
   const Checkpoint good = rows->capture(0);
@@ -69,7 +69,7 @@ TEST(NgramSeam, HistoryRecordsPendingAndAcceptedDraftsNotTheTargetToken) {
   auto rows = m.open(TargetView{});
   append(*rows, kEmpty);
   const std::vector<int32_t> prompt = {10, 11, 12, 13, 10, 11};
-  rows->prefill(0, prompt);
+  rows->prefill(0, prompt, {});
   DraftRequestRow ask;
   ask.row = 0;
   ask.pending = 12;  // key "10 11 12" occurred at the start: propose what followed
@@ -94,7 +94,7 @@ TEST(NgramSeam, FilterRowsKeepsChosenRowsInOrder) {
   for (int i = 0; i < 3; ++i) append(*rows, kEmpty);
   for (int i = 0; i < 3; ++i) {
     const std::vector<int32_t> t = {i, i, i};
-    rows->prefill(i, t);
+    rows->prefill(i, t, {});
   }
   const std::vector<int> keep = {0, 2};
   rows->filter_rows(keep);
@@ -156,7 +156,7 @@ TEST_F(DraftModelSeam, ReFeedKeepsStateEqualToHistory) {
   for (int accepted : {0, 1, 3, 4}) {
     auto rows = open();
     append(*rows, kEmpty);
-    rows->prefill(0, prompt);
+    rows->prefill(0, prompt, {});
     const int32_t pending = 1858;
     const int64_t pos = static_cast<int64_t>(prompt.size());
     const auto d = draft(*rows, 0, pending, pos, 4);
@@ -187,7 +187,7 @@ TEST_F(DraftModelSeam, CountsOnlyMissedRoundsAsCatchUp) {
   const std::vector<int32_t> prompt = {1012, 287, 1305, 12, 202, 262, 444};
   auto rows = open();
   append(*rows, kEmpty);
-  rows->prefill(0, prompt);
+  rows->prefill(0, prompt, {});
   int64_t pos = static_cast<int64_t>(prompt.size());
   const DraftProposal first = propose(*rows, 0, 1858, pos, 4);
   ASSERT_EQ(first.tokens.size(), 4u);
@@ -224,7 +224,7 @@ TEST_F(DraftModelSeam, CatchesUpALongPromptInBlocks) {
   for (int i = 0; i < 1100; ++i) prompt.push_back(5 + (i * 37) % 4000);
   auto rows = open();
   append(*rows, kEmpty);
-  rows->prefill(0, prompt);
+  rows->prefill(0, prompt, {});
   const int32_t pending = 1858;
   const DraftProposal got = propose(*rows, 0, pending, static_cast<int64_t>(prompt.size()), 3);
   EXPECT_EQ(got.caught_up, static_cast<int>(prompt.size()) - 1);

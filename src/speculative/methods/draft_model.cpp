@@ -73,7 +73,7 @@ class DraftModelRows : public DraftRows {
   // The prompt is only recorded: the first draft() feeds it (in blocks of kCatchUpBlock), so a
   // row the depth policy never lets draft (a batch where speculation does not pay) costs no
   // draft-model prefill.
-  void prefill(int row, std::span<const int32_t> tokens) override {
+  void prefill(int row, std::span<const int32_t> tokens, const TargetContext&) override {
     auto& r = rows_.at(static_cast<size_t>(row));
     r.known.insert(r.known.end(), tokens.begin(), tokens.end());
   }

@@ -42,7 +42,9 @@ class NgramRows : public DraftRows {
     rows_ = std::move(next);
   }
 
-  void prefill(int row, std::span<const int32_t> tokens) override { rows_.at(static_cast<size_t>(row)).append(tokens); }
+  void prefill(int row, std::span<const int32_t> tokens, const TargetContext&) override {
+    rows_.at(static_cast<size_t>(row)).append(tokens);
+  }
 
   std::vector<DraftProposal> draft(std::span<const DraftRequestRow> asks) override {
     std::vector<DraftProposal> out(asks.size());
