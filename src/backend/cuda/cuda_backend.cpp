@@ -27,7 +27,7 @@ namespace {
 using cuda::ElemType;
 
 // Largest M that the fast mode sends to the row-streaming kernel (bandwidth-bound for one or two
-// rows); beyond it cuBLASLt's tensor-core GEMM streams the weights faster (measured on H200).
+// rows); beyond it cuBLASLt's tensor-core GEMM streams the weights faster.
 constexpr int64_t kSmallM = 2;
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 
@@ -352,8 +352,7 @@ class CudaBackend final : public Backend {
     }
     cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
     // Fused only when the attention is one wave (then the separate launches are latency): with
-    // many waves each block redoing its token's rotation costs more than the launches it saves
-    // (measured at batch 32 and 64).
+    // many waves each block redoing its token's rotation costs more than the launches it saves.
     if (!tuning().fused_attention || attention_blocks(a) > kAttentionWave) {
       rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
       return launch_attention("attention", a, batch);

@@ -79,7 +79,7 @@ __device__ __forceinline__ LinearSegment segment_of(const LinearRowsArgs& a, int
 
 // Output (m, c) of the epilogue E from its dot product v (and, for silu_gate, the up row's dot
 // product up), for the stream kernel: linear_rows_kernel's epilogue arithmetic, which keeps its
-// own inline copy (moving it here cost that kernel 0.18 ms per 8B decode step, measured);
+// own inline copy (a call here changed that kernel's register allocation and slowed it);
 // GpuLinear.SingleRowEqualsItsRowInAPairBits holds the two to the same bits.
 template <LinearEpilogue E>
 __device__ __forceinline__ void store_output(const LinearRowsArgs& a, int n_total, int m, int c, float v, float up) {
@@ -153,9 +153,8 @@ __device__ __forceinline__ void fold_norm(const W* g, int K, float eps, float* x
 // One warp computes C consecutive output columns for MT rows of x, loading RR weight rows (C,
 // or 2C for silu_gate: the gate rows, then the up rows). kVec: weight rows are 16-byte aligned
 // and read as vectors; otherwise element by element (V = 1). C, RR and MT change which outputs a
-// warp computes, never the order of any one output's operations. (Reading x straight from global
-// memory for one row instead of staging it was measured slower: 65 % against 86 % of the copy
-// bandwidth for a 14336 x 4096 bf16 weight at M = 1.)
+// warp computes, never the order of any one output's operations. x is staged in shared memory
+// even for one row: read straight from global memory it competes with the weight stream.
 //
 // early: how many of the first loop iteration's U weight vectors per row a warp loads before it
 // waits for the previous kernel (0, 1, or 2 = all U). Weights are never written by a kernel, so
@@ -325,10 +324,9 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Weight vectors per row a lane of the stream kernel has in flight. 6 measured best for every
-// 8B-shape linear (recorded batch-1 step 4.59 ms at 8, 4.44 at 5 and 6, 4.50 at 7; 4.81 at 4 and
-// 5.11 at 16). Likely (not measured directly) because shallower rings leave some SMs room for a
-// block of the next linear, which then starts its loads during this one's tail.
+// Weight vectors per row a lane of the stream kernel has in flight: deep enough to keep the memory
+// pipe full, shallow enough that an SM keeps room for a block of the next linear, which then
+// starts its loads during this one's tail (the depths tried are in docs/perf-notes.md).
 constexpr int kStreamDepth = 6;
 constexpr int kStagePer = 16;   // x elements per thread the stream kernel stages in one round trip
 constexpr int kWideWarps = 16;  // warps a block of the stream kernel has when no norm is folded
@@ -524,9 +522,8 @@ int multiprocessors() {
 std::atomic<uint64_t> stream_launches{0};
 
 // Whether a one-row store or add linear streams two columns a warp (CudaTuning::paired_columns;
-// by default when the norm is folded). Measured on the 8B shape's recorded batch-1 step: 4.22 ms
-// unpaired, 4.12 with q/k/v paired (its 6,144 columns then fit one pass of the grid), 4.22 with
-// every linear paired (o and down get one 16-warp block per SM).
+// by default when the norm is folded): paired, the q/k/v projection's columns fit one pass of the
+// grid; pairing o and down as well leaves them one 16-warp block per SM, which loses what it gains.
 bool paired_columns(const LinearRowsArgs& a, PairedColumns mode) {
   return mode == PairedColumns::always || (mode == PairedColumns::with_folded_norm && a.norm_w != nullptr);
 }
@@ -576,9 +573,8 @@ bool launch_stream_warps(const LinearRowsArgs& a, int n_total, const Context& ct
 
 // Launches the stream kernel for one row of x; false (nothing launched) when it does not apply.
 // Rows without a folded norm take blocks of kWideWarps warps: one staging of x serves twice the
-// warps, and the down projection (57 KB of x a block) gets 32 warps per SM instead of 16. Recorded
-// 8B batch-1 step 4.41-4.42 -> 4.29 ms (4.32 with only the down projection so). A folded norm keeps
-// kWarps, the 256 threads whose order the norm's sums follow.
+// warps, and the down projection (57 KB of x a block) gets 32 warps per SM instead of 16. A
+// folded norm keeps kWarps, the 256 threads whose order the norm's sums follow.
 template <typename W, int RR, LinearEpilogue E>
 bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   if (a.norm_w == nullptr) return launch_stream_warps<W, RR, E, kWideWarps>(a, n_total, ctx);
