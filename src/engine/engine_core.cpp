@@ -80,7 +80,7 @@ EngineCore::EngineCore(Model& target, const Tokenizer& tokenizer, EngineOptions 
       options_(options),
       kv_(make_target_cache(target, options)),
       coordinator_(target_view(target, options)),
-      scheduler_(*kv_, coordinator_, options.max_rows, options.max_batch_tokens) {}
+      scheduler_(*kv_, coordinator_, SchedulerOptions{options.max_rows, options.max_batch_tokens, options.prefix_cache}) {}
 
 EngineCore::~EngineCore() = default;
 
@@ -239,6 +239,9 @@ void EngineCore::verify_and_commit(const std::vector<ScheduledRow>& batch, const
     rounds.push_back(round);
   }
   coordinator_.commit(rounds);
+  // Blocks this forward filled become shareable by later requests with the same prefix.
+  if (options_.prefix_cache)
+    for (const ScheduledRow& s : batch) kv_->cache_full_blocks(s.row->seq, s.row->tokens);
 }
 
 RoundOutcome EngineCore::verify_row(Row& row, const ForwardResult& out, int first, bool on_backend,

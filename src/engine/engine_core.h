@@ -29,6 +29,7 @@ struct EngineOptions {
   size_t kv_memory = 1ull << 30;
   int max_rows = 64;            // rows decoding or prefilling at once
   int max_batch_tokens = 512;   // tokens in one target forward (prefill chunks fill what decode leaves)
+  bool prefix_cache = true;     // rows share the KV blocks of prompt prefixes already computed
   // Draw tokens where the logits were computed when every decoding row allows it
   // (draws_on_backend). false: the host draws every token from copied logits (the reference
   // path, for comparisons).

@@ -9,8 +9,8 @@
 
 namespace specdec {
 
-Scheduler::Scheduler(KvCache& kv, Coordinator& coordinator, int max_rows, int max_batch_tokens)
-    : kv_(kv), coordinator_(coordinator), max_rows_(max_rows), max_batch_tokens_(max_batch_tokens) {}
+Scheduler::Scheduler(KvCache& kv, Coordinator& coordinator, SchedulerOptions options)
+    : kv_(kv), coordinator_(coordinator), options_(options) {}
 
 void Scheduler::add(std::unique_ptr<Row> row) { waiting_.push_back(std::move(row)); }
 
@@ -33,7 +33,7 @@ int Scheduler::decoding() const {
 }
 
 void Scheduler::admit() {
-  while (!waiting_.empty() && static_cast<int>(running_.size()) < max_rows_) {
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_rows) {
     Row& row = *waiting_.front();
     const int context = static_cast<int>(row.tokens.size());
     const int need = (context + kv_.block_size()) / kv_.block_size();
@@ -41,15 +41,27 @@ void Scheduler::admit() {
     row.start(kv_.create());
     // A row whose method has no room for it decodes plainly rather than wait.
     if (row.speculates() && coordinator_.has_room(row.spec, context)) coordinator_.join(row.spec);
+    if (options_.prefix_cache) share_cached_prefix(row);
     row.admitted = Clock::now();
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
 }
 
+void Scheduler::share_cached_prefix(Row& row) {
+  // Taps of the shared positions were never computed for this row: such a method prefills all.
+  if (row.spec.joined && !coordinator_.tap_layers(row.spec).empty()) return;
+  const std::span<const int32_t> prompt(row.tokens.data(), static_cast<size_t>(row.prefill_end));
+  const int covered = kv_.share_prefix(row.seq, prompt);
+  if (covered == 0) return;
+  row.prefilled = covered;
+  row.decoding = covered == row.prefill_end;
+  coordinator_.prefill(row.spec, prompt.first(static_cast<size_t>(covered)), TargetContext{});
+}
+
 std::vector<ScheduledRow> Scheduler::schedule() {
   std::vector<ScheduledRow> plan;
-  int budget = max_batch_tokens_;
+  int budget = options_.max_batch_tokens;
   for (size_t i = 0; i < running_.size(); ++i) {
     Row& row = *running_[i];
     if (!row.decoding || !row.running()) continue;

@@ -23,15 +23,23 @@ struct ScheduledRow {
   int chunk = 0;        // prefill tokens
 };
 
+struct SchedulerOptions {
+  int max_rows = 64;          // rows decoding or prefilling at once
+  int max_batch_tokens = 512; // tokens in one forward
+  bool prefix_cache = true;   // a new row shares the cached KV blocks of its prompt's prefix
+};
+
 class Scheduler {
  public:
-  Scheduler(KvCache& kv, Coordinator& coordinator, int max_rows, int max_batch_tokens);
+  Scheduler(KvCache& kv, Coordinator& coordinator, SchedulerOptions options);
 
   void add(std::unique_ptr<Row> row);
   // Ends the request wherever it is; it leaves with the next remove_finished().
   void cancel(int64_t id);
   // Admits waiting rows while the row limit and the KV (the target's and the row's draft
-  // method's) allow; a row larger than what is free waits for running rows to finish.
+  // method's) allow; a row larger than what is free waits for running rows to finish. A row
+  // starts past the prefix of its prompt that the KV cache already holds (its method learns
+  // those tokens as a prefill block), unless its method needs the target's taps of them.
   void admit();
   // Plans the forward and reserves its KV. Rows preempted on the way go back to the waiting
   // queue; a row that can never fit ends with an error.
@@ -49,11 +57,11 @@ class Scheduler {
   // the row runs this iteration.
   bool reserve(Row& row, int length, const char* what);
   void preempt(Row& row);
+  void share_cached_prefix(Row& row);
 
   KvCache& kv_;
   Coordinator& coordinator_;
-  int max_rows_;
-  int max_batch_tokens_;
+  SchedulerOptions options_;
   std::vector<std::unique_ptr<Row>> running_;  // oldest first
   std::deque<std::unique_ptr<Row>> waiting_;
 };

@@ -1,5 +1,7 @@
-// KvCache: block accounting (free list, per-sequence block tables) and the per-layer pools.
-// Invariant: every block id is either on the free list or in exactly one sequence's table.
+// KvCache: block accounting (free list, reference counts, per-sequence block tables, the prefix
+// cache) and the per-layer pools. Invariant: a block with no reference is either on the free
+// list or evictable (cached); a block with n references is in n sequences' tables, and when n > 1
+// it is a registered full block that none of them writes.
 #include "kv/kv_cache.h"
 
 #include <algorithm>
@@ -32,6 +34,7 @@ KvCache::KvCache(Backend& backend, int num_layers, int kv_heads, int head_dim, i
     v_pools_.emplace_back(base + pool_bytes, dtype,
                           std::initializer_list<int64_t>{num_blocks, block_size, kv_heads, head_dim}, device);
   }
+  blocks_.resize(static_cast<size_t>(num_blocks));
   free_.resize(static_cast<size_t>(num_blocks));
   for (int i = 0; i < num_blocks; ++i) free_[static_cast<size_t>(i)] = num_blocks - 1 - i;
 }
@@ -57,8 +60,94 @@ KvCache::SeqId KvCache::create() {
 void KvCache::release(SeqId seq) {
   Sequence& s = seq_at(seq);
   // Returned in reverse so the next sequence takes them back in the same order.
-  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) free_.push_back(*it);
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) drop_block(*it);
   seqs_.erase(seq);
+}
+
+int32_t KvCache::take_block() {
+  int32_t id = 0;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else {
+    // Reuse the cached block released longest ago: its content is forgotten.
+    id = evictable_.begin()->second;
+    evictable_.erase(evictable_.begin());
+    Block& b = blocks_[static_cast<size_t>(id)];
+    cached_.erase(b.hash);
+    b.cached = false;
+    b.tokens.clear();
+  }
+  blocks_[static_cast<size_t>(id)].refs = 1;
+  return id;
+}
+
+void KvCache::drop_block(int32_t id) {
+  Block& b = blocks_[static_cast<size_t>(id)];
+  if (--b.refs > 0) return;
+  if (b.cached) {
+    b.released_at = ++clock_;
+    evictable_.emplace(b.released_at, id);
+  } else {
+    free_.push_back(id);
+  }
+}
+
+uint64_t KvCache::chain_hash(uint64_t parent, std::span<const int32_t> tokens) const {
+  // FNV-1a over the parent hash and the tokens; a match is confirmed against the stored tokens,
+  // so a collision costs a miss, never a wrong block.
+  uint64_t h = 1469598103934665603ull ^ parent;
+  const auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(parent);
+  for (int32_t t : tokens) mix(static_cast<uint32_t>(t));
+  return h;
+}
+
+int KvCache::share_prefix(SeqId seq, std::span<const int32_t> tokens) {
+  Sequence& s = seq_at(seq);
+  SPECDEC_CHECK(s.length == 0 && s.blocks.empty(), "share_prefix needs an empty sequence; ", seq, " holds ", s.length,
+                " positions");
+  const size_t bs = static_cast<size_t>(block_size_);
+  prefix_queried_ += static_cast<int64_t>(tokens.size() / bs * bs);
+  uint64_t parent = 0;
+  for (size_t b = 0; (b + 1) * bs <= tokens.size(); ++b) {
+    const std::span<const int32_t> block = tokens.subspan(b * bs, bs);
+    const uint64_t h = chain_hash(parent, block);
+    auto it = cached_.find(h);
+    if (it == cached_.end()) break;
+    Block& cached = blocks_[static_cast<size_t>(it->second)];
+    if (!std::equal(block.begin(), block.end(), cached.tokens.begin(), cached.tokens.end())) break;
+    if (cached.refs++ == 0) evictable_.erase({cached.released_at, it->second});
+    s.blocks.push_back(it->second);
+    s.hashes.push_back(h);
+    parent = h;
+  }
+  s.length = static_cast<int>(s.blocks.size() * bs);
+  prefix_hits_ += s.length;
+  return s.length;
+}
+
+void KvCache::cache_full_blocks(SeqId seq, std::span<const int32_t> tokens) {
+  Sequence& s = seq_at(seq);
+  const size_t bs = static_cast<size_t>(block_size_);
+  const size_t full = std::min(static_cast<size_t>(s.length), tokens.size()) / bs;
+  for (size_t b = s.hashes.size(); b < full; ++b) {
+    const std::span<const int32_t> block = tokens.subspan(b * bs, bs);
+    const uint64_t h = chain_hash(s.hashes.empty() ? 0 : s.hashes.back(), block);
+    s.hashes.push_back(h);
+    // Another sequence may have registered the same content first: this copy stays private.
+    if (cached_.count(h)) continue;
+    Block& mine = blocks_[static_cast<size_t>(s.blocks[b])];
+    mine.cached = true;
+    mine.hash = h;
+    mine.tokens.assign(block.begin(), block.end());
+    cached_.emplace(h, s.blocks[b]);
+  }
 }
 
 int KvCache::length(SeqId seq) const { return seq_at(seq).length; }
@@ -75,10 +164,7 @@ bool KvCache::reserve(SeqId seq, int new_len) {
   const int need = blocks_needed(seq, new_len);
   if (need > free_blocks()) return false;
   Sequence& s = seq_at(seq);
-  for (int i = 0; i < need; ++i) {
-    s.blocks.push_back(free_.back());
-    free_.pop_back();
-  }
+  for (int i = 0; i < need; ++i) s.blocks.push_back(take_block());
   return true;
 }
 
@@ -86,10 +172,16 @@ void KvCache::truncate(SeqId seq, int len) {
   Sequence& s = seq_at(seq);
   SPECDEC_CHECK(len >= 0 && len <= s.length, "cannot truncate KV sequence ", seq, " of length ", s.length, " to ",
                 len);
+  // Registered blocks are never written again: a rollback into one would overwrite K/V that
+  // other sequences may read. Rollbacks stop at the verified prefix, which is never registered
+  // past its length, so this cannot happen unless a caller breaks that contract.
+  SPECDEC_CHECK(static_cast<size_t>(len) >= s.hashes.size() * static_cast<size_t>(block_size_),
+                "cannot truncate KV sequence ", seq, " to ", len, " inside its registered prefix of ",
+                s.hashes.size() * static_cast<size_t>(block_size_), " positions");
   s.length = len;
   const size_t keep = static_cast<size_t>(blocks_for_length(len, block_size_));
   while (s.blocks.size() > keep) {
-    free_.push_back(s.blocks.back());
+    drop_block(s.blocks.back());
     s.blocks.pop_back();
   }
 }

@@ -1,0 +1,76 @@
+// The engine over the prefix cache: a request whose prompt begins like an earlier one's starts
+// past the shared blocks and produces exactly the tokens it produces on a fresh engine, plainly
+// and with each draft method (which still learn the whole prompt); the cache's blocks all come
+// back when the rows are done.
+#include "engine_fixture.h"
+
+namespace specdec::testing {
+namespace {
+
+const std::string kShared =
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"
+    "        self.items.append(item)\n\n    def pop(self):\n        return self.items.pop()\n\n"
+    "    def peek(self):\n        return self.items[-1]\n\n";
+
+std::vector<int32_t> fresh(const std::vector<int32_t>& prompt, int n, const std::string& method) {
+  EngineOptions options;
+  options.prefix_cache = false;
+  auto engine = make_engine(4, options);
+  Request r = make_request(prompt, n);
+  r.spec.method = method;
+  r.spec.adaptive = false;
+  return run_one(*engine, std::move(r)).tokens;
+}
+
+TEST(PrefixSharing, SecondRequestSkipsTheSharedBlocksAndKeepsItsTokens) {
+  const auto first = encode(kShared + "    def size(self):\n");
+  const auto second = encode(kShared + "    def is_empty(self):\n");
+  ASSERT_GT(first.size(), 50u);
+  for (const std::string method : {"", "ngram", "draft"}) {
+    auto engine = make_engine(4);
+    Request a = make_request(first, 24);
+    a.spec.method = method;
+    a.spec.adaptive = false;
+    EXPECT_EQ(run_one(*engine, std::move(a)).tokens, fresh(first, 24, method)) << method;
+    const int64_t hits_before = engine->kv().prefix_hit_tokens();
+    Request b = make_request(second, 24);
+    b.spec.method = method;
+    b.spec.adaptive = false;
+    const RequestResult got = run_one(*engine, std::move(b));
+    EXPECT_EQ(got.tokens, fresh(second, 24, method)) << method;
+    // Whole 16-token blocks of the common prefix were shared.
+    EXPECT_GE(engine->kv().prefix_hit_tokens() - hits_before, 32) << method;
+    if (!method.empty()) {
+      EXPECT_GT(got.stats.speculative.accepted, 0) << method;
+    }
+    EXPECT_EQ(engine->kv().free_blocks(), engine->kv().total_blocks());
+  }
+}
+
+TEST(PrefixSharing, ConcurrentRowsWithOneDecodedPrefixMatchFreshRuns) {
+  // The first request's generated text becomes part of the next prompts: blocks filled by decode
+  // steps (and verify windows) are shared as well as prompt blocks.
+  auto engine = make_engine(4);
+  const auto base = encode(kShared);
+  const RequestResult seed_run = run_one(*engine, make_request(base, 40));
+  std::vector<int32_t> extended = base;
+  extended.insert(extended.end(), seed_run.tokens.begin(), seed_run.tokens.end());
+  std::vector<int64_t> ids;
+  std::vector<std::vector<int32_t>> want;
+  const std::vector<std::string> methods = {"", "ngram", "draft", ""};
+  for (size_t i = 0; i < methods.size(); ++i) {
+    std::vector<int32_t> p(extended.begin(), extended.end() - static_cast<std::ptrdiff_t>(i * 3));
+    want.push_back(fresh(p, 20, methods[i]));
+    Request r = make_request(p, 20);
+    r.spec.method = methods[i];
+    r.spec.adaptive = false;
+    ids.push_back(engine->submit(std::move(r)));
+  }
+  engine->run();
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(engine->take_result(ids[i])->tokens, want[i]) << "row " << i;
+  EXPECT_GE(engine->kv().prefix_hit_tokens(), 4 * 64);
+  EXPECT_EQ(engine->kv().free_blocks(), engine->kv().total_blocks());
+}
+
+}  // namespace
+}  // namespace specdec::testing
