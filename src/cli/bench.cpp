@@ -251,13 +251,16 @@ EngineConfig bench_engine_config(const BenchCommand& o) {
   }
   c.max_rows = std::max(c.max_rows, rows);
   c.max_batch_tokens = std::max(c.max_batch_tokens, tokens);
+  // Timed runs repeat their prompts: each must compute its prompt, not find it cached.
+  c.prefix_cache = false;
   return c;
 }
 
 }  // namespace
 
 void run_bench(const BenchCommand& o) {
-  Engine engine(bench_engine_config(o));
+  const EngineConfig config = bench_engine_config(o);
+  Engine engine(config);
   nlohmann::json report;
   report["model"] = o.engine.model_dir;
   if (!o.skip_plain) plain_bench(o, engine, report);
@@ -270,6 +273,7 @@ void run_bench(const BenchCommand& o) {
       report["speculative"] = methods;
     }
   }
+  if (o.prefix_tokens > 0) prefix_bench(o, config, engine, report);
   if (o.json) std::cout << report.dump() << std::endl;
 }
 

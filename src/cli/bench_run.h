@@ -41,5 +41,8 @@ double median(std::vector<double> v);
 
 // --replay: each suite request's rounds replayed against this machine's measured costs.
 void replay_bench(const BenchCommand& o, Engine& engine, nlohmann::json& report);
+// --prefix-tokens: time to first token with and without the prefix cache (bench_prefix.cpp).
+// `uncached` runs with `config` and the prefix cache off; a second engine with it on is made here.
+void prefix_bench(const BenchCommand& o, const EngineConfig& config, Engine& uncached, nlohmann::json& report);
 
 }  // namespace specdec::cli

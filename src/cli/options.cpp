@@ -24,6 +24,7 @@ struct CommonFlags {
   bool fast_gpu = false;
   double kv_memory = 0, gpu_memory = 0;
   int max_rows = 64, max_batch_tokens = 512;
+  bool no_prefix_cache = false;
 };
 
 struct GenerateFlags {
@@ -60,6 +61,7 @@ void add_common(CLI::App& cmd, CommonFlags& f) {
   cmd.add_option("--kv-dtype", f.kv_dtype, "GPU KV cache type: bf16, f16 or f32")->capture_default_str();
   cmd.add_option("--max-rows", f.max_rows, "rows decoding at once")->capture_default_str();
   cmd.add_option("--max-batch-tokens", f.max_batch_tokens, "tokens in one forward")->capture_default_str();
+  cmd.add_flag("--no-prefix-cache", f.no_prefix_cache, "compute every prompt in full (no KV shared between requests)");
 }
 
 EngineConfig engine_config(const CommonFlags& f) {
@@ -87,6 +89,7 @@ EngineConfig engine_config(const CommonFlags& f) {
   c.gpu_memory_gb = f.gpu_memory;
   c.max_rows = f.max_rows;
   c.max_batch_tokens = f.max_batch_tokens;
+  c.prefix_cache = !f.no_prefix_cache;
   return c;
 }
 
@@ -179,6 +182,9 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   cmd->add_option("--repeats", o.repeats,
                   "speculative suite: plain/speculative pairs; speedup = median pair ratio, tokens/s = fastest run")
       ->capture_default_str();
+  cmd->add_option("--prefix-tokens", o.prefix_tokens,
+                  "also measure the prefix cache: time to first token of a prompt whose first N tokens an earlier "
+                  "request computed, against the same prompt computed in full");
   cmd->add_flag("--json", o.json, "also print the results as one JSON object");
   cmd->add_option("--temperature", f.temperature, "sample at this temperature (default: greedy)");
   cmd->add_option("--top-k", f.top_k, "with --temperature: keep the k most likely tokens (0 = off)");
@@ -195,6 +201,7 @@ void check_replay_flags(const BenchCommand& o) {
   for (double ms : o.replay_forward_ms)
     require(ms > 0 && std::isfinite(ms), "--replay-forward-ms: every cost must be positive, got ", ms);
   require(o.replay_repeats >= 1, "--replay-repeats must be at least 1, got ", o.replay_repeats);
+  require(o.prefix_tokens >= 0, "--prefix-tokens must not be negative, got ", o.prefix_tokens);
   require(!o.replay || !o.drafts.empty(), "--replay replays speculative decoding: name a method with --draft");
   require(!o.replay || o.sampling.temperature == 0.0f,
           "--replay needs greedy decoding: sampled tokens change from run to run");

@@ -41,6 +41,7 @@ struct BenchCommand {
   double replay_window_cost = 1.0;        // --replay: scale of a window's cost beyond a plain step
   std::vector<double> replay_forward_ms;  // --replay: target forward of 1, 2, ... tokens instead of measured
   int replay_repeats = 15;                // --replay: calls timed per measurement
+  int prefix_tokens = 0;                  // --prefix-tokens: the prefix-cache measurement's shared prefix
   // Every field set, none from the model: greedy unless --temperature; seeded, so that plain
   // and speculative runs draw alike.
   SamplingOptions sampling;
