@@ -41,6 +41,7 @@ Value select(const Value& seq, const CallArgs& a, bool by_attr, bool keep) {
     test_args.positional.assign(a.positional.begin() + static_cast<long>(next), a.positional.end());
   }
   List out;
+  if (!seq.truthy()) return Value(std::move(out));  // jinja2 yields nothing for any falsy input, None too
   for (const Value& item : iterate(seq)) {
     const Value subject = by_attr ? attribute_of(item, attr) : item;
     const bool passed = test ? (*test)(subject, test_args) : subject.truthy();
@@ -51,6 +52,7 @@ Value select(const Value& seq, const CallArgs& a, bool by_attr, bool keep) {
 
 Value map_filter(const Value& seq, const CallArgs& a) {
   List out;
+  if (!seq.truthy()) return Value(std::move(out));  // as select: a falsy input, None too, maps to nothing
   if (const Value* attr = a.get(99, "attribute")) {
     const Value* dflt = a.get(99, "default");
     for (const Value& item : iterate(seq)) {
