@@ -157,6 +157,15 @@ std::vector<Token> tokenize(const std::string& c, int line, const std::string& n
         ++j;
         while (j < c.size() && std::isdigit(static_cast<unsigned char>(c[j]))) ++j;
       }
+      if (j < c.size() && (c[j] == 'e' || c[j] == 'E')) {  // 1e-05, 2.5E3
+        size_t k = j + 1;
+        if (k < c.size() && (c[k] == '+' || c[k] == '-')) ++k;
+        if (k < c.size() && std::isdigit(static_cast<unsigned char>(c[k]))) {
+          is_float = true;
+          j = k;
+          while (j < c.size() && std::isdigit(static_cast<unsigned char>(c[j]))) ++j;
+        }
+      }
       std::string num = c.substr(i, j - i);
       num.erase(std::remove(num.begin(), num.end(), '_'), num.end());
       Token t{is_float ? Token::Type::Float : Token::Type::Int, num, line};
