@@ -246,6 +246,14 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   info_cmd->add_option("--model", info.model_dir, "model folder")->capture_default_str();
   BenchFlags bench;
   CLI::App* bench_cmd = add_bench(app, bench);
+  ChatTemplateCommand chat;
+  CLI::App* chat_cmd = app.add_subcommand("chat-template", "print a chat template's render of a conversation");
+  chat_cmd->add_option("--template", chat.template_file, "a .jinja file or a model folder")->required();
+  chat_cmd->add_option("--messages", chat.messages_file, "JSON: a list of messages, or {\"messages\": [...], ...}")
+      ->required();
+  chat_cmd->add_flag("!--no-generation-prompt", chat.add_generation_prompt, "end without the assistant's header");
+  chat_cmd->add_option("--bos", chat.bos, "bos_token");
+  chat_cmd->add_option("--eos", chat.eos, "eos_token");
   CommandLine line;
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes the words last first
@@ -267,6 +275,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (generate_cmd->parsed()) line.command = generate_command(generate);
     if (info_cmd->parsed()) line.command = info;
     if (bench_cmd->parsed()) line.command = bench_command(bench);
+    if (chat_cmd->parsed()) line.command = chat;
   } catch (const std::exception& e) {
     line.exit_status = 1;
     line.err = std::string("specdec: error: ") + e.what();

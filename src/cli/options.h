@@ -47,7 +47,14 @@ struct BenchCommand {
   SamplingOptions sampling;
 };
 
-using Command = std::variant<GenerateCommand, InfoCommand, BenchCommand>;
+struct ChatTemplateCommand {
+  std::string template_file;  // a .jinja file, or a model folder whose template to use
+  std::string messages_file;  // a JSON array of messages, or an object with "messages" (and extras)
+  bool add_generation_prompt = true;
+  std::optional<std::string> bos, eos;  // unset: the model folder's, or empty
+};
+
+using Command = std::variant<GenerateCommand, InfoCommand, BenchCommand, ChatTemplateCommand>;
 
 struct CommandLine {
   std::optional<Command> command;  // what to run; empty when the line is answered already
