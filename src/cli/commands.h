@@ -9,5 +9,6 @@ namespace specdec::cli {
 void run_generate(const GenerateCommand& command);
 void run_info(const InfoCommand& command);
 void run_bench(const BenchCommand& command);
+void run_serve(const ServeCommand& command);
 
 }  // namespace specdec::cli

@@ -13,6 +13,7 @@ struct Run {
   void operator()(const specdec::cli::GenerateCommand& c) const { specdec::cli::run_generate(c); }
   void operator()(const specdec::cli::InfoCommand& c) const { specdec::cli::run_info(c); }
   void operator()(const specdec::cli::BenchCommand& c) const { specdec::cli::run_bench(c); }
+  void operator()(const specdec::cli::ServeCommand& c) const { specdec::cli::run_serve(c); }
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/bench_suite.h"
+#include "cli/serve_options.h"
 #include "specdec/specdec.h"
 
 namespace specdec::cli {
@@ -46,7 +47,7 @@ struct BenchCommand {
   SamplingOptions sampling;
 };
 
-using Command = std::variant<GenerateCommand, InfoCommand, BenchCommand>;
+using Command = std::variant<GenerateCommand, InfoCommand, BenchCommand, ServeCommand>;
 
 struct CommandLine {
   std::optional<Command> command;  // what to run; empty when the line is answered already
