@@ -133,8 +133,7 @@ void read_stream(const json& body, CompletionRequest& r) {
   r.stream = read_bool(body, "stream").value_or(false);
   auto it = body.find("stream_options");
   if (it == body.end() || it->is_null()) return;
-  if (!r.stream)
-    throw invalid_field("stream_options", "'stream_options' is only allowed when 'stream' is true");
+  if (!r.stream) throw invalid_field("stream_options", "'stream_options' is only allowed when 'stream' is true");
   if (!it->is_object()) throw invalid_field("stream_options", "'stream_options' must be an object");
   auto u = it->find("include_usage");
   if (u == it->end() || u->is_null()) return;

@@ -41,7 +41,6 @@ struct CompletionRequest {
 
 // Throws ApiError (400) naming the first invalid field. `render` turns chat messages into the
 // prompt; without one a chat request is a 400.
-CompletionRequest parse_completion_request(const nlohmann::json& body, Endpoint endpoint,
-                                           const PromptRenderer& render);
+CompletionRequest parse_completion_request(const nlohmann::json& body, Endpoint endpoint, const PromptRenderer& render);
 
 }  // namespace specdec::server

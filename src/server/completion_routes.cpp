@@ -49,8 +49,8 @@ void respond_whole(ServerState& state, const CompletionRequest& r, GenerationPla
     completion_tokens += static_cast<int>(result.tokens.size());
     outputs.push_back({echoes[i] + result.text, result.finish});
   }
-  res.set_content(full_response(head, outputs, plan.prompt_tokens, completion_tokens).dump(-1, ' ', false,
-                                                                                          json::error_handler_t::replace),
+  res.set_content(full_response(head, outputs, plan.prompt_tokens, completion_tokens)
+                      .dump(-1, ' ', false, json::error_handler_t::replace),
                   "application/json");
 }
 
@@ -97,8 +97,8 @@ bool Stream::pump(httplib::DataSink& sink) {
   std::optional<ChoiceEvent> e = events->pop(kPollInterval);
   if (!e) return sink.is_writable();
   completion_tokens += e->tokens;
-  if (!e->text.empty() && !write(sink, sse_data(choice_chunk(head, e->index, e->text, Finish::none, false,
-                                                             include_usage))))
+  if (!e->text.empty() &&
+      !write(sink, sse_data(choice_chunk(head, e->index, e->text, Finish::none, false, include_usage))))
     return false;
   if (e->finish == Finish::none) return true;
   if (e->finish == Finish::error || e->finish == Finish::cancelled) {

@@ -75,23 +75,23 @@ void HttpServer::Impl::add_error_handling() {
     state.metrics.failed(res.status);
   });
   // Called for every status >= 400; the routes' own errors already have their body.
-  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                     httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message = "HTTP error " + std::to_string(res.status);
-    std::string type = "invalid_request_error", code;
-    if (res.status == 404) {
-      message = "Not found: " + req.method + " " + req.path;
-      code = "not_found";
-    } else if (res.status == 413) {
-      message = "the request body is larger than the server's limit of " +
-                std::to_string(state.options.max_body_bytes) + " bytes";
-      code = "payload_too_large";
-    }
-    send_error(res, res.status, error_body(message, type, {}, code));
-    state.metrics.failed(res.status);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  http.set_error_handler(
+      httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string message = "HTTP error " + std::to_string(res.status);
+        std::string type = "invalid_request_error", code;
+        if (res.status == 404) {
+          message = "Not found: " + req.method + " " + req.path;
+          code = "not_found";
+        } else if (res.status == 413) {
+          message = "the request body is larger than the server's limit of " +
+                    std::to_string(state.options.max_body_bytes) + " bytes";
+          code = "payload_too_large";
+        }
+        send_error(res, res.status, error_body(message, type, {}, code));
+        state.metrics.failed(res.status);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
 }
 
 void HttpServer::Impl::add_auth() {

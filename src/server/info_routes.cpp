@@ -92,8 +92,7 @@ void add_info_routes(httplib::Server& http, ServerState& state) {
     send_json(res, {{"version", SPECDEC_VERSION}, {"name", "specdec"}});
   });
   http.Get("/metrics", [&state](const httplib::Request&, httplib::Response& res) { metrics(state, res); });
-  http.Post("/tokenize",
-            [&state](const httplib::Request& req, httplib::Response& res) { tokenize(state, req, res); });
+  http.Post("/tokenize", [&state](const httplib::Request& req, httplib::Response& res) { tokenize(state, req, res); });
   http.Post("/detokenize",
             [&state](const httplib::Request& req, httplib::Response& res) { detokenize(state, req, res); });
 }

@@ -38,8 +38,10 @@ std::optional<int64_t> read_int(const nlohmann::json& body, const std::string& n
   if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max))
     throw invalid_field(name, "'" + name + "' must be at most " + std::to_string(max) + ", got " + v->dump());
   const int64_t x = v->get<int64_t>();
-  if (x < min) throw invalid_field(name, "'" + name + "' must be at least " + std::to_string(min) + ", got " + v->dump());
-  if (x > max) throw invalid_field(name, "'" + name + "' must be at most " + std::to_string(max) + ", got " + v->dump());
+  if (x < min)
+    throw invalid_field(name, "'" + name + "' must be at least " + std::to_string(min) + ", got " + v->dump());
+  if (x > max)
+    throw invalid_field(name, "'" + name + "' must be at most " + std::to_string(max) + ", got " + v->dump());
   return x;
 }
 
@@ -49,8 +51,8 @@ std::optional<double> read_number(const nlohmann::json& body, const std::string&
   if (!v->is_number()) throw invalid_field(name, "'" + name + "' must be a number");
   const double x = v->get<double>();
   if (!(x >= min && x <= max))
-    throw invalid_field(name, "'" + name + "' must be between " + number_text(min) + " and " + number_text(max) +
-                                  ", got " + v->dump());
+    throw invalid_field(
+        name, "'" + name + "' must be between " + number_text(min) + " and " + number_text(max) + ", got " + v->dump());
   return x;
 }
 

@@ -39,8 +39,8 @@ ResponseHead response_head(Endpoint endpoint, std::string model) {
   h.endpoint = endpoint;
   h.id = (endpoint == Endpoint::chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
   h.model = std::move(model);
-  h.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-                  .count();
+  h.created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return h;
 }
 

@@ -64,8 +64,8 @@ struct Served {
 };
 
 json greedy(int max_tokens = 24) {
-  return {{"model", "target"}, {"prompt", kPrompt}, {"max_tokens", max_tokens}, {"temperature", 0},
-          {"ignore_eos", true}};
+  return {
+      {"model", "target"}, {"prompt", kPrompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
 }
 
 std::string generate_cli_text(int max_tokens) {
@@ -129,7 +129,8 @@ TEST(Http, StreamedChunksConcatenateToTheWholeText) {
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 24);
   std::string text;
-  for (size_t i = 0; i + 2 < events.size(); ++i) text += json::parse(events[i])["choices"][0]["text"].get<std::string>();
+  for (size_t i = 0; i + 2 < events.size(); ++i)
+    text += json::parse(events[i])["choices"][0]["text"].get<std::string>();
   EXPECT_EQ(text, whole);
 }
 

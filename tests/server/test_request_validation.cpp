@@ -104,10 +104,10 @@ TEST(RequestValidation, ChatContentPartsAreJoinedForTheRenderer) {
     EXPECT_TRUE(add);
     return std::string("P");
   };
-  const auto r = parse_completion_request(
-      json::parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+  const auto r =
+      parse_completion_request(json::parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                                  {"type": "text", "text": "b"}]}]})"),
-      Endpoint::chat, render);
+                               Endpoint::chat, render);
   EXPECT_EQ(r.prompts[0].text, "P");
   EXPECT_EQ(seen[0]["content"], "ab");
 }
