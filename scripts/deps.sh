@@ -2,7 +2,10 @@
 # Installs the Debian 12 packages specdec builds with, when any is missing. Sourced by the
 # quick-start and test scripts; safe to run again.
 set -euo pipefail
-SPECDEC_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev libgtest-dev)
+# cpp-httplib: the HTTP server; its header includes the TLS, zlib and brotli headers that
+# Debian built it with.
+SPECDEC_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev libgtest-dev
+  libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev)
 missing=()
 for p in "${SPECDEC_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,5 +10,6 @@ void run_generate(const GenerateCommand& command);
 void run_info(const InfoCommand& command);
 void run_bench(const BenchCommand& command);
 void run_chat_template(const ChatTemplateCommand& command);
+void run_serve(const ServeCommand& command);
 
 }  // namespace specdec::cli

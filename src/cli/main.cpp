@@ -14,6 +14,7 @@ struct Run {
   void operator()(const specdec::cli::InfoCommand& c) const { specdec::cli::run_info(c); }
   void operator()(const specdec::cli::BenchCommand& c) const { specdec::cli::run_bench(c); }
   void operator()(const specdec::cli::ChatTemplateCommand& c) const { specdec::cli::run_chat_template(c); }
+  void operator()(const specdec::cli::ServeCommand& c) const { specdec::cli::run_serve(c); }
 };
 
 }  // namespace

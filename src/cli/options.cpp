@@ -9,44 +9,11 @@
 #include <set>
 #include <sstream>
 
+#include "cli/common_flags.h"
 #include "cli/require.h"
 #include "cli/text_file.h"
 
 namespace specdec::cli {
-
-namespace {
-
-// The flags every model-loading subcommand takes, as given.
-struct CommonFlags {
-  std::string model = SPECDEC_DEFAULT_MODEL_DIR;
-  std::string device, cpu_isa, kv_dtype = "bf16";
-  int threads = 0;
-  bool fast_gpu = false;
-  double kv_memory = 0, gpu_memory = 0;
-  int max_rows = 64, max_batch_tokens = 512;
-  bool no_prefix_cache = false;
-};
-
-struct GenerateFlags {
-  CommonFlags common;
-  std::string prompt, prompt_file, draft, spec_mode = "exact";
-  GenerateOptions gen;
-  float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
-  int top_k = 0, num_draft = 0;
-  bool no_adaptive = false, json = false;
-  CLI::Option *temperature_opt = nullptr, *top_p_opt = nullptr, *top_k_opt = nullptr, *min_p_opt = nullptr,
-              *repetition_opt = nullptr;
-};
-
-struct BenchFlags {
-  CommonFlags common;
-  BenchCommand bench;
-  std::string suite = std::string(SPECDEC_SOURCE_DIR) + "/bench/prompts.json";
-  float temperature = 0, top_p = 1, min_p = 0;
-  int top_k = 0;
-  uint64_t seed = 0;
-  bool no_adaptive = false;
-};
 
 void add_common(CLI::App& cmd, CommonFlags& f) {
   cmd.add_option("--model", f.model, "model folder (config.json, *.safetensors, tokenizer.json)")
@@ -93,10 +60,32 @@ EngineConfig engine_config(const CommonFlags& f) {
   return c;
 }
 
-// "ngram", or a draft model folder.
 DraftSpec draft_spec(const std::string& draft, int num_draft) {
   return draft == "ngram" ? DraftSpec::ngram({}, num_draft) : DraftSpec::model(draft, {}, num_draft);
 }
+
+namespace {
+
+struct GenerateFlags {
+  CommonFlags common;
+  std::string prompt, prompt_file, draft, spec_mode = "exact";
+  GenerateOptions gen;
+  float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
+  int top_k = 0, num_draft = 0;
+  bool no_adaptive = false, json = false;
+  CLI::Option *temperature_opt = nullptr, *top_p_opt = nullptr, *top_k_opt = nullptr, *min_p_opt = nullptr,
+              *repetition_opt = nullptr;
+};
+
+struct BenchFlags {
+  CommonFlags common;
+  BenchCommand bench;
+  std::string suite = std::string(SPECDEC_SOURCE_DIR) + "/bench/prompts.json";
+  float temperature = 0, top_p = 1, min_p = 0;
+  int top_k = 0;
+  uint64_t seed = 0;
+  bool no_adaptive = false;
+};
 
 CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt");
@@ -254,6 +243,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   chat_cmd->add_flag("!--no-generation-prompt", chat.add_generation_prompt, "end without the assistant's header");
   chat_cmd->add_option("--bos", chat.bos, "bos_token");
   chat_cmd->add_option("--eos", chat.eos, "eos_token");
+  ServeFlags serve;
+  CLI::App* serve_cmd = serve.add(app);
   CommandLine line;
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes the words last first
@@ -276,6 +267,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (info_cmd->parsed()) line.command = info;
     if (bench_cmd->parsed()) line.command = bench_command(bench);
     if (chat_cmd->parsed()) line.command = chat;
+    if (serve_cmd->parsed()) line.command = serve.command();
   } catch (const std::exception& e) {
     line.exit_status = 1;
     line.err = std::string("specdec: error: ") + e.what();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/bench_suite.h"
+#include "cli/serve_options.h"
 #include "specdec/specdec.h"
 
 namespace specdec::cli {
@@ -54,7 +55,7 @@ struct ChatTemplateCommand {
   std::optional<std::string> bos, eos;  // unset: the model folder's, or empty
 };
 
-using Command = std::variant<GenerateCommand, InfoCommand, BenchCommand, ChatTemplateCommand>;
+using Command = std::variant<GenerateCommand, InfoCommand, BenchCommand, ChatTemplateCommand, ServeCommand>;
 
 struct CommandLine {
   std::optional<Command> command;  // what to run; empty when the line is answered already

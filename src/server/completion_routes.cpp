@@ -1,0 +1,146 @@
+// The completion endpoints. Whole responses wait for every choice on the connection thread; a
+// streamed one becomes an httplib chunked content provider that drains the request's EventQueue
+// into SSE chunks, one choice event at a time, and finishes with the usage chunk and [DONE].
+#include "server/completion_routes.h"
+
+#include "server/api_error.h"
+#include "server/generation_plan.h"
+#include "server/response_builder.h"
+
+namespace specdec::server {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::chrono::milliseconds kPollInterval{50};
+
+json parse_body(const httplib::Request& req) {
+  try {
+    return json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "invalid_request_error");
+  }
+}
+
+std::vector<GenerationRequest> engine_requests(GenerationPlan& plan) {
+  std::vector<GenerationRequest> out;
+  for (PlannedChoice& c : plan.choices) out.push_back(std::move(c.request));
+  return out;
+}
+
+// A result that did not run to a stop or its length is the server's failure, not the client's.
+void check_result(const GenerationResult& r) {
+  if (r.finish == Finish::error) throw ApiError(500, "generation failed: " + r.error, "server_error");
+  if (r.finish == Finish::cancelled)
+    throw ApiError(503, "the request was cancelled: the server is shutting down", "server_error");
+}
+
+void respond_whole(ServerState& state, const CompletionRequest& r, GenerationPlan plan, const ResponseHead& head,
+                   httplib::Response& res) {
+  std::vector<std::string> echoes;
+  for (const PlannedChoice& c : plan.choices) echoes.push_back(r.echo ? c.prompt_text : std::string());
+  Submission sub(state.loaded_engine(), state.admission, state.metrics, engine_requests(plan), nullptr);
+  std::vector<ChoiceOutput> outputs;
+  int completion_tokens = 0;
+  for (size_t i = 0; i < sub.size(); ++i) {
+    GenerationResult result = sub.wait(i);
+    check_result(result);
+    completion_tokens += static_cast<int>(result.tokens.size());
+    outputs.push_back({echoes[i] + result.text, result.finish});
+  }
+  res.set_content(full_response(head, outputs, plan.prompt_tokens, completion_tokens)
+                      .dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
+}
+
+// One streamed response: its submission (cancelled if the stream ends early) and its progress.
+struct Stream {
+  ResponseHead head;
+  bool include_usage = false;
+  std::vector<std::string> echoes;  // per choice: the prompt text to send first, or empty
+  std::shared_ptr<EventQueue> events = std::make_shared<EventQueue>();
+  std::unique_ptr<Submission> submission;
+  int prompt_tokens = 0, completion_tokens = 0;
+  size_t finished = 0;
+  bool started = false;
+
+  bool write(httplib::DataSink& sink, const std::string& data) { return sink.write(data.data(), data.size()); }
+  bool start(httplib::DataSink& sink);
+  bool finish(httplib::DataSink& sink);
+  // Sends what the next event says; false when the client is gone.
+  bool pump(httplib::DataSink& sink);
+};
+
+bool Stream::start(httplib::DataSink& sink) {
+  started = true;
+  for (size_t i = 0; i < echoes.size(); ++i) {
+    const bool chat = head.endpoint == Endpoint::chat;
+    if ((chat || !echoes[i].empty()) &&
+        !write(sink, sse_data(choice_chunk(head, int(i), echoes[i], Finish::none, chat, include_usage))))
+      return false;
+  }
+  return true;
+}
+
+bool Stream::finish(httplib::DataSink& sink) {
+  for (size_t i = 0; i < submission->size(); ++i) submission->wait(i);  // every one has ended: no blocking
+  submission.reset();
+  if (include_usage && !write(sink, sse_data(usage_chunk(head, prompt_tokens, completion_tokens)))) return false;
+  if (!write(sink, kSseDone)) return false;
+  sink.done();
+  return true;
+}
+
+bool Stream::pump(httplib::DataSink& sink) {
+  if (!started) return start(sink);
+  std::optional<ChoiceEvent> e = events->pop(kPollInterval);
+  if (!e) return sink.is_writable();
+  completion_tokens += e->tokens;
+  if (!e->text.empty() &&
+      !write(sink, sse_data(choice_chunk(head, e->index, e->text, Finish::none, false, include_usage))))
+    return false;
+  if (e->finish == Finish::none) return true;
+  if (e->finish == Finish::error || e->finish == Finish::cancelled) {
+    const char* what = e->finish == Finish::error ? "generation failed" : "the request was cancelled";
+    if (!write(sink, sse_data(error_body(what, "server_error")))) return false;
+  } else if (!write(sink, sse_data(choice_chunk(head, e->index, "", e->finish, false, include_usage)))) {
+    return false;
+  }
+  if (++finished < submission->size()) return true;
+  return finish(sink);
+}
+
+void respond_stream(ServerState& state, const CompletionRequest& r, GenerationPlan plan, const ResponseHead& head,
+                    httplib::Response& res) {
+  auto stream = std::make_shared<Stream>();
+  stream->head = head;
+  stream->include_usage = r.include_usage;
+  stream->prompt_tokens = plan.prompt_tokens;
+  for (const PlannedChoice& c : plan.choices) stream->echoes.push_back(r.echo ? c.prompt_text : std::string());
+  stream->submission = std::make_unique<Submission>(state.loaded_engine(), state.admission, state.metrics,
+                                                    engine_requests(plan), stream->events);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream", [stream](size_t, httplib::DataSink& sink) { return stream->pump(sink); },
+      // Also when the client went away mid-stream: its requests are cancelled and released now.
+      [stream](bool) { stream->submission.reset(); });
+}
+
+}  // namespace
+
+void handle_completion(ServerState& state, Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  Engine& engine = state.loaded_engine();
+  const json body = parse_body(req);
+  const CompletionRequest r = parse_completion_request(body, endpoint, state.render);
+  state.check_model(r.model);
+  GenerationPlan plan = plan_generation(r, engine, state.options);
+  const ResponseHead head = response_head(endpoint, state.options.served_model_name);
+  if (r.stream)
+    respond_stream(state, r, std::move(plan), head, res);
+  else
+    respond_whole(state, r, std::move(plan), head, res);
+}
+
+}  // namespace specdec::server
