@@ -6,7 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <fstream>
+#include <system_error>
 #include <numeric>
 #include <stdexcept>
 #include <vector>
@@ -63,6 +68,31 @@ TEST(ThreadPool, ManyBackToBackLoopsRunEachChunkOnce) {
     total += sum.load();
   }
   EXPECT_EQ(total, size_t{20000} * (95 * 96 / 2));
+}
+
+// A pool whose threads cannot all be created (here: an address space too small for their
+// stacks) throws after joining the workers it started, instead of hanging or terminating.
+TEST(ThreadPool, FailedThreadCreationThrowsInsteadOfHanging) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit allows";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        size_t pages = 0;
+        std::ifstream("/proc/self/statm") >> pages;
+        const rlim_t used = pages * static_cast<rlim_t>(sysconf(_SC_PAGESIZE));
+        const rlimit limit{used + (64u << 20), used + (64u << 20)};  // room for a few 8 MiB stacks
+        if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+        try {
+          ThreadPool pool(4000);
+        } catch (const std::system_error&) {
+          _exit(0);
+        }
+        _exit(2);
+      },
+      ::testing::ExitedWithCode(0), "");
+#endif
 }
 
 }  // namespace
