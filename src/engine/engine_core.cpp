@@ -205,7 +205,7 @@ ForwardResult EngineCore::forward(const ForwardRequest& request, const std::vect
   int tokens = 0;
   for (const SequenceInput& in : request.rows) tokens += static_cast<int>(in.tokens.size());
   const auto t0 = Clock::now();
-  ForwardResult out = target_.forward(request, *kv_);
+  ForwardResult out = with_context("target model", [&] { return target_.forward(request, *kv_); });
   const double secs = seconds_since(t0);
   ++forwards_;
   // The depth policy prices verify windows: a forward with prefill chunks would skew the fit,
@@ -257,9 +257,10 @@ RoundOutcome EngineCore::verify_row(Row& row, const ForwardResult& out, int firs
     const TokenHistory history{prompt, generated};
     const auto position = static_cast<uint64_t>(row.pending_pos + 1);
     const bool rejection = row.spec.mode == SpecMode::rejection && k > 0;
-    verdict = rejection ? verify_rejection(window, out.vocab, drafts, proposal.q, row.req.sampling,
-                                           history, position)
-                        : verify_exact(window, out.vocab, drafts, row.req.sampling, history, position);
+    verdict = with_context("target model", [&] {
+      return rejection ? verify_rejection(window, out.vocab, drafts, proposal.q, row.req.sampling, history, position)
+                       : verify_exact(window, out.vocab, drafts, row.req.sampling, history, position);
+    });
   }
   // The target's KV holds pending + k drafts; keep pending + the accepted drafts.
   kv_->truncate(row.seq, static_cast<int>(row.pending_pos) + 1 + verdict.accepted);
