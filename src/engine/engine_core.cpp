@@ -108,7 +108,12 @@ int64_t EngineCore::submit(Request request) {
   auto row = std::make_unique<Row>(next_id_++, std::move(request), tokenizer_, c.max_position);
   if (row->speculates()) {
     const int depth = row->req.spec.max_depth > 0 ? row->req.spec.max_depth : coordinator_.default_depth(row->spec.method);
-    row->spec.policy.emplace(depth, row->req.spec.adaptive);
+    // In exact mode the depth never changes the output, so it may follow measured costs. In
+    // rejection mode a position's token depends on whether it was drafted, so a depth chosen by
+    // timing (or by the batch's other rows) would make a seeded request differ from run to run:
+    // such a row drafts at its fixed depth, capped only by the tokens and context it has left.
+    const bool adaptive = row->req.spec.adaptive && row->req.spec.mode == SpecMode::exact;
+    row->spec.policy.emplace(depth, adaptive);
   }
   const int64_t id = row->id;
   scheduler_.add(std::move(row));
