@@ -324,7 +324,7 @@ TEST(Engine, ReplaysThePolicyAgainstTheBestSchedule) {
 // depend on nothing that timing or the batch decides.
 TEST(Engine, SeededRejectionModeReproducesUnderAnyLoad) {
   specdec::Engine engine(config({specdec::DraftSpec::ngram(), draft_model()}));
-  for (const std::string method : {"ngram", "draft"}) {
+  for (const std::string& method : {std::string("ngram"), std::string("draft")}) {
     specdec::GenerationRequest probe = greedy(fixture().prompts[0], 32, method);
     probe.sampling.temperature = 0.9f;
     probe.sampling.seed = 1234;

@@ -248,7 +248,7 @@ TEST(Options, ThreadsAreBoundedByTheMachine) {
   const int hw = specdec::hardware_threads(), limit = specdec::max_threads();
   const std::string range = "--threads must be in [0, " + std::to_string(limit) +
                             "] (0 = one per hardware thread; this machine has " + std::to_string(hw) + "), got ";
-  for (const std::string bad : {std::string("-1"), std::string("100000"), std::to_string(limit + 1)}) {
+  for (const std::string& bad : {std::string("-1"), std::string("100000"), std::to_string(limit + 1)}) {
     expect_error(parse_command_line({"generate", "--prompt", "x", "--threads", bad}), range + bad, bad);
     expect_error(parse_command_line({"bench", "--threads", bad}), range + bad, bad);
   }
@@ -256,7 +256,7 @@ TEST(Options, ThreadsAreBoundedByTheMachine) {
   ASSERT_TRUE(over.command.has_value()) << over.err;
   EXPECT_EQ(over.err, "specdec: warning: --threads " + std::to_string(hw + 1) + " is more than this machine's " +
                           std::to_string(hw) + " hardware threads; the extra threads only compete with each other");
-  for (const std::string fine : {std::string("0"), std::to_string(hw)}) {
+  for (const std::string& fine : {std::string("0"), std::to_string(hw)}) {
     const CommandLine line = parse_command_line({"generate", "--prompt", "x", "--threads", fine});
     ASSERT_TRUE(line.command.has_value()) << line.err;
     EXPECT_EQ(line.err, "") << fine;
