@@ -41,7 +41,22 @@ struct EngineConfig {
   int max_batch_tokens = 512;     // tokens in one target forward
   bool prefix_cache = true;       // requests share the KV of prompt prefixes already computed
   std::vector<DraftSpec> drafts;  // loaded with the engine; more may be added later
+
+  // Throws std::runtime_error naming the first field out of range: threads above max_threads(),
+  // memory sizes that are negative, not finite or above kMaxMemoryGiB (whose byte count would
+  // overflow), rows or batch tokens below their minimum. Engine does this before loading.
+  void validate() const;
 };
+
+// The most GiB --kv-memory / --gpu-memory may ask for: far above any machine's memory, far below
+// the 2^34 GiB where a byte count overflows 64 bits.
+inline constexpr double kMaxMemoryGiB = 1 << 20;
+
+// The most CPU threads an engine starts: 8 per hardware thread (at least 64). Beyond that a pool
+// only competes with itself, and tens of thousands of threads exhaust the machine's process ids.
+int max_threads();
+// Hardware threads of this machine (at least 1).
+int hardware_threads();
 
 // The id a spec is registered under (DraftSpec::id, or its default).
 std::string draft_id(const DraftSpec& spec);

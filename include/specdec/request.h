@@ -81,6 +81,8 @@ struct SpeculativeStats {
 struct GenerationStats {
   int prompt_tokens = 0;
   int generated_tokens = 0;
+  // Finish "length" came from the end of the model's context, before the request's max_tokens.
+  bool context_full = false;
   double queue_seconds = 0;                     // submit → admitted
   double prefill_seconds = 0;                   // admitted → first token
   double decode_seconds = 0;                    // first token → finished

@@ -102,6 +102,7 @@ GenerationResult public_result(RequestResult&& r) {
   GenerationStats& s = g.stats;
   s.prompt_tokens = r.stats.prompt_tokens;
   s.generated_tokens = r.stats.generated_tokens;
+  s.context_full = r.stats.context_full;
   s.queue_seconds = r.stats.queue_seconds;
   s.prefill_seconds = r.stats.prefill_seconds;
   s.decode_seconds = r.stats.decode_seconds;

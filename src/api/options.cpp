@@ -1,8 +1,12 @@
 // Names of the public option enums, both ways, and the checks of public options that need no
 // loaded model.
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <thread>
 #include <utility>
 
+#include "core/error.h"
 #include "sampling/sampling.h"
 #include "specdec/options.h"
 #include "specdec/request.h"
@@ -101,6 +105,28 @@ void SamplingOptions::validate() const {
   p.presence_penalty = presence_penalty;
   p.frequency_penalty = frequency_penalty;
   p.validate();
+}
+
+int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
+int max_threads() { return std::max(64, 8 * hardware_threads()); }
+
+namespace {
+void check_memory_gib(double gib, const char* flag) {
+  // Written so that NaN fails too: every comparison with NaN is false.
+  SPECDEC_CHECK(gib >= 0 && gib <= kMaxMemoryGiB, flag, " must be a number of GiB in [0, ",
+                static_cast<long long>(kMaxMemoryGiB),
+                "] (0 = the default), got ", gib);
+}
+}  // namespace
+
+void EngineConfig::validate() const {
+  SPECDEC_CHECK(threads >= 0 && threads <= max_threads(), "--threads must be in [0, ", max_threads(),
+                "] (0 = one per hardware thread; this machine has ", hardware_threads(), "), got ", threads);
+  check_memory_gib(kv_memory_gb, "--kv-memory");
+  check_memory_gib(gpu_memory_gb, "--gpu-memory");
+  SPECDEC_CHECK(max_rows >= 1, "--max-rows must be at least 1, got ", max_rows);
+  SPECDEC_CHECK(max_batch_tokens >= 16, "--max-batch-tokens must be at least 16, got ", max_batch_tokens);
 }
 
 }  // namespace specdec

@@ -2,6 +2,7 @@
 #include "api/session.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "core/error.h"
 #include "speculative/methods/draft_model.h"
@@ -23,8 +24,6 @@ void warm_up(Model& model) {
 }
 
 BackendOptions backend_options(const EngineConfig& c) {
-  SPECDEC_CHECK(c.threads >= 0, "threads must not be negative, got ", c.threads);
-  SPECDEC_CHECK(c.gpu_memory_gb >= 0, "--gpu-memory must not be negative");
   BackendOptions bo;
   const bool cuda = c.device == DeviceKind::cuda || (c.device == DeviceKind::automatic && cuda_available());
   bo.device = cuda ? Device::cuda : Device::cpu;
@@ -36,12 +35,32 @@ BackendOptions backend_options(const EngineConfig& c) {
   return bo;
 }
 
+// A draft that splits text into other tokens, even at the target's vocabulary size, proposes
+// ids that mean something else to the target: nearly nothing is accepted, without a word.
+void check_same_tokenizer(const Tokenizer& target, const std::string& draft_dir) {
+  if (!std::filesystem::exists(std::filesystem::path(draft_dir) / "tokenizer.json")) return;
+  const Tokenizer draft = Tokenizer::load(draft_dir);
+  SPECDEC_CHECK(draft.vocab_size() == target.vocab_size(), "the draft model's tokenizer in ", draft_dir, " has ",
+                draft.vocab_size(), " tokens but the target's has ", target.vocab_size(),
+                ": a draft model must share the target's tokenizer");
+  for (int32_t id = 0; id < target.vocab_size(); ++id) {
+    const auto token = [id](const Tokenizer& t) {
+      try {
+        return t.id_to_token(id);
+      } catch (const Error&) {
+        return std::string();  // an id the vocabulary skips
+      }
+    };
+    SPECDEC_CHECK(token(draft) == token(target), "the draft model's tokenizer in ", draft_dir, " gives id ", id,
+                  " to '", token(draft), "' where the target's has '", token(target),
+                  "': a draft model must share the target's tokenizer");
+  }
+}
+
 }  // namespace
 
 Session open_session(const EngineConfig& config) {
-  SPECDEC_CHECK(config.kv_memory_gb >= 0, "--kv-memory must not be negative");
-  SPECDEC_CHECK(config.max_rows >= 1, "--max-rows must be at least 1");
-  SPECDEC_CHECK(config.max_batch_tokens >= 16, "--max-batch-tokens must be at least 16");
+  config.validate();
   const BackendOptions bo = backend_options(config);
   Session s;
   s.model_dir = config.model_dir;
@@ -56,6 +75,11 @@ Session open_session(const EngineConfig& config) {
   s.defaults = load_generation_config(config.model_dir);
   s.eos_ids = !s.defaults.eos_token_ids.empty() ? s.defaults.eos_token_ids : s.model->config().eos_token_ids;
   if (s.eos_ids.empty() && s.tokenizer->eos_id()) s.eos_ids.push_back(*s.tokenizer->eos_id());
+  for (const int32_t id : s.eos_ids) {
+    SPECDEC_CHECK(id >= 0 && id < s.model->config().vocab_size, config.model_dir, ": eos_token_id ", id, " (",
+                  s.defaults.eos_token_ids.empty() ? "config.json" : "generation_config.json",
+                  ") is outside the vocabulary of ", s.model->config().vocab_size, " tokens");
+  }
   const double gb = config.kv_memory_gb > 0 ? config.kv_memory_gb : (bo.device == Device::cuda ? 16.0 : 1.0);
   s.engine.kv_memory = static_cast<size_t>(gb * (1ull << 30));
   s.engine.max_rows = config.max_rows;
@@ -76,6 +100,7 @@ std::shared_ptr<DraftMethod> make_draft_method(Session& session, const DraftSpec
   if (!model) {
     try {
       model = Model::load(spec.path, session.model->backend());
+      check_same_tokenizer(*session.tokenizer, spec.path);
       warm_up(*model);
     } catch (...) {
       session.draft_models.erase(spec.path);  // a later spec may retry a fixed folder

@@ -21,6 +21,7 @@ void print_json(const Generation& g, const std::string& device) {
   st["prefill_tokens_per_s"] = g.stats.prefill_tokens_per_s();
   st["decode_tokens_per_s"] = g.stats.decode_tokens_per_s();
   st["ttft_s"] = g.stats.ttft_seconds;
+  st["context_full"] = g.stats.context_full;
   st["device"] = device;
   if (g.stats.speculative) st["speculative"] = nlohmann::json::parse(g.stats.speculative->to_json());
   j["stats"] = st;
@@ -52,6 +53,9 @@ void run_generate(const GenerateCommand& c) {
     std::fprintf(stderr, ", %s acceptance %.2f, mean accepted length %.2f", g.stats.speculative->draft.c_str(),
                  g.stats.speculative->acceptance_rate(), g.stats.speculative->mean_accepted_length());
   std::fprintf(stderr, "\n");
+  if (g.stats.context_full)
+    std::fprintf(stderr, "specdec: note: generation stopped at the end of the model's context, before --max-tokens %d\n",
+                 c.request.max_tokens);
 }
 
 }  // namespace specdec::cli

@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
+#include <limits>
 #include <cmath>
 #include <memory>
 #include <set>
@@ -45,11 +47,6 @@ EngineConfig engine_config(const CommonFlags& f) {
   const std::optional<KvCacheType> kv = parse_kv_cache_type(f.kv_dtype);
   require(kv.has_value(), "unknown --kv-dtype '", f.kv_dtype, "' (expected bf16, f16 or f32)");
   c.kv_type = *kv;
-  require(f.threads >= 0, "--threads must not be negative, got ", f.threads);
-  require(f.kv_memory >= 0, "--kv-memory must not be negative");
-  require(f.gpu_memory >= 0, "--gpu-memory must not be negative");
-  require(f.max_rows >= 1, "--max-rows must be at least 1");
-  require(f.max_batch_tokens >= 16, "--max-batch-tokens must be at least 16");
   c.threads = f.threads;
   c.batch_invariant = !f.fast_gpu;
   c.kv_memory_gb = f.kv_memory;
@@ -57,7 +54,27 @@ EngineConfig engine_config(const CommonFlags& f) {
   c.max_rows = f.max_rows;
   c.max_batch_tokens = f.max_batch_tokens;
   c.prefix_cache = !f.no_prefix_cache;
+  c.validate();
   return c;
+}
+
+// More threads than the machine has is allowed (up to max_threads()) but slow: say so.
+std::string thread_warning(const EngineConfig& c) {
+  if (c.threads <= hardware_threads()) return {};
+  std::ostringstream out;
+  out << "specdec: warning: --threads " << c.threads << " is more than this machine's " << hardware_threads()
+      << " hardware threads; the extra threads only compete with each other";
+  return out.str();
+}
+
+// --seed as an exact unsigned 64-bit integer: CLI11 would clamp 2^64, 1e30 or -1 silently.
+uint64_t parse_seed(const std::string& text) {
+  uint64_t seed = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, seed);
+  require(!text.empty() && ec == std::errc() && ptr == end, "--seed must be an integer in [0, ",
+          std::numeric_limits<uint64_t>::max(), "], got '", text, "'");
+  return seed;
 }
 
 DraftSpec draft_spec(const std::string& draft, int num_draft) {
@@ -68,11 +85,12 @@ namespace {
 
 struct GenerateFlags {
   CommonFlags common;
-  std::string prompt, prompt_file, draft, spec_mode = "exact";
+  std::string prompt, prompt_file, draft, spec_mode = "exact", seed = "0";
   GenerateOptions gen;
   float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
   int top_k = 0, num_draft = 0;
   bool no_adaptive = false, json = false;
+  CLI::Option *num_draft_opt = nullptr, *spec_mode_opt = nullptr, *no_adaptive_opt = nullptr;
   CLI::Option *temperature_opt = nullptr, *top_p_opt = nullptr, *top_k_opt = nullptr, *min_p_opt = nullptr,
               *repetition_opt = nullptr;
 };
@@ -83,7 +101,7 @@ struct BenchFlags {
   std::string suite = std::string(SPECDEC_SOURCE_DIR) + "/bench/prompts.json";
   float temperature = 0, top_p = 1, min_p = 0;
   int top_k = 0;
-  uint64_t seed = 0;
+  std::string seed = "0";
   bool no_adaptive = false;
 };
 
@@ -101,14 +119,16 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
   f.repetition_opt = cmd->add_option("--repetition-penalty", f.repetition_penalty, "repetition penalty (1 = off)");
   cmd->add_option("--presence-penalty", g.sampling.presence_penalty, "presence penalty");
   cmd->add_option("--frequency-penalty", g.sampling.frequency_penalty, "frequency penalty");
-  cmd->add_option("--seed", g.sampling.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--seed", f.seed, "sampling seed")->capture_default_str();
   cmd->add_option("--stop", g.stop, "stop string (repeatable)");
   cmd->add_flag("--ignore-eos", g.ignore_eos, "keep generating after the end-of-sequence token");
   cmd->add_flag("--json", f.json, "print one JSON object instead of streaming text");
   cmd->add_option("--draft", f.draft, "speculative decoding: 'ngram' or a draft model folder");
-  cmd->add_option("--num-draft-tokens", f.num_draft, "maximum draft tokens per round (default: the method's)");
-  cmd->add_option("--spec-mode", f.spec_mode, "exact (identical output) or rejection")->capture_default_str();
-  cmd->add_flag("--no-adaptive", f.no_adaptive, "always draft the maximum depth");
+  f.num_draft_opt =
+      cmd->add_option("--num-draft-tokens", f.num_draft, "maximum draft tokens per round (default: the method's)");
+  f.spec_mode_opt =
+      cmd->add_option("--spec-mode", f.spec_mode, "exact (identical output) or rejection")->capture_default_str();
+  f.no_adaptive_opt = cmd->add_flag("--no-adaptive", f.no_adaptive, "always draft the maximum depth");
   return cmd;
 }
 
@@ -116,8 +136,8 @@ GenerateCommand generate_command(GenerateFlags& f) {
   GenerateCommand c;
   c.engine = engine_config(f.common);
   require(f.prompt.empty() || f.prompt_file.empty(), "give --prompt or --prompt-file, not both");
-  c.prompt = f.prompt_file.empty() ? f.prompt : read_text_file(f.prompt_file);
-  require(!c.prompt.empty(), "the prompt is empty");
+  c.prompt = f.prompt_file.empty() ? f.prompt : read_text_file(f.prompt_file, "--prompt-file");
+  require(!c.prompt.empty(), f.prompt_file.empty() ? "--prompt is empty" : "--prompt-file " + f.prompt_file + " is empty");
   c.request = f.gen;
   SamplingOptions& s = c.request.sampling;
   if (f.temperature_opt->count()) s.temperature = f.temperature;
@@ -125,11 +145,15 @@ GenerateCommand generate_command(GenerateFlags& f) {
   if (f.top_k_opt->count()) s.top_k = f.top_k;
   if (f.min_p_opt->count()) s.min_p = f.min_p;
   if (f.repetition_opt->count()) s.repetition_penalty = f.repetition_penalty;
+  s.seed = parse_seed(f.seed);
   s.validate();
   require(c.request.max_tokens >= 1, "max_tokens must be at least 1, got ", c.request.max_tokens);
   require(f.num_draft >= 0, "--num-draft-tokens must not be negative, got ", f.num_draft);
   const std::optional<VerifyMode> mode = parse_verify_mode(f.spec_mode);
   require(mode.has_value(), "unknown --spec-mode '", f.spec_mode, "' (expected exact or rejection)");
+  // Speculation flags without a method would be ignored silently.
+  for (const CLI::Option* o : {f.num_draft_opt, f.spec_mode_opt, f.no_adaptive_opt})
+    require(o->count() == 0 || !f.draft.empty(), o->get_name(), " needs --draft (ngram or a draft model folder)");
   SpeculativeOptions& spec = c.request.speculative;
   spec.mode = *mode;
   spec.adaptive = !f.no_adaptive;
@@ -205,7 +229,7 @@ BenchCommand bench_command(BenchFlags& f) {
   o.sampling.top_p = f.top_p;
   o.sampling.min_p = f.min_p;
   o.sampling.repetition_penalty = 1.0f;
-  o.sampling.seed = f.seed;
+  o.sampling.seed = parse_seed(f.seed);
   require(o.repeats >= 1, "--repeats must be at least 1");
   check_replay_flags(o);
   require(o.spec_batch >= 1, "--spec-batch must be at least 1, got ", o.spec_batch);
@@ -268,6 +292,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (bench_cmd->parsed()) line.command = bench_command(bench);
     if (chat_cmd->parsed()) line.command = chat;
     if (serve_cmd->parsed()) line.command = serve.command();
+    if (!line.command) return line;
+    if (const auto* g = std::get_if<GenerateCommand>(&line.command.value())) line.err = thread_warning(g->engine);
+    if (const auto* b = std::get_if<BenchCommand>(&line.command.value())) line.err = thread_warning(b->engine);
   } catch (const std::exception& e) {
     line.exit_status = 1;
     line.err = std::string("specdec: error: ") + e.what();

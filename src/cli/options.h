@@ -61,7 +61,7 @@ struct CommandLine {
   std::optional<Command> command;  // what to run; empty when the line is answered already
   int exit_status = 0;             // without a command: 0 after --help, 1 after an error
   std::string out;                 // for stdout (--help)
-  std::string err;                 // for stderr: "specdec: error: <cause>"
+  std::string err;                 // for stderr: "specdec: error: <cause>", or with a command a warning
 };
 
 // args: the words after the program name.

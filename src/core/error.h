@@ -26,6 +26,17 @@ template <typename... Args>
   throw Error(str_cat(args...));
 }
 
+// Runs f(); an Error it throws comes back with "<who>: " in front, so that a failure deep in a
+// shared path (a forward, a sampler) says which model it was in.
+template <typename F>
+decltype(auto) with_context(const std::string& who, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(who + ": " + e.what());
+  }
+}
+
 }  // namespace specdec
 
 // Checks an invariant of the input and throws specdec::Error with the message if it fails.

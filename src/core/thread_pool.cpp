@@ -34,16 +34,28 @@ ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   claimed_ = std::vector<std::atomic<size_t>>(threads);
   chunks_.resize(threads);
-  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+  workers_.reserve(threads - 1);
+  try {
+    for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+  } catch (...) {
+    // Thread creation fails when the machine is out of threads or address space. No destructor
+    // runs for a half-built pool, so the workers already started are stopped and joined here;
+    // otherwise a joinable std::thread would be destroyed (terminate) or a worker left waiting.
+    stop_and_join();
+    throw;
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_and_join(); }
+
+void ThreadPool::stop_and_join() {
   {
     std::lock_guard lock(mutex_);
     stop_.store(true);
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
 }
 
 void ThreadPool::run_chunks(size_t generation, size_t parts, size_t first,

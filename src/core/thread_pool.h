@@ -19,7 +19,8 @@ namespace specdec {
 
 class ThreadPool {
  public:
-  // threads == 0 means one per hardware thread.
+  // threads == 0 means one per hardware thread. Throws std::system_error when the threads
+  // cannot be created (after joining those that were).
   explicit ThreadPool(size_t threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -34,6 +35,7 @@ class ThreadPool {
 
  private:
   void worker(size_t index);
+  void stop_and_join();  // wakes every worker with stop_ set and joins it
   // Claims and runs the unclaimed chunks [0, parts) of job `generation`, starting at `first`.
   void run_chunks(size_t generation, size_t parts, size_t first, const std::function<void(size_t, size_t)>* fn);
 

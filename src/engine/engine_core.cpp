@@ -108,7 +108,12 @@ int64_t EngineCore::submit(Request request) {
   auto row = std::make_unique<Row>(next_id_++, std::move(request), tokenizer_, c.max_position);
   if (row->speculates()) {
     const int depth = row->req.spec.max_depth > 0 ? row->req.spec.max_depth : coordinator_.default_depth(row->spec.method);
-    row->spec.policy.emplace(depth, row->req.spec.adaptive);
+    // In exact mode the depth never changes the output, so it may follow measured costs. In
+    // rejection mode a position's token depends on whether it was drafted, so a depth chosen by
+    // timing (or by the batch's other rows) would make a seeded request differ from run to run:
+    // such a row drafts at its fixed depth, capped only by the tokens and context it has left.
+    const bool adaptive = row->req.spec.adaptive && row->req.spec.mode == SpecMode::exact;
+    row->spec.policy.emplace(depth, adaptive);
   }
   const int64_t id = row->id;
   scheduler_.add(std::move(row));
@@ -205,7 +210,7 @@ ForwardResult EngineCore::forward(const ForwardRequest& request, const std::vect
   int tokens = 0;
   for (const SequenceInput& in : request.rows) tokens += static_cast<int>(in.tokens.size());
   const auto t0 = Clock::now();
-  ForwardResult out = target_.forward(request, *kv_);
+  ForwardResult out = with_context("target model", [&] { return target_.forward(request, *kv_); });
   const double secs = seconds_since(t0);
   ++forwards_;
   // The depth policy prices verify windows: a forward with prefill chunks would skew the fit,
@@ -260,9 +265,10 @@ RoundOutcome EngineCore::verify_row(Row& row, const ForwardResult& out, int firs
     const TokenHistory history{prompt, generated};
     const auto position = static_cast<uint64_t>(row.pending_pos + 1);
     const bool rejection = row.spec.mode == SpecMode::rejection && k > 0;
-    verdict = rejection ? verify_rejection(window, out.vocab, drafts, proposal.q, row.req.sampling,
-                                           history, position)
-                        : verify_exact(window, out.vocab, drafts, row.req.sampling, history, position);
+    verdict = with_context("target model", [&] {
+      return rejection ? verify_rejection(window, out.vocab, drafts, proposal.q, row.req.sampling, history, position)
+                       : verify_exact(window, out.vocab, drafts, row.req.sampling, history, position);
+    });
   }
   // The target's KV holds pending + k drafts; keep pending + the accepted drafts.
   kv_->truncate(row.seq, static_cast<int>(row.pending_pos) + 1 + verdict.accepted);

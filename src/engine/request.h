@@ -41,6 +41,7 @@ struct Request {
 struct RequestStats {
   int prompt_tokens = 0;
   int generated_tokens = 0;
+  bool context_full = false;  // finish length: the context ended before max_tokens
   double queue_seconds = 0;    // submit → admitted
   double prefill_seconds = 0;  // admitted → first token
   double decode_seconds = 0;   // first token → finished

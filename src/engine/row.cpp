@@ -107,6 +107,8 @@ RequestResult Row::result() const {
   res.error = error;
   res.stats.prompt_tokens = static_cast<int>(prompt_len);
   res.stats.generated_tokens = generated();
+  // Only the context can end a row at "length" short of the tokens its request asked for.
+  res.stats.context_full = finish == FinishReason::length && generated() < req.stop.max_tokens;
   const auto now = Clock::now();
   res.stats.queue_seconds = seconds(submitted, admitted);
   if (got_first) {

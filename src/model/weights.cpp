@@ -3,6 +3,7 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <charconv>
 #include <set>
 
 #include "core/error.h"
@@ -110,7 +111,27 @@ std::filesystem::path WeightStore::file_of(const std::string& name) const {
   return files_[it->second]->path();
 }
 
+namespace {
+// n for a tensor named "model.layers.<n>.…", else -1.
+int layer_of(const std::string& name) {
+  static const std::string kPrefix = "model.layers.";
+  if (name.rfind(kPrefix, 0) != 0) return -1;
+  int n = 0;
+  const char* begin = name.data() + kPrefix.size();
+  const auto [end, ec] = std::from_chars(begin, name.data() + name.size(), n);
+  return ec == std::errc() && end != begin && *end == '.' ? n : -1;
+}
+}  // namespace
+
 void WeightStore::validate(const std::vector<WeightSpec>& specs) const {
+  // A config that names fewer layers than the checkpoint holds would run a truncated model
+  // without a word: the layers it leaves out are refused by name.
+  int layers = 0;
+  for (const WeightSpec& spec : specs) layers = std::max(layers, layer_of(spec.name) + 1);
+  for (const auto& [name, t] : index_) {
+    SPECDEC_CHECK(layer_of(name) < layers, file_of(name).string(), ": tensor \"", name, "\" belongs to layer ",
+                  layer_of(name), " but config.json's num_hidden_layers is ", layers);
+  }
   for (const WeightSpec& spec : specs) {
     auto it = index_.find(spec.name);
     if (it == index_.end()) {

@@ -185,21 +185,29 @@ void LogitsProcessor::apply(std::span<float> logits, const TokenHistory& history
 
 int32_t argmax(std::span<const float> values) {
   SPECDEC_CHECK(!values.empty(), "sampling: argmax of an empty row");
-  // Definition: start at index 0 and move to i whenever values[i] > values[best], so the first
-  // maximum wins and NaN never wins (a NaN at index 0 is never left). Computed in two passes
-  // that the compiler vectorises: the maximum over 16 independent lanes (NaN fails every >,
-  // exactly as in the definition), then the first index holding a value equal to it.
-  if (std::isnan(values[0])) return 0;
+  // The first maximum wins. A NaN anywhere means the model's numbers broke down: an error, as
+  // in sampled decoding, never a silent token 0. Computed in two passes that the compiler
+  // vectorises: the maximum over 16 independent lanes (noting NaNs as it goes), then the first
+  // index holding a value equal to it.
+  SPECDEC_CHECK(!std::isnan(values[0]), "sampling: logits contain NaN");
   constexpr size_t kLanes = 16;
   std::array<float, kLanes> lane;
+  std::array<int, kLanes> nan{};
   lane.fill(values[0]);
   const size_t n = values.size(), body = n / kLanes * kLanes;
   for (size_t i = 0; i < body; i += kLanes) {
-    for (size_t j = 0; j < kLanes; ++j) lane[j] = values[i + j] > lane[j] ? values[i + j] : lane[j];
+    for (size_t j = 0; j < kLanes; ++j) {
+      lane[j] = values[i + j] > lane[j] ? values[i + j] : lane[j];
+      nan[j] |= values[i + j] != values[i + j];
+    }
   }
   float max = lane[0];
   for (size_t j = 1; j < kLanes; ++j) max = lane[j] > max ? lane[j] : max;
-  for (size_t i = body; i < n; ++i) max = values[i] > max ? values[i] : max;
+  for (size_t i = body; i < n; ++i) {
+    max = values[i] > max ? values[i] : max;
+    nan[0] |= std::isnan(values[i]);
+  }
+  for (int any : nan) SPECDEC_CHECK(!any, "sampling: logits contain NaN");
   for (size_t i = 0; i < n; ++i) {
     if (values[i] == max) return static_cast<int32_t>(i);
   }

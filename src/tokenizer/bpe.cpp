@@ -46,6 +46,9 @@ Bpe::Bpe(const nlohmann::json& model, const std::string& where) {
   vocab_r_.resize(static_cast<size_t>(max_id + 1));
   has_id_.assign(static_cast<size_t>(max_id + 1), false);
   for (const auto& [token, id] : vocab_) {
+    // Two tokens with one id would decode that id to either of them: refused by name.
+    SPECDEC_CHECK(!has_id_[static_cast<size_t>(id)], where, ": model.vocab gives id ", id, " to both '",
+                  vocab_r_[static_cast<size_t>(id)], "' and '", token, "'");
     vocab_r_[static_cast<size_t>(id)] = token;
     has_id_[static_cast<size_t>(id)] = true;
   }

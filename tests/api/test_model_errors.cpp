@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -160,6 +161,106 @@ TEST_F(BrokenModel, MissingTensor) {
   st.data.resize(end);
   replace(m / "model.safetensors", st.bytes());
   expect_refused(m, "model.norm.weight");
+}
+
+TEST_F(BrokenModel, FewerLayersThanTheCheckpointHolds) {
+  const fs::path m = linked_copy(kTarget);
+  auto config = nlohmann::json::parse(slurp(kTarget + "/config.json"));
+  const int layers = config["num_hidden_layers"].get<int>();
+  config["num_hidden_layers"] = layers - 1;
+  replace(m / "config.json", config.dump(2));
+  expect_error([&] { specdec::Engine engine(on_cpu(m)); },
+               "belongs to layer " + std::to_string(layers - 1) + " but config.json's num_hidden_layers is " +
+                   std::to_string(layers - 1));
+}
+
+TEST_F(BrokenModel, EosOutsideTheVocabulary) {
+  const fs::path m = linked_copy(kTarget);
+  auto generation = nlohmann::json::parse(slurp(kTarget + "/generation_config.json"));
+  generation["eos_token_id"] = 8192;
+  replace(m / "generation_config.json", generation.dump(2));
+  expect_error([&] { specdec::Engine engine(on_cpu(m)); },
+               "eos_token_id 8192 (generation_config.json) is outside the vocabulary of 8192 tokens");
+}
+
+TEST_F(BrokenModel, DuplicateIdsInTheTokenizerVocabulary) {
+  const fs::path m = linked_copy(kTarget);
+  auto tokenizer = nlohmann::json::parse(slurp(kTarget + "/tokenizer.json"));
+  auto& vocab = tokenizer["model"]["vocab"];
+  const int32_t id = vocab.begin().value().get<int32_t>();
+  (std::next(vocab.begin())).value() = id;
+  replace(m / "tokenizer.json", tokenizer.dump());
+  expect_error([&] { specdec::Engine engine(on_cpu(m)); }, "model.vocab gives id " + std::to_string(id) + " to both");
+}
+
+TEST_F(BrokenModel, ADraftWithAnotherTokenizerOfTheSameSize) {
+  const fs::path m = linked_copy(kTarget);
+  auto tokenizer = nlohmann::json::parse(slurp(kTarget + "/tokenizer.json"));
+  auto& vocab = tokenizer["model"]["vocab"];
+  // Two tokens trade ids: the same size, other meanings.
+  auto a = std::next(vocab.begin(), 300), b = std::next(vocab.begin(), 301);
+  const auto id = a.value();
+  a.value() = b.value();
+  b.value() = id;
+  replace(m / "tokenizer.json", tokenizer.dump());
+  specdec::Engine engine(on_cpu(kTarget));
+  expect_error([&] { engine.add_draft(specdec::DraftSpec::model(m.string(), "d")); },
+               "a draft model must share the target's tokenizer");
+}
+
+// A NaN in the final norm makes every logit NaN: greedy decoding reports it, naming the model
+// that produced it, instead of emitting token 0.
+TEST_F(BrokenModel, NaNLogitsAreAnErrorNamingTheModel) {
+  const fs::path m = linked_copy(kTarget);
+  Safetensors st = Safetensors::read(kTarget + "/model.safetensors");
+  ASSERT_EQ(st.header["model.norm.weight"]["dtype"], "BF16");
+  const auto begin = st.header["model.norm.weight"]["data_offsets"][0].get<size_t>();
+  const auto end = st.header["model.norm.weight"]["data_offsets"][1].get<size_t>();
+  for (size_t i = begin; i < end; i += 2) st.data.replace(i, 2, "\xc0\x7f", 2);  // bf16 quiet NaN
+  replace(m / "model.safetensors", st.bytes());
+  specdec::GenerationRequest r;
+  r.prompt = "def f(x):";
+  r.max_tokens = 4;
+  r.sampling.temperature = 0.0f;
+  for (const float temperature : {0.0f, 0.8f}) {
+    r.sampling.temperature = temperature;
+    specdec::Engine target(on_cpu(m));
+    const specdec::GenerationResult res = target.wait(target.submit(r));
+    EXPECT_EQ(res.finish, specdec::Finish::error) << temperature;
+    EXPECT_NE(res.error.find("target model"), std::string::npos) << res.error;
+    EXPECT_NE(res.error.find("NaN"), std::string::npos) << res.error;
+  }
+  specdec::EngineConfig c = on_cpu(kTarget);
+  c.drafts.push_back(specdec::DraftSpec::model(m.string(), "nan-draft", 2));
+  specdec::Engine engine(c);
+  r.sampling.temperature = 0.0f;
+  r.speculative.draft = "nan-draft";
+  r.speculative.adaptive = false;
+  const specdec::GenerationResult res = engine.wait(engine.submit(r));
+  EXPECT_EQ(res.finish, specdec::Finish::error);
+  EXPECT_NE(res.error.find("draft model " + m.string()), std::string::npos) << res.error;  // its folder
+  EXPECT_NE(res.error.find("NaN"), std::string::npos) << res.error;
+}
+
+// Generation that reaches the end of the context stops there with finish "length" and says so.
+TEST_F(BrokenModel, TheContextEndIsReported) {
+  const fs::path m = linked_copy(kTarget);
+  auto config = nlohmann::json::parse(slurp(kTarget + "/config.json"));
+  config["max_position_embeddings"] = 32;
+  replace(m / "config.json", config.dump(2));
+  specdec::Engine engine(on_cpu(m));
+  specdec::GenerationRequest r;
+  r.prompt = "def f(x):";
+  r.max_tokens = 100;
+  r.ignore_eos = true;
+  const specdec::GenerationResult cut = engine.wait(engine.submit(r));
+  EXPECT_EQ(cut.finish, specdec::Finish::length);
+  EXPECT_LT(cut.tokens.size(), 32u);
+  EXPECT_TRUE(cut.stats.context_full);
+  r.max_tokens = 4;
+  const specdec::GenerationResult whole = engine.wait(engine.submit(r));
+  EXPECT_EQ(whole.finish, specdec::Finish::length);
+  EXPECT_FALSE(whole.stats.context_full);
 }
 
 TEST(DraftModel, AnotherVocabularyIsRefusedAndTheEngineServesOn) {

@@ -220,6 +220,21 @@ TEST_P(CpuElementwise, ArgmaxTakesTheLowestIndexOnTies) {
   EXPECT_EQ(out.i()[2], 0);
 }
 
+// A row holding a NaN has no token: -1, which the model's forward reports as an error.
+TEST_P(CpuElementwise, ArgmaxMarksARowWithANaN) {
+  std::mt19937 rng(7);
+  auto backend = make_cpu(GetParam(), 2);
+  const int64_t n = 3, V = 257;
+  HostTensor logits = random_f32(rng, {n, V});
+  logits.f()[0 * V + 200] = std::numeric_limits<float>::quiet_NaN();
+  logits.f()[2 * V + 0] = std::numeric_limits<float>::quiet_NaN();
+  HostTensor out(DType::i32, {n});
+  backend->argmax(logits.t, out.t);
+  EXPECT_EQ(out.i()[0], -1);
+  EXPECT_GE(out.i()[1], 0);
+  EXPECT_EQ(out.i()[2], -1);
+}
+
 // Inputs large enough that the kernels split rows over threads: same bits as one thread.
 TEST_P(CpuElementwise, LargeInputsGiveTheSameBitsOnOneOrTwoThreads) {
   const int64_t T = 700, D = 512, heads = 8, hd = 64, V = 3000;

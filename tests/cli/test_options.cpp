@@ -39,11 +39,14 @@ const std::vector<BadLine> kBadGenerateLines = {
     {{"--device", "tpu"}, "unknown device 'tpu' (expected cpu or cuda)"},
     {{"--cpu-isa", "avx9"}, "unknown --cpu-isa 'avx9' (expected avx512, avx2, scalar or avx512-bf16)"},
     {{"--kv-dtype", "f8"}, "unknown --kv-dtype 'f8' (expected bf16, f16 or f32)"},
-    {{"--threads", "-1"}, "--threads must not be negative, got -1"},
-    {{"--gpu-memory", "-1"}, "--gpu-memory must not be negative"},
-    {{"--kv-memory", "-2"}, "--kv-memory must not be negative"},
-    {{"--max-rows", "0"}, "--max-rows must be at least 1"},
-    {{"--max-batch-tokens", "8"}, "--max-batch-tokens must be at least 16"},
+    {{"--gpu-memory", "-1"}, "--gpu-memory must be a number of GiB in [0, 1048576] (0 = the default), got -1"},
+    {{"--kv-memory", "-2"}, "--kv-memory must be a number of GiB in [0, 1048576] (0 = the default), got -2"},
+    {{"--kv-memory", "1.72e10"}, "--kv-memory must be a number of GiB in [0, 1048576] (0 = the default), got 1.72e+10"},
+    {{"--kv-memory", "inf"}, "--kv-memory must be a number of GiB in [0, 1048576] (0 = the default), got inf"},
+    {{"--kv-memory", "nan"}, "--kv-memory must be a number of GiB in [0, 1048576] (0 = the default), got nan"},
+    {{"--gpu-memory", "1e300"}, "--gpu-memory must be a number of GiB in [0, 1048576] (0 = the default), got 1e+300"},
+    {{"--max-rows", "0"}, "--max-rows must be at least 1, got 0"},
+    {{"--max-batch-tokens", "8"}, "--max-batch-tokens must be at least 16, got 8"},
     {{"--prompt-file", "/tmp/specdec_never.txt"}, "give --prompt or --prompt-file, not both"},
     {{"--max-tokens", "0"}, "max_tokens must be at least 1, got 0"},
     {{"--max-tokens", "abc"}, "Could not convert: --max-tokens = abc (see --help)"},
@@ -52,6 +55,22 @@ const std::vector<BadLine> kBadGenerateLines = {
     {{"--temperature", "-1"}, "sampling: temperature must be finite and >= 0 (0 = greedy), got -1"},
     {{"--top-k", "-1"}, "sampling: top_k must be >= 0 (0 = off), got -1"},
     {{"--min-p", "1.5"}, "sampling: min_p must be in [0, 1], got 1.5"},
+    {{"--temperature", "nan"}, "sampling: temperature must be finite and >= 0 (0 = greedy), got nan"},
+    {{"--temperature", "-inf"}, "sampling: temperature must be finite and >= 0 (0 = greedy), got -inf"},
+    {{"--top-p", "-0.5"}, "sampling: top_p must be in (0, 1], got -0.5"},
+    {{"--top-p", "nan"}, "sampling: top_p must be in (0, 1], got nan"},
+    {{"--top-k", "-5"}, "sampling: top_k must be >= 0 (0 = off), got -5"},
+    {{"--min-p", "-1"}, "sampling: min_p must be in [0, 1], got -1"},
+    {{"--min-p", "nan"}, "sampling: min_p must be in [0, 1], got nan"},
+    {{"--repetition-penalty", "-1"}, "sampling: repetition_penalty must be finite and > 0 (1 = off), got -1"},
+    {{"--seed", "18446744073709551616"},
+     "--seed must be an integer in [0, 18446744073709551615], got '18446744073709551616'"},
+    {{"--seed", "1e30"}, "--seed must be an integer in [0, 18446744073709551615], got '1e30'"},
+    {{"--seed", "-1"}, "--seed must be an integer in [0, 18446744073709551615], got '-1'"},
+    {{"--seed", "7x"}, "--seed must be an integer in [0, 18446744073709551615], got '7x'"},
+    {{"--num-draft-tokens", "4"}, "--num-draft-tokens needs --draft (ngram or a draft model folder)"},
+    {{"--spec-mode", "rejection"}, "--spec-mode needs --draft (ngram or a draft model folder)"},
+    {{"--no-adaptive"}, "--no-adaptive needs --draft (ngram or a draft model folder)"},
     {{"--repetition-penalty", "0"}, "sampling: repetition_penalty must be finite and > 0 (1 = off), got 0"},
     {{"--presence-penalty", "3"}, "sampling: presence_penalty must be in [-2, 2], got 3"},
     {{"--frequency-penalty", "-3"}, "sampling: frequency_penalty must be in [-2, 2], got -3"},
@@ -70,7 +89,14 @@ TEST(Options, BadGenerateFlagsGiveOneExactLine) {
 const std::vector<BadLine> kBadLines = {
     {{}, "A subcommand is required (see --help)"},
     {{"info", "--bogus"}, "The following argument was not expected: --bogus (see --help)"},
-    {{"generate", "--prompt", ""}, "the prompt is empty"},
+    {{"generate", "--prompt", ""}, "--prompt is empty"},
+    {{"generate", "--prompt-file", "/dev/null"}, "--prompt-file /dev/null is empty"},
+    {{"generate", "--prompt-file", "/dev/zero"}, "--prompt-file /dev/zero is larger than the 16 MiB a text file may have"},
+    {{"generate", "--prompt-file", "/dev/urandom"},
+     "--prompt-file /dev/urandom is larger than the 16 MiB a text file may have"},
+    {{"generate", "--prompt-file", "/"}, "--prompt-file / is a directory (expected a text file)"},
+    {{"bench", "--seed", "-3"}, "--seed must be an integer in [0, 18446744073709551615], got '-3'"},
+    {{"bench", "--suite", "/"}, "/ is a directory (expected a text file)"},
     {{"generate", "--prompt-file", "/tmp/specdec_no_such_prompt.txt"}, "cannot read /tmp/specdec_no_such_prompt.txt"},
     {{"generate", "--device", "cpu", "--prompt", "x", "--cpu-isa", "best"},
      "unknown --cpu-isa 'best' (expected avx512, avx2, scalar or avx512-bf16)"},
@@ -214,6 +240,33 @@ TEST(Options, AGenerateLineBecomesTypedOptions) {
   EXPECT_EQ(p.engine.cpu_isa, specdec::CpuIsa::best);
   EXPECT_TRUE(p.engine.drafts.empty());
   EXPECT_TRUE(p.request.speculative.draft.empty());
+}
+
+// --threads is bounded by the machine: past max_threads() an error naming the limit, above the
+// hardware threads a command with one warning line, and 0 (all) or the core count quietly.
+TEST(Options, ThreadsAreBoundedByTheMachine) {
+  const int hw = specdec::hardware_threads(), limit = specdec::max_threads();
+  const std::string range = "--threads must be in [0, " + std::to_string(limit) +
+                            "] (0 = one per hardware thread; this machine has " + std::to_string(hw) + "), got ";
+  for (const std::string& bad : {std::string("-1"), std::string("100000"), std::to_string(limit + 1)}) {
+    expect_error(parse_command_line({"generate", "--prompt", "x", "--threads", bad}), range + bad, bad);
+    expect_error(parse_command_line({"bench", "--threads", bad}), range + bad, bad);
+  }
+  const CommandLine over = parse_command_line({"generate", "--prompt", "x", "--threads", std::to_string(hw + 1)});
+  ASSERT_TRUE(over.command.has_value()) << over.err;
+  EXPECT_EQ(over.err, "specdec: warning: --threads " + std::to_string(hw + 1) + " is more than this machine's " +
+                          std::to_string(hw) + " hardware threads; the extra threads only compete with each other");
+  for (const std::string& fine : {std::string("0"), std::to_string(hw)}) {
+    const CommandLine line = parse_command_line({"generate", "--prompt", "x", "--threads", fine});
+    ASSERT_TRUE(line.command.has_value()) << line.err;
+    EXPECT_EQ(line.err, "") << fine;
+  }
+}
+
+TEST(Options, SeedsTakeTheWholeUnsignedRange) {
+  const CommandLine line = parse_command_line({"generate", "--prompt", "x", "--seed", "18446744073709551615"});
+  ASSERT_TRUE(line.command.has_value()) << line.err;
+  EXPECT_EQ(std::get<specdec::cli::GenerateCommand>(*line.command).request.sampling.seed, ~uint64_t{0});
 }
 
 TEST(Options, HelpAnswersWithStatusZero) {

@@ -6,7 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <fstream>
+#include <system_error>
 #include <numeric>
 #include <stdexcept>
 #include <vector>
@@ -63,6 +68,32 @@ TEST(ThreadPool, ManyBackToBackLoopsRunEachChunkOnce) {
     total += sum.load();
   }
   EXPECT_EQ(total, size_t{20000} * (95 * 96 / 2));
+}
+
+// Exits 0 when ThreadPool throws std::system_error, 2 when it does not, 3 without the limit.
+[[noreturn, maybe_unused]] void create_pool_within_a_small_address_space() {
+  size_t pages = 0;
+  std::ifstream("/proc/self/statm") >> pages;
+  const rlim_t room = pages * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + (rlim_t{64} << 20);  // a few stacks
+  const rlimit limit{room, room};
+  if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+  try {
+    ThreadPool pool(4000);
+  } catch (const std::system_error&) {
+    _exit(0);
+  }
+  _exit(2);
+}
+
+// A pool whose threads cannot all be created (here: an address space too small for their
+// stacks) throws after joining the workers it started, instead of hanging or terminating.
+TEST(ThreadPool, FailedThreadCreationThrowsInsteadOfHanging) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit allows";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(create_pool_within_a_small_address_space(), ::testing::ExitedWithCode(0), "");
+#endif
 }
 
 }  // namespace

@@ -295,6 +295,7 @@ TEST(ModelConfig, RefusesWhatIsNotImplemented) {
       {"missing field", [](auto& j) { j.erase("hidden_size"); }, {"hidden_size", "missing"}},
       {"zero size", [](auto& j) { j["intermediate_size"] = 0; }, {"intermediate_size", "positive"}},
       {"negative size", [](auto& j) { j["num_hidden_layers"] = -2; }, {"num_hidden_layers"}},
+      {"huge rms_norm_eps", [](auto& j) { j["rms_norm_eps"] = 1e300; }, {"rms_norm_eps", "must be in (0, 1]"}},
       {"wrong type", [](auto& j) { j["vocab_size"] = "512"; }, {"vocab_size", "integer"}},
       {"quantized", [](auto& j) { j["quantization_config"] = {{"quant_method", "gptq"}}; },
        {"quantization_config"}},

@@ -1,5 +1,5 @@
-// argmax against its definition (first maximum wins, NaN never wins, a NaN at index 0 is never
-// left) on rows with ties, NaN, infinities and signed zeros; and greedy sample() without
+// argmax against its definition (first maximum wins; a row holding a NaN is an error, never a
+// token) on rows with ties, NaN, infinities and signed zeros; and greedy sample() without
 // processors against the argmax of probabilities(), the path it short-cuts.
 #include <gtest/gtest.h>
 
@@ -8,12 +8,16 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
 #include "sampling/sampling.h"
 
 namespace specdec {
 namespace {
 
+// -1 for a row with a NaN, where argmax must throw.
 int32_t argmax_definition(const std::vector<float>& v) {
+  for (float x : v)
+    if (std::isnan(x)) return -1;
   size_t best = 0;
   for (size_t i = 1; i < v.size(); ++i)
     if (v[i] > v[best]) best = i;
@@ -29,13 +33,20 @@ TEST(Argmax, MatchesDefinitionOnAwkwardRows) {
       std::vector<float> v(n);
       // Few distinct values, so ties and specials are common.
       for (float& x : v) x = (rng() % 4 == 0) ? specials[rng() % specials.size()] : static_cast<float>(rng() % 5);
-      ASSERT_EQ(argmax(v), argmax_definition(v)) << "n=" << n << " trial " << trial;
+      if (argmax_definition(v) < 0) {
+        ASSERT_THROW(argmax(v), Error) << "n=" << n << " trial " << trial;
+      } else {
+        ASSERT_EQ(argmax(v), argmax_definition(v)) << "n=" << n << " trial " << trial;
+      }
     }
   }
-  EXPECT_EQ(argmax(std::vector<float>{nan, 5.0f, 7.0f}), 0);
+  EXPECT_THROW(argmax(std::vector<float>{nan, 5.0f, 7.0f}), Error);
   EXPECT_EQ(argmax(std::vector<float>{-inf, -inf}), 0);
   EXPECT_EQ(argmax(std::vector<float>{-0.0f, 0.0f}), 0);
-  EXPECT_EQ(argmax(std::vector<float>{1.0f, nan, 2.0f, 2.0f}), 2);
+  EXPECT_THROW(argmax(std::vector<float>{1.0f, nan, 2.0f, 2.0f}), Error);
+  std::vector<float> late(8192, 1.0f);
+  late[8190] = nan;  // past the vectorised body's lanes too
+  EXPECT_THROW(argmax(late), Error);
 }
 
 TEST(Argmax, GreedySampleEqualsArgmaxOfProbabilities) {

@@ -321,11 +321,14 @@ void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out) {
     for (size_t r = b; r < e; ++r) {
       const float* row = l + static_cast<int64_t>(r) * V;
       int64_t best = 0;
-      // Strictly greater: the lowest index wins ties. NaN never wins.
+      bool nan = std::isnan(row[0]);
+      // Strictly greater: the lowest index wins ties. A row with a NaN gets -1, as sample()
+      // marks a row it cannot draw from: the caller reports it instead of emitting a token.
       for (int64_t i = 1; i < V; ++i) {
-        if (row[i] > row[best] || (std::isnan(row[best]) && !std::isnan(row[i]))) best = i;
+        if (row[i] > row[best]) best = i;
+        nan |= std::isnan(row[i]);
       }
-      o[r] = static_cast<int32_t>(best);
+      o[r] = nan ? -1 : static_cast<int32_t>(best);
     }
   });
 }

@@ -25,8 +25,8 @@ struct DraftRowState {
 
 class DraftModelRows : public DraftRows {
  public:
-  DraftModelRows(std::shared_ptr<Model> model, std::string ns, int kv_blocks)
-      : model_(std::move(model)), ns_(std::move(ns)), cache_(model_->make_cache(kv_blocks)) {}
+  DraftModelRows(std::shared_ptr<Model> model, std::string ns, std::string label, int kv_blocks)
+      : model_(std::move(model)), ns_(std::move(ns)), label_(std::move(label)), cache_(model_->make_cache(kv_blocks)) {}
   ~DraftModelRows() override {
     for (auto& r : rows_) cache_->release(r.seq);
   }
@@ -78,7 +78,13 @@ class DraftModelRows : public DraftRows {
     r.known.insert(r.known.end(), tokens.begin(), tokens.end());
   }
 
+  // A failure in the draft's forward or sampling (a NaN logit) names the draft model: the same
+  // message from the target's forward would send the user to the wrong checkpoint.
   std::vector<DraftProposal> draft(std::span<const DraftRequestRow> asks) override {
+    return with_context(label_, [&] { return draft_rows(asks); });
+  }
+
+  std::vector<DraftProposal> draft_rows(std::span<const DraftRequestRow> asks) {
     std::vector<DraftProposal> out(asks.size());
     const int max_position = model_->config().max_position;
     std::vector<size_t> live;
@@ -192,6 +198,7 @@ class DraftModelRows : public DraftRows {
  private:
   std::shared_ptr<Model> model_;
   std::string ns_;
+  std::string label_;  // "draft model <id>", in front of its errors
   std::unique_ptr<KvCache> cache_;
   std::vector<DraftRowState> rows_;
 };
@@ -221,7 +228,7 @@ std::unique_ptr<DraftRows> DraftModelMethod::open(const TargetView& target) {
                                                      draft_->backend().kv_dtype());
     blocks = std::max(1, std::min(rows * ((c.max_position + 15) / 16 + 1), by_memory));
   }
-  return std::make_unique<DraftModelRows>(draft_, checkpoint_namespace(), blocks);
+  return std::make_unique<DraftModelRows>(draft_, checkpoint_namespace(), "draft model " + id_, blocks);
 }
 
 }  // namespace specdec
