@@ -1,5 +1,6 @@
 // specdec: the command. Every subcommand is a thin client of the library; errors end with a
 // one-line message naming the cause and exit status 1.
+#include <stdexcept>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -14,7 +15,13 @@ struct Run {
   void operator()(const specdec::cli::InfoCommand& c) const { specdec::cli::run_info(c); }
   void operator()(const specdec::cli::BenchCommand& c) const { specdec::cli::run_bench(c); }
   void operator()(const specdec::cli::ChatTemplateCommand& c) const { specdec::cli::run_chat_template(c); }
+#ifdef SPECDEC_NO_HTTP_SERVER
+  void operator()(const specdec::cli::ServeCommand&) const {
+    throw std::runtime_error("this build has no HTTP server: cpp-httplib was not found when it was configured");
+  }
+#else
   void operator()(const specdec::cli::ServeCommand& c) const { specdec::cli::run_serve(c); }
+#endif
 };
 
 }  // namespace
