@@ -1,6 +1,7 @@
 // jinja2's tests (`x is defined`, `x is string`, ...), with Python's type rules: a bool is a
 // number but not an integer; strings, lists and dicts are sequences and iterables.
 #include <map>
+#include <string>
 
 #include "chat/builtins.h"
 #include "chat/error.h"
@@ -9,8 +10,8 @@
 namespace specdec::chat {
 namespace {
 
-const Value& arg(const CallArgs& a, const std::string& test) {
-  if (a.positional.empty()) throw EvalError("test '" + test + "' needs an argument");
+const Value& arg(const CallArgs& a, const char* test) {
+  if (a.positional.empty()) throw EvalError(std::string("test '") + test + "' needs an argument");
   return a.positional[0];
 }
 
