@@ -100,7 +100,8 @@ class Backend {
   virtual void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch,
                          float scale, const Tensor& out) = 0;
 
-  // out[i] = argmax of logits[i, :] (lowest index on ties). logits [n, V] f32, out [n] i32.
+  // out[i] = argmax of logits[i, :] (lowest index on ties; -1 for a row holding a NaN, which has
+  // no token). logits [n, V] f32, out [n] i32.
   virtual void argmax(const Tensor& logits, const Tensor& out) = 0;
   // out[i] = the token row i draws under rows[i]: specdec::sample(logits[i, :], rows[i]) (greedy
   // rows take the argmax; otherwise temperature, top-k, top-p, min-p, then the inverse CDF in id

@@ -1,6 +1,7 @@
 // CUDA backend vs the scalar CPU backend for the row-wise kernels: embedding, rms_norm, rope,
 // silu_mul, add, gather_rows, argmax, and copies. f32 results must agree to 1e-5 relative.
 #include "gpu/gpu_test_util.h"
+#include <limits>
 
 namespace specdec::gpu_test {
 namespace {
@@ -137,6 +138,20 @@ TEST_F(GpuKernels, ArgmaxTakesLowestIndexOnTies) {
   }
   EXPECT_EQ(results[1], (std::vector<int32_t>{V - 1, 1000, 1, 0}));
   EXPECT_EQ(results[1], results[0]);
+}
+
+TEST_F(GpuKernels, ArgmaxOfARowWithANaNIsMinusOneOnBothBackends) {
+  const int n = 3, V = 4096;
+  auto logits = random_floats(static_cast<size_t>(n) * V, 11, 0.05f, 10.0f);
+  logits[0 * V + 7] = std::numeric_limits<float>::quiet_NaN();
+  logits[1 * V + V - 1] = std::numeric_limits<float>::quiet_NaN();
+  logits[2 * V + 100] = 50.0f;  // no NaN: a token
+  for (Backend* be : {b_.cpu.get(), b_.gpu.get()}) {
+    Owned l = upload(*be, logits, DType::f32, {n, V});
+    Owned o = empty(*be, DType::i32, {n});
+    be->argmax(l.tensor, o.tensor);
+    EXPECT_EQ(download_i32(*be, o.tensor), (std::vector<int32_t>{-1, -1, 100})) << be->name();
+  }
 }
 
 TEST_F(GpuKernels, RejectsHostTensors) {

@@ -192,8 +192,8 @@ TEST(GpuSample, RowsTheHostRefusesGetMinusOne) {
   };
   const std::vector<Case> cases = {
       {{1, nan, 2, 3}, sampled, -1},      {{-inf, -inf, -inf, -inf}, sampled, -1},
-      {{1, inf, 2, 3}, sampled, -1},      {{nan, 5, 7, 7}, greedy, 0},
-      {{1, nan, 7, 7}, greedy, 2},        {{-inf, -inf, -inf, -inf}, greedy, 0},
+      {{1, inf, 2, 3}, sampled, -1},      {{nan, 5, 7, 7}, greedy, -1},
+      {{1, nan, 7, 7}, greedy, -1},       {{-inf, -inf, -inf, -inf}, greedy, 0},
       {{-0.0f, 0.0f, -1, -2}, greedy, 0}, {{-inf, -inf, 4, -inf}, sampled, 2}};
   std::vector<float> logits;
   std::vector<SampleRow> rows;

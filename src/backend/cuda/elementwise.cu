@@ -117,6 +117,7 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int* __restrict_
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   float best = -INFINITY;
   int best_i = vocab;  // "none yet": loses every tie against a real index
+  bool nan_seen = false;  // a NaN logit: the row has no token (the host refuses it too)
   // 16-byte loads when the row is aligned (any visiting order gives the same answer: the
   // maximum with the lowest index is unique).
   const bool vec = vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0;
@@ -126,13 +127,17 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int* __restrict_
 #pragma unroll 4
     for (int j = threadIdx.x; j < n4; j += blockDim.x) {
       const float4 v = r4[j];
+      nan_seen = nan_seen || isnan(v.x) || isnan(v.y) || isnan(v.z) || isnan(v.w);
       argmax_merge(best, best_i, v.x, 4 * j);
       argmax_merge(best, best_i, v.y, 4 * j + 1);
       argmax_merge(best, best_i, v.z, 4 * j + 2);
       argmax_merge(best, best_i, v.w, 4 * j + 3);
     }
   } else {
-    for (int j = threadIdx.x; j < vocab; j += blockDim.x) argmax_merge(best, best_i, row[j], j);
+    for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+      nan_seen = nan_seen || isnan(row[j]);
+      argmax_merge(best, best_i, row[j], j);
+    }
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
@@ -145,11 +150,11 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int* __restrict_
     sv[warp] = best;
     si[warp] = best_i;
   }
-  __syncthreads();
+  const bool any_nan = __syncthreads_or(nan_seen);
   if (threadIdx.x == 0) {
     for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) argmax_merge(best, best_i, sv[w], si[w]);
-    // All -inf or NaN: index 0, as a scan that starts from the first element would give.
-    out[blockIdx.x] = best_i >= vocab ? 0 : best_i;
+    // All -inf: index 0, as a scan that starts from the first element would give.
+    out[blockIdx.x] = any_nan ? -1 : best_i >= vocab ? 0 : best_i;
   }
 }
 

@@ -131,11 +131,16 @@ __device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi)
   }
 }
 
-// sampling.cpp's argmax: the first maximum, NaN never wins, but a NaN at index 0 is never left.
+// sampling.cpp's argmax: the first maximum; a row with a NaN has no token (-1), as the host
+// refuses it.
 __device__ int block_argmax(const float* __restrict__ row, int vocab, Shared& sh) {
   float best = -INFINITY;
   int best_i = vocab;  // "none yet": loses every tie against a real index
-  for (int j = threadIdx.x; j < vocab; j += kThreads) argmax_merge(best, best_i, row[j], j);
+  bool nan_seen = false;
+  for (int j = threadIdx.x; j < vocab; j += kThreads) {
+    nan_seen = nan_seen || isnan(row[j]);
+    argmax_merge(best, best_i, row[j], j);
+  }
   for (int off = 16; off > 0; off >>= 1) {
     const float ov = __shfl_xor_sync(kFull, best, off);
     const int oi = __shfl_xor_sync(kFull, best_i, off);
@@ -145,10 +150,10 @@ __device__ int block_argmax(const float* __restrict__ row, int vocab, Shared& sh
     sh.best_value[threadIdx.x / 32] = best;
     sh.best_index[threadIdx.x / 32] = best_i;
   }
-  __syncthreads();
+  const bool any_nan = __syncthreads_or(nan_seen);
   for (int w = 0; w < kWarps; ++w) argmax_merge(best, best_i, sh.best_value[w], sh.best_index[w]);
-  if (isnan(row[0]) || best_i >= vocab) return 0;  // a NaN first, or every logit NaN
-  return best_i;
+  if (any_nan) return -1;
+  return best_i >= vocab ? 0 : best_i;  // every logit -inf: index 0
 }
 
 // The outcome of threshold_search.
