@@ -3,13 +3,17 @@
 # quick-start and test scripts; safe to run again.
 set -euo pipefail
 # cpp-httplib: the HTTP server; its header includes the TLS, zlib and brotli headers that
-# Debian built it with.
+# Debian built it with. nodejs, npm and curl: the server's end-to-end test (it installs the
+# official openai client with npm).
 SPECDEC_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev libgtest-dev
-  libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev)
+  libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev curl)
 missing=()
 for p in "${SPECDEC_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node may come from elsewhere than Debian (with its own npm): only the commands matter.
+command -v node > /dev/null || missing+=(nodejs)
+command -v npm > /dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}"
   SUDO=""

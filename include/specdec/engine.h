@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +23,32 @@ namespace specdec {
 struct MemoryBandwidth {
   double bytes_per_s = 0;
   std::string kind;  // what was measured: "host read" or "device-to-device copy, read + write"
+};
+
+// Thrown by submit and submit_all when the waiting queue (EngineConfig::max_queue) has no room:
+// the request was not queued; a server answers 429.
+class QueueFull : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Cumulative speculation figures of one draft method, over every request that used it.
+struct DraftMethodStats {
+  int64_t drafted = 0, accepted = 0, emitted = 0, rounds = 0;
+  std::vector<int64_t> accepted_at;  // [i]: drafts accepted at window position i
+};
+
+// A snapshot of the engine's state and counters, taken after its latest iteration.
+struct EngineStats {
+  int running = 0;  // requests holding a row (prefilling or decoding)
+  int waiting = 0;  // requests queued for a row (preempted ones included)
+  int kv_blocks_used = 0, kv_blocks_total = 0;  // the target's KV; cached blocks no request holds count as free
+  int kv_block_size = 0;                        // tokens per block
+  int64_t prefix_cache_queries = 0;             // prompt tokens looked up in the prefix cache
+  int64_t prefix_cache_hits = 0;                // of which found
+  int64_t preemptions = 0;                      // rows preempted for KV (they recompute later)
+  int64_t iterations = 0;                       // target forwards
+  std::map<std::string, DraftMethodStats> speculation;  // by draft method id
 };
 
 class Engine {
@@ -57,6 +85,8 @@ class Engine {
   // The caller will not wait for this request (it follows it through on_event): its result is
   // dropped when it finishes, or now if it has. Without it every result stays until waited for.
   void release(int64_t request_id);
+  // The latest snapshot (cheap: no wait for the loop thread).
+  EngineStats stats() const;
 
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = true) const;

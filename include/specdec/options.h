@@ -39,6 +39,7 @@ struct EngineConfig {
   double gpu_memory_gb = 0;       // GPU: cap on the device memory pool (weights, KV, scratch); 0 = free memory
   int max_rows = 64;              // requests decoding at once
   int max_batch_tokens = 512;     // tokens in one target forward
+  int max_queue = -1;             // requests waiting beyond the free rows before submit throws QueueFull; -1 = unbounded
   bool prefix_cache = true;       // requests share the KV of prompt prefixes already computed
   std::vector<DraftSpec> drafts;  // loaded with the engine; more may be added later
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "specdec/options.h"
@@ -23,6 +24,9 @@ struct SamplingOptions {
   std::optional<float> repetition_penalty;  // 1 = off
   float presence_penalty = 0;
   float frequency_penalty = 0;
+  // (token id, added to its logit, in [-100, 100]) before temperature and filters, wherever the
+  // target's distribution is formed: plain and greedy steps and speculative verification alike.
+  std::vector<std::pair<int32_t, float>> logit_bias = {};
   uint64_t seed = 0;
 
   // Throws std::runtime_error naming a set field outside its range, as submit would.
@@ -40,11 +44,24 @@ enum class Finish { none, length, stop, eos, cancelled, error };
 // "length", "stop" (a stop string or the end-of-sequence token), "cancelled", "error", "none".
 std::string_view to_string(Finish finish);
 
+// The log-probability of one generated token and of the most likely tokens at its position,
+// from the target's distribution there: the log-softmax of its logits after the request's
+// penalties and logit_bias, before temperature and the top-k/top-p/min-p filters (so the same
+// numbers whether or not the token was drafted, and whatever the sampling temperature).
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // the `logprobs` most likely, most likely first (ties: lower id)
+};
+
 struct GenerationEvent {
   int64_t request_id = 0;
   std::string text;              // new text (never a broken UTF-8 sequence)
   std::vector<int32_t> tokens;   // new tokens
   Finish finish = Finish::none;  // set on the request's last event
+  // When the request asked for logprobs: one per new token that is part of the output (an
+  // end-of-sequence or stop token that ended the request has none).
+  std::vector<TokenLogprob> logprobs = {};
 };
 
 struct GenerationRequest {
@@ -53,7 +70,13 @@ struct GenerationRequest {
   int max_tokens = 128;
   SamplingOptions sampling;
   std::vector<std::string> stop;  // generation ends before the first occurrence
+  // Tokens that end the request like the end-of-sequence token (not part of the output), e.g. a
+  // chat template's end-of-turn token; ignore_eos does not apply to them.
+  std::vector<int32_t> stop_token_ids = {};
   bool ignore_eos = false;
+  // Unset: no logprobs. k in [0, 20]: each output token's logprob and its position's k most
+  // likely tokens (TokenLogprob). Such a request draws its tokens on the host.
+  std::optional<int> logprobs;
   SpeculativeOptions speculative;
   // Called on the engine's loop thread: keep it short, and do not submit or wait from it
   // (cancel is fine). If it throws, its request ends as cancelled.
@@ -97,6 +120,7 @@ struct GenerationResult {
   int64_t request_id = 0;
   std::string text;  // a stop string that ended the request is not included
   std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;  // one per token, when the request asked for logprobs
   Finish finish = Finish::none;
   std::string error;  // when finish == Finish::error
   GenerationStats stats;

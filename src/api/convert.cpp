@@ -36,6 +36,7 @@ SamplingParams sampling_params(const SamplingOptions& o, const GenerationDefault
   p.repetition_penalty = o.repetition_penalty.value_or(d.repetition_penalty);
   p.presence_penalty = o.presence_penalty;
   p.frequency_penalty = o.frequency_penalty;
+  p.logit_bias = o.logit_bias;
   p.seed = o.seed;
   return p;
 }
@@ -48,7 +49,9 @@ Request internal_request(GenerationRequest&& r, std::vector<int32_t> prompt, con
   req.stop.max_tokens = r.max_tokens;
   req.stop.eos_ids = eos_ids;
   req.stop.ignore_eos = r.ignore_eos;
+  req.stop.stop_ids = std::move(r.stop_token_ids);
   req.stop.stop_strings = std::move(r.stop);
+  req.logprobs = r.logprobs.value_or(-1);
   req.spec.method = r.speculative.draft;
   req.spec.max_depth = r.speculative.num_draft_tokens;
   req.spec.adaptive = r.speculative.adaptive;
@@ -58,8 +61,15 @@ Request internal_request(GenerationRequest&& r, std::vector<int32_t> prompt, con
   return req;
 }
 
+std::vector<TokenLogprob> public_logprobs(const std::vector<TokenLogprobs>& in) {
+  std::vector<TokenLogprob> out;
+  out.reserve(in.size());
+  for (const TokenLogprobs& t : in) out.push_back(TokenLogprob{t.token, t.logprob, t.top});
+  return out;
+}
+
 GenerationEvent public_event(const StreamEvent& ev) {
-  return GenerationEvent{ev.id, ev.text, ev.tokens, public_finish(ev.finish)};
+  return GenerationEvent{ev.id, ev.text, ev.tokens, public_finish(ev.finish), public_logprobs(ev.logprobs)};
 }
 
 SpeculativeStats public_stats(const SpecTelemetry& t) {
@@ -97,6 +107,7 @@ GenerationResult public_result(RequestResult&& r) {
   g.request_id = r.id;
   g.text = std::move(r.text);
   g.tokens = std::move(r.tokens);
+  g.logprobs = public_logprobs(r.logprobs);
   g.finish = public_finish(r.finish);
   g.error = std::move(r.error);
   GenerationStats& s = g.stats;

@@ -85,13 +85,36 @@ Request checked_request(const Session& s, EngineLoop& loop, GenerationRequest&& 
 }  // namespace
 
 int64_t Engine::submit(GenerationRequest request) {
-  return impl_->loop->submit(checked_request(impl_->session, *impl_->loop, std::move(request)));
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  return submit_all(std::move(one)).front();
 }
 
 std::vector<int64_t> Engine::submit_all(std::vector<GenerationRequest> requests) {
   std::vector<Request> checked;
   for (GenerationRequest& r : requests) checked.push_back(checked_request(impl_->session, *impl_->loop, std::move(r)));
-  return impl_->loop->submit_all(std::move(checked));
+  try {
+    return impl_->loop->submit_all(std::move(checked));
+  } catch (const QueueFullError& e) {
+    throw QueueFull(e.what());  // the public type, so that a caller can tell "busy" from "bad"
+  }
+}
+
+EngineStats Engine::stats() const {
+  const EngineCounters c = impl_->loop->counters();
+  EngineStats s;
+  s.running = c.running;
+  s.waiting = c.waiting;
+  s.kv_blocks_used = c.kv_blocks_used;
+  s.kv_blocks_total = c.kv_blocks_total;
+  s.kv_block_size = c.kv_block_size;
+  s.prefix_cache_queries = c.prefix_queried_tokens;
+  s.prefix_cache_hits = c.prefix_hit_tokens;
+  s.preemptions = c.preemptions;
+  s.iterations = c.forwards;
+  for (const auto& [id, t] : c.speculation)
+    s.speculation[id] = DraftMethodStats{t.drafted, t.accepted, t.emitted, t.rounds, t.accepted_at};
+  return s;
 }
 
 void Engine::cancel(int64_t request_id) {

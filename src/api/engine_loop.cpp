@@ -93,6 +93,7 @@ void EngineLoop::release(int64_t id) {
 }
 
 void EngineLoop::run() {
+  snapshot();
   for (;;) {
     std::deque<Task> tasks;
     {
@@ -104,8 +105,20 @@ void EngineLoop::run() {
     for (Task& task : tasks) task(core_.get());
     collect();  // a cancel finishes its request at once
     if (!broken_ && !core_->idle()) step();
+    snapshot();
   }
   shut_down();
+}
+
+void EngineLoop::snapshot() {
+  EngineCounters c = core_->stats();
+  std::lock_guard lock(mutex_);
+  counters_ = std::move(c);
+}
+
+EngineCounters EngineLoop::counters() const {
+  std::lock_guard lock(mutex_);
+  return counters_;
 }
 
 void EngineLoop::step() {

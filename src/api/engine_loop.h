@@ -47,6 +47,8 @@ class EngineLoop {
   GenerationResult wait(int64_t id);
   // Drops the request's result now if it has one, else when it arrives.
   void release(int64_t id);
+  // The core's counters as of its latest iteration (or task), without waiting for the loop.
+  EngineCounters counters() const;
 
  private:
   // A queued task; called with nullptr when the loop stops before running it.
@@ -60,6 +62,7 @@ class EngineLoop {
   void track(int64_t id);
   void fail_all(const std::string& why);
   void shut_down();
+  void snapshot();  // copies the core's counters for counters(); loop thread only
 
   std::unique_ptr<EngineCore> core_;
   std::set<int64_t> live_;  // submitted and not yet collected; loop thread only
@@ -74,6 +77,7 @@ class EngineLoop {
   std::string failure_;                                          // why the engine stopped serving, once a step threw
   std::map<int64_t, std::optional<GenerationResult>> outcomes_;  // submitted, not yet waited for
   std::set<int64_t> released_;                                   // running, nobody will wait: drop the result
+  EngineCounters counters_;                                      // the latest snapshot
   std::thread thread_;                                           // last: it starts once everything above exists
 };
 

@@ -104,6 +104,7 @@ void SamplingOptions::validate() const {
   p.repetition_penalty = repetition_penalty.value_or(p.repetition_penalty);
   p.presence_penalty = presence_penalty;
   p.frequency_penalty = frequency_penalty;
+  p.logit_bias = logit_bias;
   p.validate();
 }
 
@@ -127,6 +128,7 @@ void EngineConfig::validate() const {
   check_memory_gib(gpu_memory_gb, "--gpu-memory");
   SPECDEC_CHECK(max_rows >= 1, "--max-rows must be at least 1, got ", max_rows);
   SPECDEC_CHECK(max_batch_tokens >= 16, "--max-batch-tokens must be at least 16, got ", max_batch_tokens);
+  SPECDEC_CHECK(max_queue >= -1, "--max-queue must be at least 0 (or -1: unbounded), got ", max_queue);
 }
 
 }  // namespace specdec

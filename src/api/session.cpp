@@ -84,6 +84,7 @@ Session open_session(const EngineConfig& config) {
   s.engine.kv_memory = static_cast<size_t>(gb * (1ull << 30));
   s.engine.max_rows = config.max_rows;
   s.engine.max_batch_tokens = config.max_batch_tokens;
+  s.engine.max_queue = config.max_queue;
   s.engine.prefix_cache = config.prefix_cache;
   return s;
 }

@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "cli/commands.h"
+#ifndef SPECDEC_NO_HTTP_SERVER
+#include "cli/bench_serve.h"
+#endif
 
 namespace {
 
@@ -27,6 +30,20 @@ struct Run {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // bench-serve is an HTTP client with flags of its own, read by its own parser.
+  if (argc > 1 && std::string(argv[1]) == "bench-serve") {
+#ifdef SPECDEC_NO_HTTP_SERVER
+    std::fprintf(stderr, "specdec: error: this build has no HTTP client: cpp-httplib was not found\n");
+    return 1;
+#else
+    try {
+      return specdec::cli::run_bench_serve(std::vector<std::string>(argv + 2, argv + argc));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "specdec: error: %s\n", e.what());
+      return 1;
+    }
+#endif
+  }
   const specdec::cli::CommandLine line =
       specdec::cli::parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
   std::fputs(line.out.c_str(), stdout);

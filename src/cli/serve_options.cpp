@@ -55,6 +55,7 @@ ServeCommand ServeFlags::command() const {
   s.spec_mode = *mode;
   s.adaptive = !v_->no_adaptive;
   s.max_rows = c.engine.max_rows;
+  c.engine.max_queue = s.max_queue;  // the engine bounds its waiting queue; the server answers 429
   std::set<std::string> seen;
   for (const std::string& d : v_->drafts) {
     require(seen.insert(d).second, "--draft ", d, " is given twice");

@@ -80,7 +80,9 @@ EngineCore::EngineCore(Model& target, const Tokenizer& tokenizer, EngineOptions 
       options_(options),
       kv_(make_target_cache(target, options)),
       coordinator_(target_view(target, options)),
-      scheduler_(*kv_, coordinator_, SchedulerOptions{options.max_rows, options.max_batch_tokens, options.prefix_cache}) {}
+      scheduler_(*kv_, coordinator_, SchedulerOptions{options.max_rows, options.max_batch_tokens, options.prefix_cache}) {
+  SPECDEC_CHECK(options.max_queue >= -1, "max_queue must be -1 (unbounded) or at least 0, got ", options.max_queue);
+}
 
 EngineCore::~EngineCore() = default;
 
@@ -104,6 +106,16 @@ int64_t EngineCore::submit(Request request) {
   const std::string& method = request.spec.method;
   if (!method.empty()) SPECDEC_CHECK(has_method(method), "unknown draft method '", method, "'");
   for (const auto& s : request.stop.stop_strings) SPECDEC_CHECK(!s.empty(), "a stop string is empty");
+  for (int32_t t : request.stop.stop_ids)
+    SPECDEC_CHECK(t >= 0 && t < c.vocab_size, "stop token id ", t, " is outside the vocabulary of ", c.vocab_size);
+  SPECDEC_CHECK(request.logprobs >= -1 && request.logprobs <= kMaxTopLogprobs, "logprobs must be from 0 to ",
+                kMaxTopLogprobs, ", got ", request.logprobs);
+  // The queue counts requests beyond the rows that are free now (they are admitted at the next
+  // iteration without waiting for anyone).
+  const int free_rows = std::max(0, options_.max_rows - static_cast<int>(scheduler_.running().size()));
+  if (options_.max_queue >= 0 && scheduler_.waiting() + 1 > options_.max_queue + free_rows)
+    throw QueueFullError(str_cat("the waiting queue is full (", options_.max_queue, " requests beyond the ",
+                                 options_.max_rows, " rows)"));
 
   auto row = std::make_unique<Row>(next_id_++, std::move(request), tokenizer_, c.max_position);
   if (row->speculates()) {
@@ -202,7 +214,8 @@ bool EngineCore::draws_on_backend(const std::vector<ScheduledRow>& batch) const 
            // (where it is exact matching).
            const bool weighs = row.spec.mode == SpecMode::rejection && !row.spec.proposal.tokens.empty() &&
                                !row.req.sampling.greedy();
-           return specdec::draws_on_backend(row.req.sampling, weighs);
+           // Logprobs read the whole distribution of every window position.
+           return row.req.logprobs < 0 && specdec::draws_on_backend(row.req.sampling, weighs);
          });
 }
 
@@ -255,13 +268,14 @@ RoundOutcome EngineCore::verify_row(Row& row, const ForwardResult& out, int firs
   const std::vector<int32_t>& drafts = proposal.tokens;
   const int k = static_cast<int>(drafts.size());
   const size_t width = static_cast<size_t>(k + 1);
+  const size_t vocab = static_cast<size_t>(out.vocab);
+  const std::span<const int32_t> prompt(row.tokens.data(), row.prompt_len);
+  const std::span<const int32_t> generated(row.tokens.data() + row.prompt_len, row.tokens.size() - row.prompt_len);
   VerifyResult verdict;
   if (on_backend) {
     verdict = verify_exact(std::span<const int32_t>(out.tokens).subspan(static_cast<size_t>(first), width), drafts);
   } else {
-    const std::span<const float> window(out.logits_row(first), static_cast<size_t>(out.vocab) * width);
-    const std::span<const int32_t> prompt(row.tokens.data(), row.prompt_len);
-    const std::span<const int32_t> generated(row.tokens.data() + row.prompt_len, row.tokens.size() - row.prompt_len);
+    const std::span<const float> window(out.logits_row(first), vocab * width);
     const TokenHistory history{prompt, generated};
     const auto position = static_cast<uint64_t>(row.pending_pos + 1);
     const bool rejection = row.spec.mode == SpecMode::rejection && k > 0;
@@ -270,12 +284,32 @@ RoundOutcome EngineCore::verify_row(Row& row, const ForwardResult& out, int firs
                        : verify_exact(window, out.vocab, drafts, row.req.sampling, history, position);
     });
   }
+  // Window row i gave emitted token i: its logprobs come from that row, with the history that
+  // plain decoding would have had there (the tokens before it, the accepted drafts included).
+  std::vector<TokenLogprobs> logprobs;
+  if (row.req.logprobs >= 0) {
+    SPECDEC_CHECK(!on_backend, "logprobs need the host's copy of the logits");
+    std::vector<int32_t> before(generated.begin(), generated.end());
+    for (size_t i = 0; i < verdict.emitted.size(); ++i) {
+      const std::span<const float> logits(out.logits_row(first + static_cast<int>(i)), vocab);
+      logprobs.push_back(with_context("target model", [&] {
+        return token_logprobs(logits, row.req.sampling, TokenHistory{prompt, before}, verdict.emitted[i],
+                              row.req.logprobs);
+      }));
+      before.push_back(verdict.emitted[i]);
+    }
+  }
   // The target's KV holds pending + k drafts; keep pending + the accepted drafts.
   kv_->truncate(row.seq, static_cast<int>(row.pending_pos) + 1 + verdict.accepted);
   RoundOutcome round{&row.spec, row.pending, k, verdict.accepted, {}, false};
   row.pending_pos += 1 + verdict.accepted;
   row.pending = verdict.emitted.back();
-  row.stream(row.take(verdict.emitted, target_.config().max_position));
+  const size_t known = row.tokens.size();
+  std::vector<int32_t> kept = row.take(verdict.emitted, target_.config().max_position);
+  // Only tokens that joined the output have logprobs (an EOS or stop token that ended it has none).
+  logprobs.resize(std::min(logprobs.size(), row.tokens.size() - known));
+  row.logprobs.insert(row.logprobs.end(), logprobs.begin(), logprobs.end());
+  row.stream(std::move(kept), std::move(logprobs));
   emitted = std::move(verdict.emitted);
   round.emitted = emitted;
   round.finished = !row.running();
@@ -285,12 +319,28 @@ RoundOutcome EngineCore::verify_row(Row& row, const ForwardResult& out, int firs
 void EngineCore::retire() {
   for (std::unique_ptr<Row>& row : scheduler_.remove_finished()) {
     if (row->finish == FinishReason::cancelled || row->finish == FinishReason::error) row->stream({});
+    if (row->speculates()) speculation_.add(row->spec.telemetry);
     results_[row->id] = row->result();
   }
 }
 
 void EngineCore::run() {
   while (!idle()) step();
+}
+
+EngineCounters EngineCore::stats() const {
+  EngineCounters c;
+  c.running = static_cast<int>(scheduler_.running().size());
+  c.waiting = scheduler_.waiting();
+  c.kv_blocks_total = kv_->total_blocks();
+  c.kv_blocks_used = kv_->total_blocks() - kv_->free_blocks();
+  c.kv_block_size = kv_->block_size();
+  c.prefix_queried_tokens = kv_->prefix_queried_tokens();
+  c.prefix_hit_tokens = kv_->prefix_hit_tokens();
+  c.preemptions = scheduler_.preemptions();
+  c.forwards = forwards_;
+  c.speculation = speculation_.methods();
+  return c;
 }
 
 std::optional<RequestResult> EngineCore::take_result(int64_t id) {

@@ -24,11 +24,30 @@
 
 namespace specdec {
 
+// submit's refusal when the waiting queue is full (EngineOptions::max_queue).
+class QueueFullError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The engine's gauges and counters since it started (EngineCore::stats).
+struct EngineCounters {
+  int running = 0, waiting = 0;
+  int kv_blocks_used = 0, kv_blocks_total = 0, kv_block_size = 0;
+  int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t forwards = 0;
+  std::map<std::string, SpecTelemetry> speculation;  // by method id, over finished requests
+};
+
 struct EngineOptions {
   int kv_blocks = 0;            // 0 = enough for max_rows rows of the full context, capped at kv_memory
   size_t kv_memory = 1ull << 30;
   int max_rows = 64;            // rows decoding or prefilling at once
   int max_batch_tokens = 512;   // tokens in one target forward (prefill chunks fill what decode leaves)
+  // Requests that may wait beyond the rows free at submit time; one more is refused with
+  // QueueFullError. -1: unbounded.
+  int max_queue = -1;
   bool prefix_cache = true;     // rows share the KV blocks of prompt prefixes already computed
   // Draw tokens where the logits were computed when every decoding row allows it
   // (draws_on_backend). false: the host draws every token from copied logits (the reference
@@ -65,6 +84,7 @@ class EngineCore {
   const KvCache& kv() const { return *kv_; }
   const Model& target() const { return target_; }
   int64_t target_forwards() const { return forwards_; }
+  EngineCounters stats() const;
 
  private:
   // The steps of one iteration.
@@ -89,6 +109,7 @@ class EngineCore {
   Scheduler scheduler_;
   std::map<int64_t, RequestResult> results_;
   CostModel costs_;
+  SpecTelemetryByMethod speculation_;  // finished requests' speculation, per method
   int64_t next_id_ = 1;
   int64_t forwards_ = 0;
 };

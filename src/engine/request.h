@@ -17,6 +17,7 @@ struct StopCriteria {
   int max_tokens = 256;
   std::vector<int32_t> eos_ids;
   bool ignore_eos = false;
+  std::vector<int32_t> stop_ids = {};  // end the request like EOS (not output), whatever ignore_eos says
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
 };
 
@@ -28,6 +29,7 @@ struct StreamEvent {
   std::string text;               // new text (never a broken UTF-8 sequence)
   std::vector<int32_t> tokens;    // new tokens
   FinishReason finish = FinishReason::none;
+  std::vector<TokenLogprobs> logprobs = {};  // when requested: one per new output token
 };
 
 struct Request {
@@ -35,6 +37,7 @@ struct Request {
   SamplingParams sampling;
   StopCriteria stop;
   SpecOptions spec;
+  int logprobs = -1;  // -1: none; k >= 0: each output token's logprob and its position's top k
   std::function<void(const StreamEvent&)> on_event;  // called from the engine's thread
 };
 
@@ -52,6 +55,7 @@ struct RequestStats {
 struct RequestResult {
   int64_t id = 0;
   std::vector<int32_t> tokens;  // generated tokens (the stop string's tokens included, text excludes it)
+  std::vector<TokenLogprobs> logprobs;  // one per token, when requested
   std::string text;
   FinishReason finish = FinishReason::none;
   std::string error;  // when finish == error

@@ -20,6 +20,8 @@ Row::Row(int64_t row_id, Request request, const Tokenizer& tokenizer, int max_po
       max_tokens(std::min<int>(req.stop.max_tokens, max_position - static_cast<int>(req.prompt.size()))),
       submitted(Clock::now()),
       detok_(std::make_unique<IncrementalDecoder>(tokenizer, true)) {
+  if (!req.stop.ignore_eos) end_ids_ = req.stop.eos_ids;
+  end_ids_.insert(end_ids_.end(), req.stop.stop_ids.begin(), req.stop.stop_ids.end());
   for (const auto& s : req.stop.stop_strings) holdback_ = std::max(holdback_, s.size() - 1);
   spec.id = id;
   spec.method = req.spec.method;
@@ -44,9 +46,7 @@ void Row::end(FinishReason reason, const std::string& message) {
 }
 
 std::vector<int32_t> Row::take(std::span<const int32_t> emitted, int max_position) {
-  static const std::vector<int32_t> kNoEos;
-  const BurstCut cut = cut_burst(emitted, req.stop.ignore_eos ? kNoEos : req.stop.eos_ids,
-                                 static_cast<size_t>(max_tokens - generated()));
+  const BurstCut cut = cut_burst(emitted, end_ids_, static_cast<size_t>(max_tokens - generated()));
   std::vector<int32_t> kept;
   bool done = false;
   for (size_t i = 0; i < cut.kept && !done; ++i) {
@@ -82,7 +82,7 @@ bool Row::append(int32_t token, bool is_eos) {
   return false;
 }
 
-void Row::stream(std::vector<int32_t> new_tokens) {
+void Row::stream(std::vector<int32_t> new_tokens, std::vector<TokenLogprobs> new_logprobs) {
   const bool final = !running();
   if (final && finish != FinishReason::stop && finish != FinishReason::error) text_ += detok_->flush();
   const size_t hold = final ? 0 : holdback_;
@@ -94,6 +94,7 @@ void Row::stream(std::vector<int32_t> new_tokens) {
     streamed_ = upto;
   }
   ev.tokens = std::move(new_tokens);
+  ev.logprobs = std::move(new_logprobs);
   ev.finish = finish;
   if (req.on_event && (!ev.text.empty() || !ev.tokens.empty() || final)) req.on_event(ev);
 }
@@ -102,6 +103,7 @@ RequestResult Row::result() const {
   RequestResult res;
   res.id = id;
   res.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(prompt_len), tokens.end());
+  res.logprobs = logprobs;
   res.text = text_;
   res.finish = finish;
   res.error = error;

@@ -41,6 +41,7 @@ struct Row {
 
   FinishReason finish = FinishReason::none;
   std::string error;
+  std::vector<TokenLogprobs> logprobs;  // per generated token, when the request asked for them
   Clock::time_point submitted, admitted, first_token;
   bool got_first = false;
 
@@ -58,7 +59,7 @@ struct Row {
   std::vector<int32_t> take(std::span<const int32_t> emitted, int max_position);
   // Sends the new text (minus what a stop string might still claim) and tokens to the client;
   // the final event (a finished row) flushes everything.
-  void stream(std::vector<int32_t> new_tokens);
+  void stream(std::vector<int32_t> new_tokens, std::vector<TokenLogprobs> new_logprobs = {});
   // The finished request's result and figures.
   RequestResult result() const;
 
@@ -67,6 +68,7 @@ struct Row {
   // row has finished.
   bool append(int32_t token, bool is_eos);
 
+  std::vector<int32_t> end_ids_;  // EOS (unless ignored) and the request's stop tokens
   std::unique_ptr<IncrementalDecoder> detok_;
   std::string text_;
   size_t streamed_ = 0;  // bytes of text_ sent

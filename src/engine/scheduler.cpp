@@ -112,6 +112,7 @@ bool Scheduler::reserve(Row& row, int length, const char* what) {
 }
 
 void Scheduler::preempt(Row& row) {
+  ++preemptions_;
   if (row.has_seq) kv_.release(row.seq);
   row.has_seq = false;
   row.spec.proposal = {};

@@ -50,6 +50,8 @@ class Scheduler {
   const std::vector<std::unique_ptr<Row>>& running() const { return running_; }
   int decoding() const;
   bool idle() const { return running_.empty() && waiting_.empty(); }
+  int waiting() const { return static_cast<int>(waiting_.size()); }
+  int64_t preemptions() const { return preemptions_; }
 
  private:
   // Reserves KV for the row to reach `length`, preempting younger rows; when even that fails
@@ -64,6 +66,7 @@ class Scheduler {
   SchedulerOptions options_;
   std::vector<std::unique_ptr<Row>> running_;  // oldest first
   std::deque<std::unique_ptr<Row>> waiting_;
+  int64_t preemptions_ = 0;
 };
 
 }  // namespace specdec

@@ -285,6 +285,41 @@ int32_t sample(std::span<const float> logits, const SamplingParams& params,
       p, uniform01(params.seed, position, static_cast<uint32_t>(RandomStream::token)));
 }
 
+TokenLogprobs token_logprobs(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history,
+                             int32_t token, int top) {
+  SPECDEC_CHECK(!logits.empty(), "sampling: empty logits row");
+  SPECDEC_CHECK(token >= 0 && static_cast<size_t>(token) < logits.size(), "sampling: token ", token,
+                " is outside the vocabulary of ", logits.size());
+  SPECDEC_CHECK(top >= 0, "sampling: a negative number of top logprobs (", top, ")");
+  const LogitsProcessor processor(params);
+  std::vector<float> l(logits.begin(), logits.end());
+  processor.apply_penalties(l, history);
+  processor.apply_logit_bias(l);
+  float max = kNegInf;
+  for (float v : l) {
+    SPECDEC_CHECK(!std::isnan(v), "sampling: logits contain NaN");
+    max = std::max(max, v);
+  }
+  SPECDEC_CHECK(std::isfinite(max), "sampling: no token has a finite logit (max is ", max, ")");
+  double sum = 0.0;  // in id order, as softmax_in_place sums
+  for (float v : l) sum += std::exp(static_cast<double>(v) - max);
+  const double log_sum = std::log(sum) + max;
+  const auto logprob = [&](size_t i) { return static_cast<float>(static_cast<double>(l[i]) - log_sum); };
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = logprob(static_cast<size_t>(token));
+  const size_t k = std::min(static_cast<size_t>(top), l.size());
+  if (k == 0) return out;
+  std::vector<int32_t> ids(l.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
+    const float la = l[static_cast<size_t>(a)], lb = l[static_cast<size_t>(b)];
+    return la != lb ? la > lb : a < b;
+  });
+  for (size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], logprob(static_cast<size_t>(ids[i])));
+  return out;
+}
+
 SampleRow sample_row(const SamplingParams& params, uint64_t position) {
   SPECDEC_CHECK(params.logits_only(), "sampling: a row with penalties or a logit bias reads more than its logits ",
                 "and has no SampleRow");

@@ -98,6 +98,22 @@ int32_t sample(std::span<const float> logits, const SamplingParams& params,
                std::span<const int32_t> prompt, std::span<const int32_t> generated,
                uint64_t position);
 
+// The most alternatives a request may ask logprobs for (OpenAI's top_logprobs limit).
+inline constexpr int kMaxTopLogprobs = 20;
+
+// The log-probability of a generated token and the most likely tokens at its position.
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first; ties: lower id first
+};
+
+// The log-softmax of `logits` after the params' penalties (over `history`) and logit bias, before
+// temperature and the filters: the distribution the request's sampling starts from, whatever its
+// temperature. Returns `token`'s logprob and the `top` (0..vocab) most likely tokens.
+TokenLogprobs token_logprobs(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history,
+                             int32_t token, int top);
+
 // Where a token is drawn: on the backend that computed its logits (only the token crosses back)
 // when the draw reads nothing but the logits and its (seed, position) key; on the host, from
 // copied logits, when it reads the history or bias (logits_only() is false) or when the caller

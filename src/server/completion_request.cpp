@@ -1,5 +1,5 @@
 // parse_completion_request: the body's fields, one reader per concern (prompt, messages, sampling,
-// stream, speculative, unsupported), each naming the field it rejects.
+// stream, speculative, logit bias, logprobs), each naming the field it rejects.
 #include "server/completion_request.h"
 
 #include <algorithm>
@@ -15,6 +15,7 @@ namespace {
 using nlohmann::json;
 
 constexpr int kMaxChoices = 128;
+constexpr int kMaxTopLogprobs = 20;  // OpenAI's limit on top_logprobs
 
 std::vector<int32_t> token_ids(const json& a, const std::string& bad) {
   std::vector<int32_t> ids;
@@ -161,20 +162,55 @@ void read_speculative(const json& body, CompletionRequest& r) {
   }
 }
 
-// Fields specdec cannot honour yet: a clear 400 rather than a response that pretends.
-void reject_unsupported(const json& body) {
-  auto truthy = [&](const char* name) {
-    auto it = body.find(name);
-    if (it == body.end() || it->is_null()) return false;
-    if (it->is_boolean()) return it->get<bool>();
-    if (it->is_number()) return it->get<double>() != 0;
-    if (it->is_object() || it->is_array()) return !it->empty();
-    return true;
-  };
-  for (const char* name : {"logprobs", "top_logprobs", "logit_bias"})
-    if (truthy(name)) throw invalid_field(name, std::string("'") + name + "' is not supported yet");
-  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null() && !it->is_object())
-    throw invalid_field("logit_bias", "'logit_bias' must be an object");
+// {"token id": bias}: OpenAI's shape, keys are token ids written as strings.
+void read_logit_bias(const json& body, CompletionRequest& r) {
+  auto it = body.find("logit_bias");
+  if (it == body.end() || it->is_null()) return;
+  if (!it->is_object()) throw invalid_field("logit_bias", "'logit_bias' must be an object of token id: bias");
+  for (const auto& [key, value] : it->items()) {
+    int64_t id = -1;
+    try {
+      size_t used = 0;
+      id = std::stoll(key, &used);
+      if (used != key.size()) id = -1;
+    } catch (const std::exception&) {
+      id = -1;
+    }
+    if (id < 0 || id > std::numeric_limits<int32_t>::max())
+      throw invalid_field("logit_bias", "'logit_bias' keys must be token ids, got '" + key + "'");
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
+      throw invalid_field("logit_bias", "'logit_bias' values must be numbers from -100 to 100, got " + value.dump() +
+                                            " for token " + key);
+    r.sampling.logit_bias.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+}
+
+// Chat: logprobs (bool) + top_logprobs (0..20); completions: logprobs (0..20).
+void read_logprobs(const json& body, CompletionRequest& r) {
+  if (r.endpoint == Endpoint::chat) {
+    const bool on = read_bool(body, "logprobs").value_or(false);
+    const std::optional<int64_t> top = read_int(body, "top_logprobs", 0, kMaxTopLogprobs);
+    if (top && !on) throw invalid_field("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
+    if (on) r.logprobs = static_cast<int>(top.value_or(0));
+    return;
+  }
+  if (auto v = read_int(body, "logprobs", 0, kMaxTopLogprobs)) r.logprobs = static_cast<int>(*v);
+  if (r.logprobs && r.echo)
+    throw invalid_field("logprobs", "'logprobs' together with 'echo' (the prompt's logprobs) is not supported");
+}
+
+std::vector<int32_t> read_stop_token_ids(const json& body) {
+  auto it = body.find("stop_token_ids");
+  if (it == body.end() || it->is_null()) return {};
+  const std::string bad = "'stop_token_ids' must be an array of token ids";
+  if (!it->is_array()) throw invalid_field("stop_token_ids", bad);
+  std::vector<int32_t> ids;
+  for (const json& t : *it) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      throw invalid_field("stop_token_ids", bad);
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return ids;
 }
 
 }  // namespace
@@ -193,9 +229,11 @@ CompletionRequest parse_completion_request(const json& body, Endpoint endpoint, 
   if (auto v = read_int(body, "max_completion_tokens", 1, kMaxInt)) r.max_tokens = static_cast<int>(*v);
   read_sampling(body, r);
   r.stop = read_stop(body, "stop");
+  r.stop_token_ids = read_stop_token_ids(body);
   r.ignore_eos = read_bool(body, "ignore_eos").value_or(false);
   read_speculative(body, r);
-  reject_unsupported(body);
+  read_logit_bias(body, r);
+  read_logprobs(body, r);
   read_string(body, "user");  // accepted and ignored, but it must be a string
   return r;
 }

@@ -34,7 +34,11 @@ struct CompletionRequest {
   SamplingOptions sampling;
   bool seeded = false;  // the client gave `seed` (else each request draws one)
   std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;  // vLLM's extension: tokens that end a choice like EOS
   bool ignore_eos = false;
+  // Chat: `logprobs` true gives top_logprobs (default 0) alternatives; completions: `logprobs`
+  // is that number. Unset: no logprobs.
+  std::optional<int> logprobs;
   std::optional<std::string> spec_method;  // speculative.method: none, ngram or draft
   std::optional<int> num_draft_tokens;     // speculative.num_draft_tokens
 };

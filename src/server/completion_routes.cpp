@@ -5,6 +5,7 @@
 
 #include "server/api_error.h"
 #include "server/generation_plan.h"
+#include "server/logprobs_json.h"
 #include "server/response_builder.h"
 
 namespace specdec::server {
@@ -40,6 +41,7 @@ void respond_whole(ServerState& state, const CompletionRequest& r, GenerationPla
                    httplib::Response& res) {
   std::vector<std::string> echoes;
   for (const PlannedChoice& c : plan.choices) echoes.push_back(r.echo ? c.prompt_text : std::string());
+  const Engine& engine = state.loaded_engine();
   Submission sub(state.loaded_engine(), state.admission, state.metrics, engine_requests(plan), nullptr);
   std::vector<ChoiceOutput> outputs;
   int completion_tokens = 0;
@@ -47,7 +49,13 @@ void respond_whole(ServerState& state, const CompletionRequest& r, GenerationPla
     GenerationResult result = sub.wait(i);
     check_result(result);
     completion_tokens += static_cast<int>(result.tokens.size());
-    outputs.push_back({echoes[i] + result.text, result.finish});
+    json logprobs = nullptr;
+    if (r.logprobs) {
+      size_t offset = echoes[i].size();
+      logprobs = r.endpoint == Endpoint::chat ? chat_logprobs(engine, result.logprobs)
+                                              : completion_logprobs(engine, result.logprobs, offset);
+    }
+    outputs.push_back({echoes[i] + result.text, result.finish, std::move(logprobs)});
   }
   res.set_content(full_response(head, outputs, plan.prompt_tokens, completion_tokens)
                       .dump(-1, ' ', false, json::error_handler_t::replace),
@@ -56,8 +64,11 @@ void respond_whole(ServerState& state, const CompletionRequest& r, GenerationPla
 
 // One streamed response: its submission (cancelled if the stream ends early) and its progress.
 struct Stream {
+  const Engine* engine = nullptr;
   ResponseHead head;
   bool include_usage = false;
+  bool logprobs = false;               // the request asked for them
+  std::vector<size_t> text_offsets;    // per choice: completions' text_offset so far
   std::vector<std::string> echoes;  // per choice: the prompt text to send first, or empty
   std::shared_ptr<EventQueue> events = std::make_shared<EventQueue>();
   std::unique_ptr<Submission> submission;
@@ -84,7 +95,11 @@ bool Stream::start(httplib::DataSink& sink) {
 }
 
 bool Stream::finish(httplib::DataSink& sink) {
-  for (size_t i = 0; i < submission->size(); ++i) submission->wait(i);  // every one has ended: no blocking
+  // Every one has ended: no blocking. Usage counts the output tokens as a whole response does
+  // (an end-of-sequence token streamed with the last event is not one).
+  completion_tokens = 0;
+  for (size_t i = 0; i < submission->size(); ++i)
+    completion_tokens += static_cast<int>(submission->wait(i).tokens.size());
   submission.reset();
   if (include_usage && !write(sink, sse_data(usage_chunk(head, prompt_tokens, completion_tokens)))) return false;
   if (!write(sink, kSseDone)) return false;
@@ -96,9 +111,14 @@ bool Stream::pump(httplib::DataSink& sink) {
   if (!started) return start(sink);
   std::optional<ChoiceEvent> e = events->pop(kPollInterval);
   if (!e) return sink.is_writable();
-  completion_tokens += e->tokens;
-  if (!e->text.empty() &&
-      !write(sink, sse_data(choice_chunk(head, e->index, e->text, Finish::none, false, include_usage))))
+  json logprobs = nullptr;
+  if (this->logprobs && !e->logprobs.empty())
+    logprobs = head.endpoint == Endpoint::chat
+                   ? chat_logprobs(*engine, e->logprobs)
+                   : completion_logprobs(*engine, e->logprobs, text_offsets[static_cast<size_t>(e->index)]);
+  if ((!e->text.empty() || !logprobs.is_null()) &&
+      !write(sink, sse_data(choice_chunk(head, e->index, e->text, Finish::none, false, include_usage,
+                                         std::move(logprobs)))))
     return false;
   if (e->finish == Finish::none) return true;
   if (e->finish == Finish::error || e->finish == Finish::cancelled) {
@@ -114,10 +134,13 @@ bool Stream::pump(httplib::DataSink& sink) {
 void respond_stream(ServerState& state, const CompletionRequest& r, GenerationPlan plan, const ResponseHead& head,
                     httplib::Response& res) {
   auto stream = std::make_shared<Stream>();
+  stream->engine = &state.loaded_engine();
   stream->head = head;
   stream->include_usage = r.include_usage;
+  stream->logprobs = r.logprobs.has_value();
   stream->prompt_tokens = plan.prompt_tokens;
   for (const PlannedChoice& c : plan.choices) stream->echoes.push_back(r.echo ? c.prompt_text : std::string());
+  for (const std::string& echo : stream->echoes) stream->text_offsets.push_back(echo.size());
   stream->submission = std::make_unique<Submission>(state.loaded_engine(), state.admission, state.metrics,
                                                     engine_requests(plan), stream->events);
   res.set_header("Cache-Control", "no-cache");
@@ -135,7 +158,7 @@ void handle_completion(ServerState& state, Endpoint endpoint, const httplib::Req
   const json body = parse_body(req);
   const CompletionRequest r = parse_completion_request(body, endpoint, state.render);
   state.check_model(r.model);
-  GenerationPlan plan = plan_generation(r, engine, state.options);
+  GenerationPlan plan = plan_generation(r, engine, state.options, state.end_of_turn);
   const ResponseHead head = response_head(endpoint, state.options.served_model_name);
   if (r.stream)
     respond_stream(state, r, std::move(plan), head, res);

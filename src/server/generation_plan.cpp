@@ -68,9 +68,39 @@ int checked_max_tokens(const CompletionRequest& r, int prompt_len, int context) 
 
 }  // namespace
 
-GenerationPlan plan_generation(const CompletionRequest& r, const Engine& engine, const ServerOptions& options) {
+std::vector<int32_t> end_of_turn_tokens(const PromptRenderer& render, const Engine& engine) {
+  if (!render) return {};
+  static const std::string kProbe = "specdec-end-of-turn-probe";
+  std::string text;
+  try {
+    const nlohmann::json messages = nlohmann::json::array(
+        {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", kProbe}}});
+    text = render(messages, false);
+  } catch (const std::exception&) {
+    return {};
+  }
+  const size_t at = text.rfind(kProbe);
+  if (at == std::string::npos) return {};
+  const std::vector<int32_t> after = engine.encode(text.substr(at + kProbe.size()), true);
+  // A special token decodes to nothing when specials are skipped: the first token after the
+  // text is the end of turn only when it is one.
+  if (after.empty() || !engine.decode({after.front()}, true).empty()) return {};
+  return {after.front()};
+}
+
+GenerationPlan plan_generation(const CompletionRequest& r, const Engine& engine, const ServerOptions& options,
+                               const std::vector<int32_t>& end_of_turn) {
   GenerationPlan plan;
   const SpeculativeOptions spec = speculative_options(r, options);
+  const int vocab = engine.model_info().tokenizer_vocab_size;
+  for (const auto& [token, bias] : r.sampling.logit_bias)
+    if (token >= vocab)
+      throw invalid_field("logit_bias", "'logit_bias' token id " + std::to_string(token) +
+                                            " is outside the vocabulary (" + std::to_string(vocab) + " tokens)");
+  for (int32_t t : r.stop_token_ids)
+    if (t >= vocab)
+      throw invalid_field("stop_token_ids", "'stop_token_ids' token id " + std::to_string(t) +
+                                                " is outside the vocabulary (" + std::to_string(vocab) + " tokens)");
   const int context = engine.model_info().context_length;
   const uint64_t seed = r.seeded ? r.sampling.seed : std::random_device{}();
   for (size_t p = 0; p < r.prompts.size(); ++p) {
@@ -87,7 +117,11 @@ GenerationPlan plan_generation(const CompletionRequest& r, const Engine& engine,
       // Each choice of a sampled request draws its own tokens; a seeded request stays repeatable.
       g.sampling.seed = seed + static_cast<uint64_t>(plan.choices.size());
       g.stop = r.stop;
+      g.stop_token_ids = r.stop_token_ids;
+      if (r.endpoint == Endpoint::chat)
+        g.stop_token_ids.insert(g.stop_token_ids.end(), end_of_turn.begin(), end_of_turn.end());
       g.ignore_eos = r.ignore_eos;
+      g.logprobs = r.logprobs;
       g.speculative = spec;
       choice.prompt_index = static_cast<int>(p);
       choice.prompt_text = text;

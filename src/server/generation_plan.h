@@ -25,6 +25,15 @@ struct GenerationPlan {
 
 // Throws ApiError: 400 for a prompt that does not fit the context with its max_tokens, a token id
 // outside the vocabulary, or a speculative method the server was not started with.
-GenerationPlan plan_generation(const CompletionRequest& request, const Engine& engine, const ServerOptions& options);
+// `end_of_turn`: the chat template's end-of-turn tokens, which end a chat choice.
+GenerationPlan plan_generation(const CompletionRequest& request, const Engine& engine, const ServerOptions& options,
+                               const std::vector<int32_t>& end_of_turn);
+
+// The tokens a chat template closes an assistant turn with, when they are special tokens of the
+// tokenizer (ChatML's <|im_end|>, Llama 3's <|eot_id|>, Gemma's <end_of_turn>, ...): found by
+// rendering a probe conversation and reading what follows the assistant's text, as llama-server
+// and vLLM stop at the template's end-of-turn rather than only the model's EOS. Empty when the
+// template closes turns with plain text, or refuses the probe.
+std::vector<int32_t> end_of_turn_tokens(const PromptRenderer& render, const Engine& engine);
 
 }  // namespace specdec::server

@@ -9,6 +9,7 @@
 
 #include "server/api_error.h"
 #include "server/completion_routes.h"
+#include "server/generation_plan.h"
 #include "server/info_routes.h"
 #include "server/server_state.h"
 
@@ -151,7 +152,10 @@ void HttpServer::start() {
 
 void HttpServer::stop() { impl_->http.stop(); }
 
-void HttpServer::attach(Engine& engine) { impl_->state.engine = &engine; }
+void HttpServer::attach(Engine& engine) {
+  impl_->state.end_of_turn = end_of_turn_tokens(impl_->state.render, engine);
+  impl_->state.engine = &engine;  // publishes end_of_turn with it
+}
 
 int HttpServer::held_requests() const { return impl_->state.admission.held(); }
 

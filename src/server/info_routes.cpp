@@ -75,9 +75,9 @@ void models(ServerState& state, httplib::Response& res) {
 }
 
 void metrics(ServerState& state, httplib::Response& res) {
-  const int held = state.admission.held();
-  const int running = std::min(held, state.options.max_rows);
-  res.set_content(state.metrics.render(running, held - running), "text/plain; version=0.0.4");
+  const Engine* engine = state.engine.load();
+  const std::optional<EngineStats> stats = engine ? std::optional<EngineStats>(engine->stats()) : std::nullopt;
+  res.set_content(state.metrics.render(stats ? &*stats : nullptr), "text/plain; version=0.0.4");
 }
 
 }  // namespace

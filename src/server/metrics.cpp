@@ -82,15 +82,6 @@ void Metrics::finished(const GenerationResult& r) {
   if (s.generated_tokens > 0) ttft_.observe(s.ttft_seconds);
   if (s.generated_tokens > 1) inter_token_.observe(s.decode_seconds / (s.generated_tokens - 1));
   e2e_.observe(s.queue_seconds + s.prefill_seconds + s.decode_seconds);
-  if (!s.speculative) return;
-  const SpeculativeStats& sp = *s.speculative;
-  Speculation& m = speculation_[sp.draft];
-  m.drafted += sp.drafted;
-  m.accepted += sp.accepted;
-  m.emitted += sp.emitted;
-  m.rounds += sp.rounds;
-  if (m.accepted_at.size() < sp.accepted_at.size()) m.accepted_at.resize(sp.accepted_at.size(), 0);
-  for (size_t i = 0; i < sp.accepted_at.size(); ++i) m.accepted_at[i] += sp.accepted_at[i];
 }
 
 void Metrics::cancelled(int count) {
@@ -117,39 +108,55 @@ std::string Metrics::counters(const std::string& labels) const {
   return out;
 }
 
-std::string Metrics::speculation(const std::string& labels) const {
-  const std::vector<std::pair<std::string, int64_t Speculation::*>> totals{
-      {"specdec:spec_decode_num_draft_tokens_total", &Speculation::drafted},
-      {"specdec:spec_decode_num_accepted_tokens_total", &Speculation::accepted},
-      {"specdec:spec_decode_num_emitted_tokens_total", &Speculation::emitted},
-      {"specdec:spec_decode_num_rounds_total", &Speculation::rounds}};
-  std::string out;
+// The engine's own gauges and counters (vLLM's names where it has them).
+std::string Metrics::engine_state(const EngineStats& e, const std::string& labels) {
+  std::string out = header("specdec:num_requests_running", "Requests holding a row (prefilling or decoding).", "gauge");
+  out += sample("specdec:num_requests_running", labels, e.running);
+  out += header("specdec:num_requests_waiting", "Requests waiting for a row.", "gauge");
+  out += sample("specdec:num_requests_waiting", labels, e.waiting);
+  const double usage = e.kv_blocks_total > 0 ? double(e.kv_blocks_used) / e.kv_blocks_total : 0.0;
+  out += header("specdec:kv_cache_usage_perc", "Fraction of the target's KV blocks held by requests (0 to 1).",
+                "gauge");
+  out += sample("specdec:kv_cache_usage_perc", labels, usage);
+  out += header("specdec:kv_cache_blocks_used", "KV blocks held by requests.", "gauge");
+  out += sample("specdec:kv_cache_blocks_used", labels, e.kv_blocks_used);
+  out += header("specdec:kv_cache_blocks_total", "KV blocks of the target's cache.", "gauge");
+  out += sample("specdec:kv_cache_blocks_total", labels, e.kv_blocks_total);
+  out += header("specdec:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", "counter");
+  out += sample("specdec:prefix_cache_queries_total", labels, e.prefix_cache_queries);
+  out += header("specdec:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", "counter");
+  out += sample("specdec:prefix_cache_hits_total", labels, e.prefix_cache_hits);
+  out += header("specdec:num_preemptions_total", "Requests preempted for KV (they recompute).", "counter");
+  out += sample("specdec:num_preemptions_total", labels, e.preemptions);
+  out += header("specdec:iterations_total", "Engine iterations (target forwards).", "counter");
+  out += sample("specdec:iterations_total", labels, e.iterations);
+  const std::vector<std::pair<std::string, int64_t DraftMethodStats::*>> totals{
+      {"specdec:spec_decode_num_draft_tokens_total", &DraftMethodStats::drafted},
+      {"specdec:spec_decode_num_accepted_tokens_total", &DraftMethodStats::accepted},
+      {"specdec:spec_decode_num_emitted_tokens_total", &DraftMethodStats::emitted},
+      {"specdec:spec_decode_num_rounds_total", &DraftMethodStats::rounds}};
   for (const auto& [name, member] : totals) {
-    out += header(name, "Speculative decoding, per draft method.", "counter");
-    for (const auto& [method, m] : speculation_)
+    out += header(name, "Speculative decoding of finished requests, per draft method.", "counter");
+    for (const auto& [method, m] : e.speculation)
       out += sample(name, labels + ",method=\"" + label_value(method) + "\"", m.*member);
   }
   const std::string per_pos = "specdec:spec_decode_num_accepted_tokens_per_pos";
   out += header(per_pos, "Draft tokens accepted at each window position, per draft method.", "counter");
-  for (const auto& [method, m] : speculation_)
+  for (const auto& [method, m] : e.speculation)
     for (size_t i = 0; i < m.accepted_at.size(); ++i)
       out += sample(per_pos, labels + ",method=\"" + label_value(method) + "\",position=\"" + std::to_string(i) + "\"",
                     m.accepted_at[i]);
   return out;
 }
 
-std::string Metrics::render(int running, int waiting) const {
+std::string Metrics::render(const EngineStats* engine) const {
   std::lock_guard lock(mutex_);
   const std::string labels = "model_name=\"" + label_value(model_name_) + "\"";
-  std::string out = header("specdec:num_requests_running", "Requests decoding.", "gauge");
-  out += sample("specdec:num_requests_running", labels, running);
-  out += header("specdec:num_requests_waiting", "Requests waiting for a row.", "gauge");
-  out += sample("specdec:num_requests_waiting", labels, waiting);
+  std::string out = engine_state(engine ? *engine : EngineStats{}, labels);
   out += counters(labels);
   out += ttft_.render("specdec:time_to_first_token_seconds", "Time to first token.", labels);
   out += inter_token_.render("specdec:inter_token_latency_seconds", "Mean time between tokens of a request.", labels);
   out += e2e_.render("specdec:e2e_request_latency_seconds", "Submit to last token.", labels);
-  out += speculation(labels);
   return out;
 }
 

@@ -1,7 +1,8 @@
 // The server's Prometheus metrics (names in vLLM's style, prefixed `specdec:`): request and token
-// counters, TTFT / inter-token / end-to-end latency histograms, running and waiting requests, and
-// speculation per method (drafted, accepted, emitted, accepted per window position). Updated from
-// connection threads; rendered as Prometheus text for GET /metrics.
+// counters and TTFT / inter-token / end-to-end latency histograms kept here, and the engine's
+// state from its public stats (running and waiting requests, KV usage, prefix-cache queries and
+// hits, preemptions, speculation per method: drafted, accepted, emitted, accepted per window
+// position). Updated from connection threads; rendered as Prometheus text for GET /metrics.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "specdec/engine.h"
 #include "specdec/request.h"
 
 namespace specdec::server {
@@ -35,15 +37,12 @@ class Metrics {
   void finished(const GenerationResult& result);
   void cancelled(int count);  // requests ended by their client (a disconnect)
   void failed(int status);    // an error response, by status
-  std::string render(int running, int waiting) const;
+  // The server's counters and histograms with the engine's state (null while it loads).
+  std::string render(const EngineStats* engine) const;
 
  private:
-  struct Speculation {
-    int64_t drafted = 0, accepted = 0, emitted = 0, rounds = 0;
-    std::vector<int64_t> accepted_at;
-  };
   std::string counters(const std::string& labels) const;
-  std::string speculation(const std::string& labels) const;
+  static std::string engine_state(const EngineStats& engine, const std::string& labels);
 
   mutable std::mutex mutex_;
   std::string model_name_;
@@ -51,7 +50,6 @@ class Metrics {
   std::map<int, int64_t> errors_by_status_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   Histogram ttft_, inter_token_, e2e_;
-  std::map<std::string, Speculation> speculation_;  // by draft method id
 };
 
 }  // namespace specdec::server

@@ -72,7 +72,7 @@ json full_response(const ResponseHead& head, const std::vector<ChoiceOutput>& ch
   json j = envelope(head, false);
   json list = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
-    json c = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason(choices[i].finish)}};
+    json c = {{"index", i}, {"logprobs", choices[i].logprobs}, {"finish_reason", finish_reason(choices[i].finish)}};
     if (head.endpoint == Endpoint::chat)
       c["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
     else
@@ -85,9 +85,9 @@ json full_response(const ResponseHead& head, const std::vector<ChoiceOutput>& ch
 }
 
 json choice_chunk(const ResponseHead& head, int index, const std::string& text, Finish finish, bool role_delta,
-                  bool include_usage) {
+                  bool include_usage, json logprobs) {
   json j = envelope(head, true);
-  json c = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", finish_reason(finish)}};
+  json c = {{"index", index}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish_reason(finish)}};
   if (head.endpoint == Endpoint::chat) {
     json delta = json::object();
     if (role_delta) delta["role"] = "assistant";

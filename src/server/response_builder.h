@@ -25,6 +25,7 @@ ResponseHead response_head(Endpoint endpoint, std::string model);
 struct ChoiceOutput {
   std::string text;
   Finish finish = Finish::none;
+  nlohmann::json logprobs;  // null, or the endpoint's logprobs object (logprobs_json.h)
 };
 
 // "stop" (a stop string or the end of sequence), "length"; null while running.
@@ -37,7 +38,7 @@ nlohmann::json full_response(const ResponseHead& head, const std::vector<ChoiceO
 // finish set: the closing chunk (an empty delta for chat). include_usage: "usage": null as OpenAI
 // puts on every chunk but the last one.
 nlohmann::json choice_chunk(const ResponseHead& head, int index, const std::string& text, Finish finish,
-                            bool role_delta, bool include_usage);
+                            bool role_delta, bool include_usage, nlohmann::json logprobs = nullptr);
 nlohmann::json usage_chunk(const ResponseHead& head, int prompt_tokens, int completion_tokens);
 
 // One server-sent event: "data: <json>\n\n".

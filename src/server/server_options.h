@@ -24,7 +24,7 @@ struct ServerOptions {
   std::string api_key;            // empty: no authentication
   std::string served_model_name;  // the `model` clients name; empty: the model folder's name
   int max_rows = 64;              // the engine's rows: requests beyond them wait
-  int max_queue = 128;            // waiting requests beyond max_rows before a 429
+  int max_queue = 128;            // the engine's waiting queue beyond its free rows (429 when full)
   size_t max_body_bytes = 8u << 20;
   // The draft methods the engine was loaded with; a request speculates with the first unless its
   // `speculative` object narrows that (another loaded method, fewer drafts, or none).

@@ -17,7 +17,7 @@ struct ServerState {
       : options(std::move(o)),
         render(std::move(r)),
         metrics(options.served_model_name),
-        admission(options.max_rows + options.max_queue) {}
+        admission() {}
 
   // The engine, or throws 503 while the model loads.
   Engine& loaded_engine() const;
@@ -27,6 +27,7 @@ struct ServerState {
   ServerOptions options;
   PromptRenderer render;
   std::atomic<Engine*> engine{nullptr};  // not owned: the caller of attach keeps it alive
+  std::vector<int32_t> end_of_turn;      // the chat template's end-of-turn tokens; set before `engine`
   Metrics metrics;
   Admission admission;
 };

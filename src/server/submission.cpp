@@ -21,29 +21,23 @@ std::optional<ChoiceEvent> EventQueue::pop(std::chrono::milliseconds timeout) {
   return e;
 }
 
-bool Admission::try_acquire(int n) {
-  int held = held_.load();
-  do {
-    if (held + n > limit_) return false;
-  } while (!held_.compare_exchange_weak(held, held + n));
-  return true;
-}
-
 Submission::Submission(Engine& engine, Admission& admission, Metrics& metrics, std::vector<GenerationRequest> requests,
                        std::shared_ptr<EventQueue> events)
     : engine_(engine), admission_(admission), metrics_(metrics) {
   const int n = static_cast<int>(requests.size());
-  if (!admission_.try_acquire(n))
-    throw ApiError(429, "the server is busy: its waiting queue is full, retry later", "server_overloaded", {},
-                   "queue_full");
+  admission_.acquire(n);
   admitted_ = n;
   if (events)
     for (int i = 0; i < n; ++i)
       requests[i].on_event = [events, i](const GenerationEvent& e) {
-        events->push({i, e.text, static_cast<int>(e.tokens.size()), e.finish});
+        events->push({i, e.text, static_cast<int>(e.tokens.size()), e.finish, e.logprobs});
       };
   try {
     ids_ = engine_.submit_all(std::move(requests));
+  } catch (const QueueFull& e) {
+    admission_.release(admitted_);
+    throw ApiError(429, std::string("the server is busy: ") + e.what() + "; retry later", "server_overloaded", {},
+                   "queue_full");
   } catch (const std::exception& e) {
     admission_.release(admitted_);
     throw ApiError(400, e.what(), "invalid_request_error");

@@ -25,6 +25,7 @@ struct ChoiceEvent {
   std::string text;
   int tokens = 0;
   Finish finish = Finish::none;
+  std::vector<TokenLogprob> logprobs;
 };
 
 class EventQueue {
@@ -39,23 +40,23 @@ class EventQueue {
   std::deque<ChoiceEvent> events_;
 };
 
-// Requests held by the server (running or waiting), bounded by rows + queue.
+// Requests held by the server (running or waiting in the engine). The engine bounds its waiting
+// queue (EngineConfig::max_queue); this only counts, so that a test can see every one released.
 class Admission {
  public:
-  explicit Admission(int limit) : limit_(limit) {}
-  bool try_acquire(int n);
+  void acquire(int n) { held_ += n; }
   void release(int n) { held_ -= n; }
   int held() const { return held_; }
 
  private:
-  int limit_;
   std::atomic<int> held_{0};
 };
 
 class Submission {
  public:
   // Submits the requests together, each streaming into `events` (when given). Throws ApiError:
-  // 429 when the queue is full, 400 when the engine refuses one (none stays queued then).
+  // 429 when the engine's waiting queue is full, 400 when the engine refuses one (none stays
+  // queued then).
   Submission(Engine& engine, Admission& admission, Metrics& metrics, std::vector<GenerationRequest> requests,
              std::shared_ptr<EventQueue> events);
   ~Submission();

@@ -177,7 +177,8 @@ TEST(Http, ErrorsAreOpenAiJsonWithTheirStatus) {
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"temperature", -1}}), 400, "temperature");
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"model", "nope"}}), 404, "model");
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 100000}}), 400, "max_tokens");
-  expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"logprobs", 1}}), 400, "logprobs");
+  expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"logprobs", 30}}), 400, "logprobs");
+  expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"99999999", 1}}}}), 400, "logit_bias");
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"speculative", {{"method", "draft"}}}}), 400,
                "speculative.method");
   expect_error(s.client->Get("/v1/nothing"), 404, "");

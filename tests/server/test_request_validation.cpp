@@ -32,8 +32,14 @@ const Bad kBad[] = {
     {R"({"prompt": "a", "stop": ""})", "stop", "'stop' must not contain an empty string"},
     {R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty",
      "'presence_penalty' must be between -2 and 2, got 2.5"},
-    {R"({"prompt": "a", "logprobs": 2})", "logprobs", "'logprobs' is not supported yet"},
-    {R"({"prompt": "a", "logit_bias": {"5": 1}})", "logit_bias", "'logit_bias' is not supported yet"},
+    {R"({"prompt": "a", "logprobs": 21})", "logprobs", "'logprobs' must be at most 20, got 21"},
+    {R"({"prompt": "a", "logprobs": 2, "echo": true})", "logprobs",
+     "'logprobs' together with 'echo' (the prompt's logprobs) is not supported"},
+    {R"({"prompt": "a", "logit_bias": [1]})", "logit_bias", "'logit_bias' must be an object of token id: bias"},
+    {R"({"prompt": "a", "logit_bias": {"x5": 1}})", "logit_bias", "'logit_bias' keys must be token ids, got 'x5'"},
+    {R"({"prompt": "a", "logit_bias": {"5": 101}})", "logit_bias",
+     "'logit_bias' values must be numbers from -100 to 100, got 101 for token 5"},
+    {R"({"prompt": "a", "stop_token_ids": [-1]})", "stop_token_ids", "'stop_token_ids' must be an array of token ids"},
     {R"({"prompt": "a", "stream_options": {"include_usage": true}})", "stream_options",
      "'stream_options' is only allowed when 'stream' is true"},
     {R"({"prompt": "a", "speculative": {"method": "eagle"}})", "speculative.method",
@@ -95,6 +101,31 @@ TEST(RequestValidation, GoodBodyIsRead) {
   EXPECT_EQ(r.sampling.top_k, 0);
   EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
   EXPECT_EQ(r.spec_method, "none");
+  EXPECT_FALSE(r.logprobs.has_value());
+}
+
+TEST(RequestValidation, LogprobsLogitBiasAndStopTokenIdsAreRead) {
+  const auto c = parse_completion_request(
+      json::parse(R"({"prompt": "a", "logprobs": 3, "logit_bias": {"7": -100, "12": 2.5}, "stop_token_ids": [4, 9]})"),
+      Endpoint::completions, {});
+  EXPECT_EQ(c.logprobs, 3);
+  EXPECT_EQ(c.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{12, 2.5f}, {7, -100.0f}}));
+  EXPECT_EQ(c.stop_token_ids, (std::vector<int32_t>{4, 9}));
+  auto render = [](const json&, bool) { return std::string("x"); };
+  const json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_EQ(parse_completion_request({{"messages", messages}, {"logprobs", true}}, Endpoint::chat, render).logprobs, 0);
+  EXPECT_EQ(parse_completion_request({{"messages", messages}, {"logprobs", true}, {"top_logprobs", 5}}, Endpoint::chat,
+                                     render)
+                .logprobs,
+            5);
+  EXPECT_FALSE(parse_completion_request({{"messages", messages}, {"logprobs", false}}, Endpoint::chat, render)
+                   .logprobs.has_value());
+  try {
+    parse_completion_request({{"messages", messages}, {"top_logprobs", 2}}, Endpoint::chat, render);
+    ADD_FAILURE() << "top_logprobs without logprobs was accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.body()["error"]["param"], "top_logprobs");
+  }
 }
 
 TEST(RequestValidation, ChatContentPartsAreJoinedForTheRenderer) {

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# End-to-end test of `specdec serve` on a free loopback port: the official `openai` Node client
+# (installed with npm into a cache under the build folder) drives completions and chat, streamed
+# and not, n=2, stop strings, seed and logprobs, and compares texts with `specdec generate`;
+# curl checks every error status; then 64 concurrent streaming clients with random disconnects
+# (three rounds: solo-equal texts, KV back to zero, flat RSS) and identity through HTTP.
+# Usage: serve_openai.sh SPECDEC_BINARY SOURCE_DIR CACHE_DIR
+set -euo pipefail
+bin="$1"
+src="$2"
+cache="$3"
+here="$src/tests/server"
+mkdir -p "$cache"
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The openai package, once per build folder (offline afterwards).
+if [ ! -d "$cache/node_modules/openai" ]; then
+  (cd "$cache" && npm install --no-audit --no-fund --silent openai@4 > "$cache/npm.log" 2>&1) || {
+    cat "$cache/npm.log"
+    echo "serve_openai: npm could not install the openai package" >&2
+    exit 1
+  }
+fi
+
+# start_server NAME FLAGS...: starts `specdec serve` on a free port; sets PORT and PID.
+start_server() {
+  local name="$1"
+  shift
+  "$bin" serve --device cpu --port 0 "$@" 2> "$work/$name.log" &
+  PID=$!
+  pids+=("$PID")
+  PORT=""
+  for _ in $(seq 1 600); do
+    PORT="$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$work/$name.log" | head -1)"
+    if [ -n "$PORT" ] && curl -sf "http://127.0.0.1:$PORT/health" > /dev/null; then return 0; fi
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  cat "$work/$name.log" >&2
+  echo "serve_openai: the server '$name' did not come up" >&2
+  exit 1
+}
+
+fail=0
+# check_status NAME WANT_STATUS WANT_PARAM CURL_ARGS...: one request, its status and error.param.
+check_status() {
+  local name="$1" want="$2" param="$3"
+  shift 3
+  local got
+  got="$(curl -s -o "$work/body.json" -w '%{http_code}' "$@")"
+  local seen
+  seen="$(node -e 'const b=JSON.parse(require("fs").readFileSync(process.argv[1],"utf8"));
+    if(!b.error||typeof b.error.message!=="string"||!("type" in b.error)||!("code" in b.error))process.exit(2);
+    console.log(b.error.param===null?"null":b.error.param)' "$work/body.json" 2>/dev/null || echo "NOT-OPENAI-ERROR-JSON")"
+  if [ "$got" != "$want" ] || [ "$seen" != "$param" ]; then
+    echo "FAIL $name: status $got (want $want), error.param '$seen' (want '$param'): $(head -c 300 "$work/body.json")"
+    fail=1
+  else
+    echo "ok   $name: $got $param"
+  fi
+}
+
+start_server main --api-key sk-test --draft ngram --draft "$src/models/draft" --max-body-bytes 65536
+main_port="$PORT"
+main_pid="$PID"
+base="http://127.0.0.1:$main_port"
+auth=(-H "Authorization: Bearer sk-test" -H "Content-Type: application/json")
+
+# --- the official client -------------------------------------------------------------------------
+NODE_PATH="$cache/node_modules" node "$here/openai_client.cjs" "$base" sk-test "$bin" "$src" || fail=1
+
+# --- every error status --------------------------------------------------------------------------
+check_status "400 bad temperature" 400 temperature "${auth[@]}" -d '{"prompt":"a","temperature":5}' "$base/v1/completions"
+check_status "400 bad max_tokens" 400 max_tokens "${auth[@]}" -d '{"prompt":"a","max_tokens":"x"}' "$base/v1/completions"
+check_status "400 bad top_logprobs" 400 top_logprobs "${auth[@]}" \
+  -d '{"messages":[{"role":"user","content":"a"}],"logprobs":true,"top_logprobs":50}' "$base/v1/chat/completions"
+check_status "400 bad logit_bias" 400 logit_bias "${auth[@]}" -d '{"prompt":"a","logit_bias":{"a":1}}' "$base/v1/completions"
+check_status "400 bad messages" 400 messages "${auth[@]}" -d '{"messages":[]}' "$base/v1/chat/completions"
+check_status "400 bad stop" 400 stop "${auth[@]}" -d '{"prompt":"a","stop":[1]}' "$base/v1/completions"
+check_status "400 bad n" 400 n "${auth[@]}" -d '{"prompt":"a","n":0}' "$base/v1/completions"
+check_status "400 not json" 400 null "${auth[@]}" -d '{"prompt":' "$base/v1/completions"
+check_status "400 beyond the context" 400 max_tokens "${auth[@]}" -d '{"prompt":"a b c","max_tokens":2047}' \
+  "$base/v1/completions"
+check_status "401 without the key" 401 null -H "Content-Type: application/json" -d '{"prompt":"a"}' \
+  "$base/v1/completions"
+check_status "401 with a wrong key" 401 null -H "Authorization: Bearer nope" -d '{"prompt":"a"}' "$base/v1/completions"
+check_status "404 unknown route" 404 null "${auth[@]}" "$base/v1/nothing"
+check_status "404 unknown model" 404 model "${auth[@]}" -d '{"prompt":"a","model":"gpt-9"}' "$base/v1/completions"
+head -c 100000 /dev/zero | tr '\0' 'a' | sed 's/^/{"prompt":"/; s/$/"}/' > "$work/big.json"
+check_status "413 body too large" 413 null "${auth[@]}" --data-binary "@$work/big.json" "$base/v1/completions"
+
+# --- 64 concurrent streaming clients, disconnects, identity through HTTP -----------------------
+node "$here/concurrent_streams.cjs" "$base" sk-test "$main_pid" || fail=1
+
+# --- 429: one row and no waiting place ----------------------------------------------------------
+start_server busy --max-rows 1 --max-queue 0
+busy="http://127.0.0.1:$PORT"
+curl -sN -H "Content-Type: application/json" \
+  -d '{"prompt":"def f(x):","max_tokens":400,"ignore_eos":true,"stream":true}' "$busy/v1/completions" \
+  > "$work/long.txt" &
+long=$!
+pids+=("$long")
+for _ in $(seq 1 300); do grep -q '"text"' "$work/long.txt" 2>/dev/null && break; sleep 0.05; done
+check_status "429 queue full" 429 null -H "Content-Type: application/json" -d '{"prompt":"a","max_tokens":2}' \
+  "$busy/v1/completions"
+kill "$long" 2>/dev/null || true
+# The disconnected stream frees its row: the server takes requests again.
+for _ in $(seq 1 100); do
+  code="$(curl -s -o /dev/null -w '%{http_code}' -H "Content-Type: application/json" \
+    -d '{"prompt":"a","max_tokens":2}' "$busy/v1/completions")"
+  [ "$code" = 200 ] && break
+  sleep 0.1
+done
+if [ "$code" != 200 ]; then
+  echo "FAIL after the disconnect the busy server still answers $code"
+  fail=1
+else
+  echo "ok   a disconnect frees the row: 200"
+fi
+
+exit "$fail"
