@@ -148,9 +148,10 @@ TEST(EngineQueue, AFullQueueRefusesWithQueueFullAndStatsTellTheState) {
   c.max_queue = 1;
   specdec::Engine engine(c);
   // One row and one waiting place: a third request has nowhere to go, whichever of the first two
-  // the loop has admitted by then.
-  const int64_t a = engine.submit(request(prompt(0), 40, "ngram"));
-  const int64_t b = engine.submit(request(prompt(0), 8, ""));
+  // the loop has admitted by then. The prompt spans full KV blocks, which b then finds cached.
+  const std::string shared = prompt(4) + "\n" + prompt(5) + "\n" + prompt(8);
+  const int64_t a = engine.submit(request(shared, 40, "ngram"));
+  const int64_t b = engine.submit(request(shared, 8, ""));
   EXPECT_THROW(engine.submit(request(prompt(1), 8, "")), specdec::QueueFull);
   engine.wait(a);
   engine.wait(b);

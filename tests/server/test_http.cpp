@@ -11,6 +11,7 @@
 #include <memory>
 #include <thread>
 
+#include "server/generation_plan.h"
 #include "server/http_server.h"
 
 namespace {
@@ -257,6 +258,104 @@ TEST(Http, ConcurrentClientsMatchSoloOutputs) {
       return text;
     }));
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[i].get(), solo[i]) << prompts[i];
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Http, ChatStopsAtTheTemplatesEndOfTurn) {
+  const std::vector<int32_t> im_end = engine().encode("<|im_end|>");
+  ASSERT_EQ(im_end.size(), 1u);
+  EXPECT_EQ(specdec::server::end_of_turn_tokens(test_render, engine()), im_end);
+  // A template that closes turns with plain text has no end-of-turn token.
+  const specdec::server::PromptRenderer plain = [](const json& messages, bool) {
+    std::string out;
+    for (const json& m : messages) out += m["content"].get<std::string>() + "\n\n";
+    return out;
+  };
+  EXPECT_TRUE(specdec::server::end_of_turn_tokens(plain, engine()).empty());
+  EXPECT_TRUE(specdec::server::end_of_turn_tokens({}, engine()).empty());
+
+  // With <|im_end|> all but certain, a chat reply ends at once; a completion does not stop there.
+  Served s;
+  const json bias = {{std::to_string(im_end[0]), 100}};
+  const json chat = {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+                     {"max_tokens", 8},
+                     {"temperature", 0},
+                     {"logit_bias", bias}};
+  httplib::Result res = s.post("/v1/chat/completions", chat);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  res = s.post("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 4}, {"temperature", 0}, {"logit_bias", bias}});
+  ASSERT_TRUE(res);
+  j = json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);
+}
+
+TEST(Http, QueueFullIs429AndMetricsShowTheEngine) {
+  specdec::EngineConfig c;
+  c.model_dir = kRoot + "/models/target";
+  c.device = specdec::DeviceKind::cpu;
+  c.max_rows = 1;
+  c.max_queue = 0;
+  specdec::Engine busy(c);
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.served_model_name = "target";
+  HttpServer server(o, test_render);
+  const int port = server.bind();
+  server.attach(busy);
+  server.start();
+  // A long request holds the one row (its stream is open once the first chunk is read).
+  httplib::Client streaming("127.0.0.1", port);
+  std::promise<void> started, checked;
+  std::shared_future<void> checked_future = checked.get_future().share();
+  std::thread holder([&] {
+    json body = greedy(300);
+    body["stream"] = true;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      started.set_value();
+      checked_future.wait();  // the stream stays open until the 429 has been seen
+      return false;           // then hang up
+    };
+    streaming.send(req);
+  });
+  started.get_future().wait();
+  httplib::Client client("127.0.0.1", port);
+  expect_error(client.Post("/v1/completions", greedy(2).dump(), "application/json"), 429, "");
+  checked.set_value();
+  holder.join();
+  // The hang-up frees the row: requests are taken again, and /metrics shows the engine drained.
+  int status = 0;
+  for (int i = 0; i < 200 && status != 200; ++i) {
+    const httplib::Result r = client.Post("/v1/completions", greedy(2).dump(), "application/json");
+    status = r ? r->status : 0;
+    if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(status, 200);
+  std::string metrics;
+  for (int i = 0; i < 100; ++i) {
+    metrics = client.Get("/metrics")->body;
+    if (metrics.find("specdec:num_requests_running{model_name=\"target\"} 0") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const char* line : {"specdec:num_requests_running{model_name=\"target\"} 0",
+                           "specdec:num_requests_waiting{model_name=\"target\"} 0",
+                           "specdec:kv_cache_blocks_used{model_name=\"target\"} 0", "specdec:prefix_cache_hits_total",
+                           "specdec:num_preemptions_total{model_name=\"target\"} 0"})
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << "\n" << metrics;
 }
 
 }  // namespace
