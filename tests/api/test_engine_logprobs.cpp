@@ -74,11 +74,15 @@ TEST(EngineLogprobs, SameWithAndWithoutSpeculationAndConsistentWithTheTokens) {
       double mass = 0;
       for (size_t j = 0; j < t.top.size(); ++j) {
         mass += std::exp(t.top[j].second);
-        if (j > 0) EXPECT_GE(t.top[j - 1].second, t.top[j].second);
+        if (j > 0) {
+          EXPECT_GE(t.top[j - 1].second, t.top[j].second);
+        }
       }
       EXPECT_LE(mass, 1.0 + 1e-5);
       // Greedy picks the most likely token; a sampled one is never more likely than the top.
-      if (temperature == 0) EXPECT_EQ(t.top[0].first, t.token);
+      if (temperature == 0) {
+        EXPECT_EQ(t.top[0].first, t.token);
+      }
       EXPECT_LE(t.logprob, t.top[0].second + 1e-6);
     }
     for (size_t m = 1; m < results.size(); ++m) {
