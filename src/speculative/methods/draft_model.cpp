@@ -2,6 +2,9 @@
 // holds a prefix of known + pending + drafts. Drafting first feeds whatever the KV lacks (the
 // re-feed rule falls out of this: after a full accept the last draft was never fed, so the next
 // round feeds it together with the new pending token, a width-2 input), then one token a step.
+// The draft KV has a prefix cache of its own, as the target's: full blocks of known tokens are
+// registered once fed, and a row that starts from nothing takes the cached blocks of its
+// context first, so a request sharing a long prefix with an earlier one feeds only the rest.
 #include "speculative/methods/draft_model.h"
 
 #include <algorithm>
@@ -153,6 +156,12 @@ class DraftModelRows : public DraftRows {
       }
       live = std::move(next);
     }
+    // Register what is verified (known) only: a rollback never reaches into a registered block,
+    // and the drafts past known may be rejected.
+    for (const DraftRequestRow& ask : asks) {
+      const auto& r = rows_[static_cast<size_t>(ask.row)];
+      cache_->cache_full_blocks(r.seq, r.known);
+    }
     return out;
   }
 
@@ -161,6 +170,10 @@ class DraftModelRows : public DraftRows {
   // False when the cache cannot hold the context.
   bool catch_up(const DraftRequestRow& ask, DraftProposal& out, std::vector<int32_t>& feed) {
     auto& r = rows_.at(static_cast<size_t>(ask.row));
+    if (r.fed.empty()) {  // an empty sequence: start past the cached blocks of the context
+      const int covered = cache_->share_prefix(r.seq, r.known);
+      r.fed.assign(r.known.begin(), r.known.begin() + covered);
+    }
     while (r.known.size() - r.fed.size() > static_cast<size_t>(kCatchUpBlock)) {
       if (!cache_->reserve(r.seq, static_cast<int>(r.fed.size()) + kCatchUpBlock)) return false;
       SequenceInput in;
@@ -170,6 +183,7 @@ class DraftModelRows : public DraftRows {
       model_->forward(ForwardRequest{{in}, {}}, *cache_);
       r.fed.insert(r.fed.end(), in.tokens.begin(), in.tokens.end());
       out.caught_up += kCatchUpBlock;
+      cache_->cache_full_blocks(r.seq, r.known);
     }
     feed.assign(r.known.begin() + static_cast<std::ptrdiff_t>(r.fed.size()), r.known.end());
     feed.push_back(ask.pending);
