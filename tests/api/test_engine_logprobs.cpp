@@ -174,7 +174,7 @@ TEST(EngineQueue, AFullQueueRefusesWithQueueFullAndStatsTellTheState) {
   EXPECT_GT(s.prefix_cache_queries, 0);
   EXPECT_GT(s.prefix_cache_hits, 0);  // b repeated a's prompt
   ASSERT_EQ(s.speculation.count("ngram"), 1u);
-  const specdec::DraftMethodStats& ngram = s.speculation.at("ngram");
+  const specdec::DraftMethodStats ngram = s.speculation.at("ngram");
   EXPECT_EQ(ngram.emitted, ngram.accepted + ngram.rounds);
   int64_t at = 0;
   for (int64_t v : ngram.accepted_at) at += v;
