@@ -144,7 +144,7 @@ function expect(cond, what) {
   }
   // Flat over the three rounds after the warm-up: the last holds no more than the first plus
   // allocator slack (the pool's threads settle into malloc arenas as they first serve; a few
-  // MiB move between rounds with no trend), far below what 128 leaked requests would hold.
+  // MiB move between rounds with no trend). Held requests and KV are checked exactly above.
   const growth = sizes[kRounds - 1] - sizes[1];
   expect(growth <= Math.max(8 << 20, 0.05 * sizes[1]), `RSS grew by ${(growth / 1048576).toFixed(1)} MiB over rounds 1-3`);
   if (failures) process.exitCode = 1;
