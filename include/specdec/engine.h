@@ -40,14 +40,14 @@ struct DraftMethodStats {
 
 // A snapshot of the engine's state and counters, taken after its latest iteration.
 struct EngineStats {
-  int running = 0;  // requests holding a row (prefilling or decoding)
-  int waiting = 0;  // requests queued for a row (preempted ones included)
-  int kv_blocks_used = 0, kv_blocks_total = 0;  // the target's KV; cached blocks no request holds count as free
-  int kv_block_size = 0;                        // tokens per block
-  int64_t prefix_cache_queries = 0;             // prompt tokens looked up in the prefix cache
-  int64_t prefix_cache_hits = 0;                // of which found
-  int64_t preemptions = 0;                      // rows preempted for KV (they recompute later)
-  int64_t iterations = 0;                       // target forwards
+  int running = 0;                                      // requests holding a row (prefilling or decoding)
+  int waiting = 0;                                      // requests queued for a row (preempted ones included)
+  int kv_blocks_used = 0, kv_blocks_total = 0;          // the target's KV; cached blocks no request holds count as free
+  int kv_block_size = 0;                                // tokens per block
+  int64_t prefix_cache_queries = 0;                     // prompt tokens looked up in the prefix cache
+  int64_t prefix_cache_hits = 0;                        // of which found
+  int64_t preemptions = 0;                              // rows preempted for KV (they recompute later)
+  int64_t iterations = 0;                               // target forwards
   std::map<std::string, DraftMethodStats> speculation;  // by draft method id
 };
 

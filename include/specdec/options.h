@@ -39,7 +39,8 @@ struct EngineConfig {
   double gpu_memory_gb = 0;       // GPU: cap on the device memory pool (weights, KV, scratch); 0 = free memory
   int max_rows = 64;              // requests decoding at once
   int max_batch_tokens = 512;     // tokens in one target forward
-  int max_queue = -1;             // requests waiting beyond the free rows before submit throws QueueFull; -1 = unbounded
+  // Requests that may wait beyond the rows free at submit; one more throws QueueFull. -1: no bound.
+  int max_queue = -1;
   bool prefix_cache = true;       // requests share the KV of prompt prefixes already computed
   std::vector<DraftSpec> drafts;  // loaded with the engine; more may be added later
 

@@ -57,7 +57,8 @@ const std::vector<std::string> kBuiltinPrompts = {
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n        return n\n",
     "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
     "#include <vector>\n\nint sum(const std::vector<int>& values) {\n    int total = 0;\n    for (",
-    "def read_config(path):\n    with open(path) as f:\n        lines = f.readlines()\n    config = {}\n    for line in",
+    "def read_config(path):\n    with open(path) as f:\n        lines = f.readlines()\n    config = {}\n    for line "
+    "in",
     "function debounce(fn, ms) {\n  let timer = null;\n  return function (...args) {\n",
     "SELECT customers.name, COUNT(orders.id) AS order_count\nFROM customers\nLEFT JOIN orders ON",
     "def binary_search(items, target):\n    lo, hi = 0, len(items) - 1\n    while lo <= hi:\n",
@@ -294,17 +295,21 @@ int run_bench_serve(const std::vector<std::string>& args) {
   BenchServeOptions o;
   CLI::App app("specdec bench-serve: streamed load against an OpenAI-compatible server", "specdec bench-serve");
   app.add_option("--url", o.url, "the server's base URL")->capture_default_str();
-  app.add_option("--prompts", o.prompts_file, "JSONL prompt set ({\"prompt\", \"max_tokens\"?} a line); "
-                                              "default: built-in code prompts");
-  app.add_option("--num-requests,-n", o.num_requests, "requests to send")->capture_default_str()->check(
-      CLI::PositiveNumber);
+  app.add_option("--prompts", o.prompts_file,
+                 "JSONL prompt set ({\"prompt\", \"max_tokens\"?} a line); "
+                 "default: built-in code prompts");
+  app.add_option("--num-requests,-n", o.num_requests, "requests to send")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--concurrency,-c", o.concurrency, "clients in flight (default 1; with --rate: unbounded)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--rate", o.rate, "Poisson arrivals at this many requests per second")->check(CLI::NonNegativeNumber);
-  app.add_option("--max-tokens", o.max_tokens, "tokens per request unless its line says")->capture_default_str()->check(
-      CLI::PositiveNumber);
-  app.add_option("--temperature", o.temperature, "sampling temperature")->capture_default_str()->check(
-      CLI::Range(0.0, 2.0));
+  app.add_option("--max-tokens", o.max_tokens, "tokens per request unless its line says")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--temperature", o.temperature, "sampling temperature")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 2.0));
   app.add_option("--seed", o.seed, "request i is sent with seed + i")->capture_default_str();
   app.add_option("--model", o.model, "the model name to send");
   app.add_option("--api-key", o.api_key, "sent as 'Authorization: Bearer KEY'");

@@ -67,9 +67,9 @@ struct Stream {
   const Engine* engine = nullptr;
   ResponseHead head;
   bool include_usage = false;
-  bool logprobs = false;               // the request asked for them
-  std::vector<size_t> text_offsets;    // per choice: completions' text_offset so far
-  std::vector<std::string> echoes;  // per choice: the prompt text to send first, or empty
+  bool logprobs = false;             // the request asked for them
+  std::vector<size_t> text_offsets;  // per choice: completions' text_offset so far
+  std::vector<std::string> echoes;   // per choice: the prompt text to send first, or empty
   std::shared_ptr<EventQueue> events = std::make_shared<EventQueue>();
   std::unique_ptr<Submission> submission;
   int prompt_tokens = 0, completion_tokens = 0;
@@ -117,8 +117,8 @@ bool Stream::pump(httplib::DataSink& sink) {
                    ? chat_logprobs(*engine, e->logprobs)
                    : completion_logprobs(*engine, e->logprobs, text_offsets[static_cast<size_t>(e->index)]);
   if ((!e->text.empty() || !logprobs.is_null()) &&
-      !write(sink, sse_data(choice_chunk(head, e->index, e->text, Finish::none, false, include_usage,
-                                         std::move(logprobs)))))
+      !write(sink,
+             sse_data(choice_chunk(head, e->index, e->text, Finish::none, false, include_usage, std::move(logprobs)))))
     return false;
   if (e->finish == Finish::none) return true;
   if (e->finish == Finish::error || e->finish == Finish::cancelled) {

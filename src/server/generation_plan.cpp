@@ -73,8 +73,8 @@ std::vector<int32_t> end_of_turn_tokens(const PromptRenderer& render, const Engi
   static const std::string kProbe = "specdec-end-of-turn-probe";
   std::string text;
   try {
-    const nlohmann::json messages = nlohmann::json::array(
-        {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", kProbe}}});
+    const nlohmann::json messages =
+        nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", kProbe}}});
     text = render(messages, false);
   } catch (const std::exception&) {
     return {};

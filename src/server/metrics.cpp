@@ -115,8 +115,8 @@ std::string Metrics::engine_state(const EngineStats& e, const std::string& label
   out += header("specdec:num_requests_waiting", "Requests waiting for a row.", "gauge");
   out += sample("specdec:num_requests_waiting", labels, e.waiting);
   const double usage = e.kv_blocks_total > 0 ? double(e.kv_blocks_used) / e.kv_blocks_total : 0.0;
-  out += header("specdec:kv_cache_usage_perc", "Fraction of the target's KV blocks held by requests (0 to 1).",
-                "gauge");
+  out +=
+      header("specdec:kv_cache_usage_perc", "Fraction of the target's KV blocks held by requests (0 to 1).", "gauge");
   out += sample("specdec:kv_cache_usage_perc", labels, usage);
   out += header("specdec:kv_cache_blocks_used", "KV blocks held by requests.", "gauge");
   out += sample("specdec:kv_cache_blocks_used", labels, e.kv_blocks_used);

@@ -14,10 +14,7 @@ namespace specdec::server {
 
 struct ServerState {
   ServerState(ServerOptions o, PromptRenderer r)
-      : options(std::move(o)),
-        render(std::move(r)),
-        metrics(options.served_model_name),
-        admission() {}
+      : options(std::move(o)), render(std::move(r)), metrics(options.served_model_name), admission() {}
 
   // The engine, or throws 503 while the model loads.
   Engine& loaded_engine() const;
