@@ -50,6 +50,8 @@ while kill -0 "$maker" 2>/dev/null && ((SECONDS < budget - 60)); do sleep 2; don
 tail -n 3 "$out/make_8b.log"
 run prefill_2048 150 "$spec" bench --model "$model8b" --device cuda --modes fast,invariant --batch-sizes 1 \
   --prompt-tokens 2048 --new-tokens 8 --json
+run prefill_2048_f32_attention 60 env SPECDEC_CUDA_FLASH=0 "$spec" bench --model "$model8b" --device cuda --fast-gpu \
+  --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8
 run decode_fast 200 "$spec" bench --model "$model8b" --device cuda --fast-gpu --batch-sizes 1,8,32,64,128,256 \
   --prompt-tokens 512 --new-tokens 128 --json
 run identity_gpu 150 env SPECDEC_TEST_DEVICE=cuda "$build/test_engine"
@@ -64,7 +66,7 @@ run decode_invariant 120 "$spec" bench --model "$model8b" --device cuda --batch-
 
 echo "=== summary"
 grep -h -E "^\[  (PASSED|FAILED)|tests? ran" "$out"/test_gpu.log "$out"/identity_gpu.log
-for f in check_context check_no_room prefill_2048 rows64_2048_fast decode_fast decode_invariant; do
+for f in check_context check_no_room prefill_2048 prefill_2048_f32_attention rows64_2048_fast decode_fast decode_invariant; do
   echo "--- $f"
   grep -v '^{' "$out/$f.log" | grep -E "^(mode|fast|invariant|cpu|specdec|error|real|measured|.*decode not)" | head -20
 done

@@ -82,6 +82,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   tuning.paired_columns = static_cast<PairedColumns>(paired);
   set_switch("SPECDEC_CUDA_FUSED_ATTENTION", tuning.fused_attention);
   set_switch("SPECDEC_CUDA_MERGE_LAUNCH", tuning.merge_launch);
+  set_switch("SPECDEC_CUDA_FLASH", tuning.flash_prefill);
   return tuning;
 }
 
@@ -339,7 +340,7 @@ class CudaBackend final : public Backend {
     // Fast mode, a batch with prefill chunks: the tensor-core kernel (bf16 products, not
     // invariant). Decode steps and short windows keep the f32 kernel, whose split launch suits
     // one or a few tokens a row over a long history.
-    const bool flash = !invariant_ && batch.max_row_tokens >= kFlashMinRowTokens;
+    const bool flash = !invariant_ && tuning().flash_prefill && batch.max_row_tokens >= kFlashMinRowTokens;
     const cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out, !flash);
     if (flash && cuda::launch_flash_attention(a, batch.max_row_tokens, ctx_)) {
       check_launch("attention (tensor cores)", a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ",
