@@ -2,6 +2,7 @@
 // memory bandwidth, and (with --draft) the prompt suite plain vs speculative, from one run on one
 // Engine (with --replay, the suite replayed instead: replay_bench.cpp).
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -108,10 +109,8 @@ void plain_rows(const BenchCommand& o, Engine& engine, bool invariant, const Mem
     RunResult r = run_batch(engine, prompts, o.gen_tokens, o.sampling);
     const double prefill_tps = r.prompt_tokens / std::max(1e-9, r.max_ttft);
     const std::string why = unmeasured_decode(r, o, context);
-    nlohmann::json row = {{"mode", mode},
-                          {"batch", b},
-                          {"prefill_tokens_per_s", prefill_tps},
-                          {"ttft_ms", r.max_ttft * 1e3}};
+    nlohmann::json row = {
+        {"mode", mode}, {"batch", b}, {"prefill_tokens_per_s", prefill_tps}, {"ttft_ms", r.max_ttft * 1e3}};
     if (!why.empty()) {
       std::printf("%-10s %6d %14.1f %14s %10.1f %12s\n", mode.c_str(), b, prefill_tps, "-", r.max_ttft * 1e3, "-");
       notes.push_back(mode + ", batch " + std::to_string(b) + ": " + why);
@@ -125,8 +124,8 @@ void plain_rows(const BenchCommand& o, Engine& engine, bool invariant, const Mem
       const double kv_bytes = double(engine.kv_bytes_per_token()) * mean_ctx * b;
       const double step_bytes = double(engine.step_weight_bytes(b)) + kv_bytes;
       const double fraction = step_bytes * (decode_tps / b) / bandwidth.bytes_per_s;
-      std::printf("%-10s %6d %14.1f %14.1f %10.1f %12.2f\n", mode.c_str(), b, prefill_tps, decode_tps,
-                  r.max_ttft * 1e3, fraction);
+      std::printf("%-10s %6d %14.1f %14.1f %10.1f %12.2f\n", mode.c_str(), b, prefill_tps, decode_tps, r.max_ttft * 1e3,
+                  fraction);
       row["decode_tokens_per_s"] = decode_tps;
       row["bytes_per_step"] = step_bytes;
       row["bandwidth_fraction"] = fraction;
@@ -306,7 +305,8 @@ void run_bench(const BenchCommand& o) {
   nlohmann::json report;
   report["model"] = o.engine.model_dir;
   nlohmann::json rows = nlohmann::json::array();
-  std::vector<std::string> notes;
+  std::vector<std::string> notes;  // bandwidth lines first, then rows whose decode was not measured
+  size_t bandwidth_lines = 0;
   for (size_t i = 0; i < modes.size(); ++i) {
     const bool last = i + 1 == modes.size();
     if (o.skip_plain && !last) continue;
@@ -322,10 +322,14 @@ void run_bench(const BenchCommand& o) {
                     "BW fraction");
       }
       plain_rows(o, engine, modes[i], bandwidth, rows, notes);
+      // Said under the table, so that the modes' rows stay one table.
       const bool gpu = engine.device() == DeviceKind::cuda;
-      std::printf("measured %s bandwidth %.1f GB/s; weights %.1f MB, read per batch-1 step %.1f MB\n",
-                  gpu ? "device copy" : "host read", bandwidth.bytes_per_s / 1e9,
-                  engine.model_info().weight_bytes / 1e6, engine.step_weight_bytes(1) / 1e6);
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "%s: measured %s bandwidth %.1f GB/s; weights %.1f MB, read per batch-1 step %.1f MB",
+                    mode_name(engine, modes[i]).c_str(), gpu ? "device copy" : "host read", bandwidth.bytes_per_s / 1e9,
+                    engine.model_info().weight_bytes / 1e6, engine.step_weight_bytes(1) / 1e6);
+      notes.insert(notes.begin() + static_cast<std::ptrdiff_t>(bandwidth_lines++), line);
       nlohmann::json& plain = report["plain"];
       plain["device"] = engine.device_name();
       plain["sampling"] = describe(o.sampling);

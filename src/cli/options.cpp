@@ -137,7 +137,8 @@ GenerateCommand generate_command(GenerateFlags& f) {
   c.engine = engine_config(f.common);
   require(f.prompt.empty() || f.prompt_file.empty(), "give --prompt or --prompt-file, not both");
   c.prompt = f.prompt_file.empty() ? f.prompt : read_text_file(f.prompt_file, "--prompt-file");
-  require(!c.prompt.empty(), f.prompt_file.empty() ? "--prompt is empty" : "--prompt-file " + f.prompt_file + " is empty");
+  require(!c.prompt.empty(),
+          f.prompt_file.empty() ? "--prompt is empty" : "--prompt-file " + f.prompt_file + " is empty");
   c.request = f.gen;
   SamplingOptions& s = c.request.sampling;
   if (f.temperature_opt->count()) s.temperature = f.temperature;
@@ -198,7 +199,8 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   cmd->add_option("--prefix-tokens", o.prefix_tokens,
                   "also measure the prefix cache: time to first token of a prompt whose first N tokens an earlier "
                   "request computed, against the same prompt computed in full");
-  cmd->add_option("--modes", o.modes, "GPU: plain table for each kernel mode, e.g. fast,invariant (default: --fast-gpu's)")
+  cmd->add_option("--modes", o.modes,
+                  "GPU: plain table for each kernel mode, e.g. fast,invariant (default: --fast-gpu's)")
       ->delimiter(',');
   cmd->add_flag("--json", o.json, "also print the results as one JSON object");
   cmd->add_option("--temperature", f.temperature, "sample at this temperature (default: greedy)");

@@ -227,8 +227,8 @@ TEST_F(Cli, BenchRefusesAPromptPastTheContextAtOnce) {
 // A prompt that leaves one position of the context: the row says why its decode rate cannot be
 // measured instead of reporting 0 tok/s.
 TEST_F(Cli, BenchExplainsARowWithNoDecodeStep) {
-  const RunResult r = run({"bench", "--device", "cpu", "--batch-sizes", "1", "--prompt-tokens", "2047",
-                           "--new-tokens", "8", "--json"});
+  const RunResult r =
+      run({"bench", "--device", "cpu", "--batch-sizes", "1", "--prompt-tokens", "2047", "--new-tokens", "8", "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("decode not measured: a 2047-token prompt leaves 1 position(s)"), std::string::npos) << r.out;
   const auto report = nlohmann::json::parse(lines(r.out).back());

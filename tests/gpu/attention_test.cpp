@@ -423,7 +423,6 @@ TEST(GpuAttention, FusedDecodeEqualsRopeKvWriteThenAttention) {
   }
 }
 
-
 // ---- the fast mode's tensor-core kernel (prefill chunks) and batches past the old grid limit ----
 
 // Rows for the tensor-core kernel: a prompt of 700 tokens from position 0 (many q tiles and K/V

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
   constexpr int CH = D / 8;  // 16-byte pieces of one position's row
   extern __shared__ __align__(16) unsigned char flash_smem[];
   __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(flash_smem);  // [2][kKvTile][LD]
-  __nv_bfloat16* sv = sk + 2 * kKvTile * LD;                          // [2][kKvTile][LD]
+  __nv_bfloat16* sv = sk + 2 * kKvTile * LD;                         // [2][kKvTile][LD]
   __shared__ int s_end;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q4 = lane % 4;
@@ -199,13 +199,14 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
       o[nb][3] *= alpha[1];
     }
 #pragma unroll
-    for (int nb = 0; nb < kKvTile / 8; ++nb)
+    for (int nb = 0; nb < kKvTile / 8; ++nb) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float p = exp2f(s[nb][e] - base[e / 2]);  // exp2(-inf) = 0 for masked positions
         s[nb][e] = p;
         l[e / 2] += p;  // this lane's part of the row sum; the quad's parts are added at the end
       }
+    }
     // O += P · V, 16 positions per step: P's A fragment is S's accumulators of two 8-wide blocks.
 #pragma unroll
     for (int kp16 = 0; kp16 < kKvTile / 16; ++kp16) {
@@ -254,8 +255,9 @@ bool launch_flash_typed(const AttentionArgs& a, int max_row_tokens, const Contex
   const int64_t blocks = int64_t{a.rows} * tiles_per_row;
   if (blocks > 0x7fffffff || a.kv_heads * (group / hpc) > 65535) return false;
   const size_t smem = size_t{4} * kKvTile * (D + 8) * sizeof(__nv_bfloat16);
-  static const bool raised = cudaFuncSetAttribute(flash_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  static_cast<int>(smem)) == cudaSuccess;
+  static const bool raised =
+      cudaFuncSetAttribute(flash_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) == cudaSuccess;
   if (!raised) {
     cudaGetLastError();
     return false;

@@ -604,8 +604,7 @@ void launch_shape(const LinearRowsArgs& a, int n_total, const Context& ctx) {
     for (int j = 0; j < kMaxLinearSegments; ++j)
       if (s.seg[j].out != nullptr) s.seg[j].out += first * (E == LinearEpilogue::silu_gate ? n_total : s.seg[j].n);
     const dim3 g(grid.x, static_cast<unsigned>((s.M + MT - 1) / MT));
-    launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, g, kThreads, smem, ctx, s, n_total, kc,
-           ctx.tuning.early_weights);
+    launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, g, kThreads, smem, ctx, s, n_total, kc, ctx.tuning.early_weights);
   }
 }
 
