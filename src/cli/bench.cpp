@@ -313,6 +313,17 @@ void run_bench(const BenchCommand& o) {
     EngineConfig config = bench_engine_config(o, model);
     config.batch_invariant = modes[i];
     Engine engine(config);  // one engine at a time: the previous one's device memory is freed
+    const KvCapacity kv = engine.kv_capacity();
+    const int context = std::min(o.prompt_tokens + o.gen_tokens, model.context_length);
+    std::printf("KV cache (%s): %d blocks of %d positions, %lld tokens, %.2f GB: %lld rows at %d positions\n",
+                mode_name(engine, modes[i]).c_str(), kv.blocks, kv.block_size, static_cast<long long>(kv.tokens),
+                kv.bytes / 1e9, static_cast<long long>(kv.rows_at(context)), context);
+    report["kv_cache"] = {{"blocks", kv.blocks},
+                          {"block_size", kv.block_size},
+                          {"tokens", kv.tokens},
+                          {"bytes", kv.bytes},
+                          {"rows_at_context", kv.rows_at(context)},
+                          {"context", context}};
     if (!o.skip_plain) {
       const MemoryBandwidth bandwidth = engine.measure_memory_bandwidth();
       if (i == 0) {

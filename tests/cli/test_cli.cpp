@@ -236,6 +236,14 @@ TEST_F(Cli, BenchExplainsARowWithNoDecodeStep) {
   EXPECT_FALSE(row.contains("decode_tokens_per_s")) << row;
   EXPECT_TRUE(row.contains("decode_unmeasured")) << row;
   EXPECT_GT(row["prefill_tokens_per_s"].get<double>(), 0) << row;
+  // The KV cache as sized at start, with the rows it holds at the run's context (2,048: the
+  // prompt and the one position left).
+  const auto& kv = report["kv_cache"];
+  EXPECT_EQ(kv["context"], 2048) << kv;
+  EXPECT_EQ(kv["tokens"].get<int64_t>(), kv["blocks"].get<int64_t>() * kv["block_size"].get<int64_t>()) << kv;
+  EXPECT_EQ(kv["rows_at_context"].get<int64_t>(), kv["blocks"].get<int64_t>() / 128) << kv;
+  EXPECT_GE(kv["rows_at_context"].get<int64_t>(), 1) << kv;
+  EXPECT_NE(r.out.find("KV cache (cpu): "), std::string::npos) << r.out;
 }
 
 TEST_F(Cli, BenchReplaysThePolicyAgainstTheBestSchedule) {
