@@ -305,7 +305,7 @@ void run_bench(const BenchCommand& o) {
   nlohmann::json report;
   report["model"] = o.engine.model_dir;
   nlohmann::json rows = nlohmann::json::array();
-  std::vector<std::string> notes;  // bandwidth lines first, then rows whose decode was not measured
+  std::vector<std::string> notes;  // KV and bandwidth lines first, then rows whose decode was not measured
   size_t bandwidth_lines = 0;
   for (size_t i = 0; i < modes.size(); ++i) {
     const bool last = i + 1 == modes.size();
@@ -315,9 +315,17 @@ void run_bench(const BenchCommand& o) {
     Engine engine(config);  // one engine at a time: the previous one's device memory is freed
     const KvCapacity kv = engine.kv_capacity();
     const int context = std::min(o.prompt_tokens + o.gen_tokens, model.context_length);
-    std::printf("KV cache (%s): %d blocks of %d positions, %lld tokens, %.2f GB: %lld rows at %d positions\n",
-                mode_name(engine, modes[i]).c_str(), kv.blocks, kv.block_size, static_cast<long long>(kv.tokens),
-                kv.bytes / 1e9, static_cast<long long>(kv.rows_at(context)), context);
+    char kv_line[256];
+    std::snprintf(kv_line, sizeof kv_line,
+                  "KV cache (%s): %d blocks of %d positions, %lld tokens, %.2f GB: %lld rows at %d positions",
+                  mode_name(engine, modes[i]).c_str(), kv.blocks, kv.block_size, static_cast<long long>(kv.tokens),
+                  kv.bytes / 1e9, static_cast<long long>(kv.rows_at(context)), context);
+    // Under the plain table with the bandwidth lines (so that the modes' rows stay one table).
+    if (o.skip_plain) {
+      std::printf("%s\n", kv_line);
+    } else {
+      notes.insert(notes.begin() + static_cast<std::ptrdiff_t>(bandwidth_lines++), kv_line);
+    }
     report["kv_cache"] = {{"blocks", kv.blocks},
                           {"block_size", kv.block_size},
                           {"tokens", kv.tokens},
@@ -333,7 +341,6 @@ void run_bench(const BenchCommand& o) {
                     "BW fraction");
       }
       plain_rows(o, engine, modes[i], bandwidth, rows, notes);
-      // Said under the table, so that the modes' rows stay one table.
       const bool gpu = engine.device() == DeviceKind::cuda;
       char line[256];
       std::snprintf(line, sizeof line,
