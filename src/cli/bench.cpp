@@ -308,11 +308,12 @@ void run_bench(const BenchCommand& o) {
   std::vector<std::string> notes;  // KV and bandwidth lines first, then rows whose decode was not measured
   size_t bandwidth_lines = 0;
   for (size_t i = 0; i < modes.size(); ++i) {
-    const bool last = i + 1 == modes.size();
-    if (o.skip_plain && !last) continue;
+    if (o.skip_plain && i + 1 < modes.size()) continue;
     EngineConfig config = bench_engine_config(o, model);
     config.batch_invariant = modes[i];
     Engine engine(config);  // one engine at a time: the previous one's device memory is freed
+    // The CPU has one kernel mode: a second engine would measure the same again.
+    const bool last = i + 1 == modes.size() || engine.device() != DeviceKind::cuda;
     const KvCapacity kv = engine.kv_capacity();
     const int context = std::min(o.prompt_tokens + o.gen_tokens, model.context_length);
     char kv_line[256];
@@ -372,6 +373,7 @@ void run_bench(const BenchCommand& o) {
       }
     }
     if (o.prefix_tokens > 0) prefix_bench(o, config, engine, report);
+    break;
   }
   if (o.json) std::cout << report.dump() << std::endl;
 }
