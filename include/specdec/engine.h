@@ -4,6 +4,7 @@
 // work to it and take results from it, so a server's connection threads never step the model.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -49,6 +50,19 @@ struct EngineStats {
   int64_t preemptions = 0;                              // rows preempted for KV (they recompute later)
   int64_t iterations = 0;                               // target forwards
   std::map<std::string, DraftMethodStats> speculation;  // by draft method id
+};
+
+// The target's KV cache as sized at start: `blocks` blocks of `block_size` positions.
+struct KvCapacity {
+  int blocks = 0;
+  int block_size = 0;
+  int64_t tokens = 0;  // blocks * block_size
+  size_t bytes = 0;    // in the cache's element type, all layers, K and V
+  // Rows that fit at once when each holds `context` positions (0 for a context of 0).
+  int64_t rows_at(int context) const {
+    const int64_t per_row = (int64_t{context} + block_size - 1) / std::max(block_size, 1);
+    return per_row > 0 ? blocks / per_row : 0;
+  }
 };
 
 class Engine {
@@ -99,6 +113,8 @@ class Engine {
   size_t step_weight_bytes(int tokens) const;
   // Bytes of K and V one cached position holds across all layers, in the KV cache's type.
   size_t kv_bytes_per_token() const;
+  // The target's KV cache: how many blocks, tokens and bytes it holds.
+  KvCapacity kv_capacity() const;
   // The memory bandwidth a decode step is bound by: host reads on the CPU, device copies on a
   // GPU. Runs on the loop thread between iterations (it pauses the engine for about a second).
   MemoryBandwidth measure_memory_bandwidth();

@@ -24,6 +24,7 @@ struct Engine::Impl {
   mutable std::mutex drafts_mutex;
   std::set<std::string> drafts;
   std::map<std::string, ReplayMethod> methods;  // by id; loop thread only
+  KvCapacity kv;                                // the target's cache, fixed at start
   std::unique_ptr<EngineLoop> loop;             // last: stopped before the session it uses goes
 };
 
@@ -35,7 +36,11 @@ Engine::Engine(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   m.info.parameter_count = s.model->parameter_count();
   m.info.weight_bytes = s.model->weight_bytes();
   m.device = s.backend->device() == Device::cuda ? DeviceKind::cuda : DeviceKind::cpu;
-  m.loop = std::make_unique<EngineLoop>(std::make_unique<EngineCore>(*s.model, *s.tokenizer, s.engine));
+  auto core = std::make_unique<EngineCore>(*s.model, *s.tokenizer, s.engine);
+  m.kv = KvCapacity{core->kv().total_blocks(), core->kv().block_size(),
+                    int64_t{core->kv().total_blocks()} * core->kv().block_size(), 0};
+  m.loop = std::make_unique<EngineLoop>(std::move(core));
+  m.kv.bytes = static_cast<size_t>(m.kv.tokens) * kv_bytes_per_token();
   for (const DraftSpec& spec : config.drafts) add_draft(spec);
 }
 
@@ -146,6 +151,8 @@ size_t Engine::kv_bytes_per_token() const {
   return 2 * static_cast<size_t>(c.num_layers) * static_cast<size_t>(c.num_kv_heads) * static_cast<size_t>(c.head_dim) *
          dtype_size(impl_->session.backend->kv_dtype());
 }
+
+KvCapacity Engine::kv_capacity() const { return impl_->kv; }
 
 MemoryBandwidth Engine::measure_memory_bandwidth() {
   Session& s = impl_->session;

@@ -8,9 +8,9 @@ namespace specdec {
 // Which one-row store and add linears stream two output columns a warp instead of one.
 enum class PairedColumns : int { never = 0, with_folded_norm = 1, always = 2 };
 
-// No switch changes a result: each alternative computes the same bits at another speed. The CUDA
-// backend lets the SPECDEC_CUDA_* environment variables named here override these fields (read
-// once, when the backend is made).
+// No switch but flash_prefill changes a result: each alternative computes the same bits at
+// another speed. The CUDA backend lets the SPECDEC_CUDA_* environment variables named here
+// override these fields (read once, when the backend is made).
 struct CudaTuning {
   // Synchronize after every call, so that an error names the call whose kernel faulted; no
   // recordings then (SPECDEC_CUDA_SYNC=1).
@@ -33,6 +33,10 @@ struct CudaTuning {
   // Split attention folds its chunks in a second launch instead of in the last block of each
   // (SPECDEC_CUDA_MERGE_LAUNCH=1).
   bool merge_launch = false;
+  // The fast mode attends batches with prefill chunks on the tensor cores (flash_attention.cu);
+  // false keeps the f32 kernel there too (SPECDEC_CUDA_FLASH=0). The one switch here that changes
+  // results: within bf16 rounding (q and the probabilities are rounded for the products).
+  bool flash_prefill = true;
 };
 
 }  // namespace specdec

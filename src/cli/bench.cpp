@@ -2,10 +2,13 @@
 // memory bandwidth, and (with --draft) the prompt suite plain vs speculative, from one run on one
 // Engine (with --replay, the suite replayed instead: replay_bench.cpp).
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli/bench_run.h"
 #include "cli/commands.h"
@@ -70,52 +73,66 @@ std::string describe(const SamplingOptions& p) {
   return s.str();
 }
 
-void plain_bench(const BenchCommand& o, Engine& engine, nlohmann::json& report) {
+// Why a plain-table row's decode rate cannot be measured ("" when it can): every row of the run
+// stopped at its first token, so no decode step was timed.
+std::string unmeasured_decode(const RunResult& r, const BenchCommand& o, int context) {
+  if (r.decode_tokens > 0 && r.max_decode > 0) return {};
+  const int room = context - o.prompt_tokens;
+  if (room < 2)
+    return (std::ostringstream() << "decode not measured: a " << o.prompt_tokens << "-token prompt leaves " << room
+                                 << " position(s) of the model's " << context
+                                 << "-token context, so each row stops at its first token")
+        .str();
+  return "decode not measured: every row stopped at its first token";
+}
+
+std::string mode_name(const Engine& engine, bool invariant) {
+  if (engine.device() != DeviceKind::cuda) return "cpu";
+  return invariant ? "invariant" : "fast";
+}
+
+// The plain table's rows for one engine (one kernel mode), printed as they are measured.
+void plain_rows(const BenchCommand& o, Engine& engine, bool invariant, const MemoryBandwidth& bandwidth,
+                nlohmann::json& rows, std::vector<std::string>& notes) {
   const std::string text = suite_text(o.suite);
-  const bool gpu = engine.device() == DeviceKind::cuda;
-  const MemoryBandwidth bandwidth = engine.measure_memory_bandwidth();
+  const int context = engine.model_info().context_length;
+  const std::string mode = mode_name(engine, invariant);
   // Warm-up: every batch size once, so that each has KV pages and scratch buffers of its size.
   for (int b : o.batches) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < b; ++i) prompts.push_back(synthetic_prompt(engine, text, o.prompt_tokens, 1000 + i * 37));
     run_batch(engine, prompts, 8, o.sampling);
   }
-  nlohmann::json rows = nlohmann::json::array();
-  std::printf("\nplain decoding, %s, prompt %d tokens, %d new tokens, %s\n", engine.device_name().c_str(),
-              o.prompt_tokens, o.gen_tokens, describe(o.sampling).c_str());
-  std::printf("%6s %14s %14s %10s %12s\n", "batch", "prefill tok/s", "decode tok/s", "TTFT ms", "BW fraction");
   for (int b : o.batches) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < b; ++i) prompts.push_back(synthetic_prompt(engine, text, o.prompt_tokens, i * 37));
     RunResult r = run_batch(engine, prompts, o.gen_tokens, o.sampling);
     const double prefill_tps = r.prompt_tokens / std::max(1e-9, r.max_ttft);
-    const double decode_tps = r.decode_tokens / std::max(1e-9, r.max_decode);
-    // bytes one decode step reads: the weights once (of an untied embedding table only the
-    // step's rows), plus each row's KV at its mean context
-    const double mean_ctx = o.prompt_tokens + o.gen_tokens / 2.0;
-    const double kv_bytes = double(engine.kv_bytes_per_token()) * mean_ctx * b;
-    const double step_bytes = double(engine.step_weight_bytes(b)) + kv_bytes;
-    const double steps_per_s = decode_tps / b;
-    const double fraction = step_bytes * steps_per_s / bandwidth.bytes_per_s;
-    std::printf("%6d %14.1f %14.1f %10.1f %12.2f\n", b, prefill_tps, decode_tps, r.max_ttft * 1e3, fraction);
-    rows.push_back({{"batch", b},
-                    {"prefill_tokens_per_s", prefill_tps},
-                    {"decode_tokens_per_s", decode_tps},
-                    {"ttft_ms", r.max_ttft * 1e3},
-                    {"bytes_per_step", step_bytes},
-                    {"bandwidth_fraction", fraction}});
+    const std::string why = unmeasured_decode(r, o, context);
+    nlohmann::json row = {
+        {"mode", mode}, {"batch", b}, {"prefill_tokens_per_s", prefill_tps}, {"ttft_ms", r.max_ttft * 1e3}};
+    if (!why.empty()) {
+      std::printf("%-10s %6d %14.1f %14s %10.1f %12s\n", mode.c_str(), b, prefill_tps, "-", r.max_ttft * 1e3, "-");
+      notes.push_back(mode + ", batch " + std::to_string(b) + ": " + why);
+      row["decode_unmeasured"] = why;
+    } else {
+      const double decode_tps = r.decode_tokens / r.max_decode;
+      // bytes one decode step reads: the weights once (of an untied embedding table only the
+      // step's rows), plus each row's KV at its mean context
+      const int new_tokens = std::min(o.gen_tokens, context - o.prompt_tokens);
+      const double mean_ctx = o.prompt_tokens + new_tokens / 2.0;
+      const double kv_bytes = double(engine.kv_bytes_per_token()) * mean_ctx * b;
+      const double step_bytes = double(engine.step_weight_bytes(b)) + kv_bytes;
+      const double fraction = step_bytes * (decode_tps / b) / bandwidth.bytes_per_s;
+      std::printf("%-10s %6d %14.1f %14.1f %10.1f %12.2f\n", mode.c_str(), b, prefill_tps, decode_tps, r.max_ttft * 1e3,
+                  fraction);
+      row["decode_tokens_per_s"] = decode_tps;
+      row["bytes_per_step"] = step_bytes;
+      row["bandwidth_fraction"] = fraction;
+    }
+    std::fflush(stdout);
+    rows.push_back(std::move(row));
   }
-  std::printf("measured %s bandwidth %.1f GB/s; weights %.1f MB, read per batch-1 step %.1f MB\n",
-              gpu ? "device copy" : "host read", bandwidth.bytes_per_s / 1e9, engine.model_info().weight_bytes / 1e6,
-              engine.step_weight_bytes(1) / 1e6);
-  report["plain"] = {{"device", engine.device_name()},
-                     {"sampling", describe(o.sampling)},
-                     {"bandwidth_bytes_per_s", bandwidth.bytes_per_s},
-                     {"bandwidth_kind", bandwidth.kind},
-                     {"weight_bytes", engine.model_info().weight_bytes},
-                     {"prompt_tokens", o.prompt_tokens},
-                     {"new_tokens", o.gen_tokens},
-                     {"rows", rows}};
 }
 
 // Tokens per second of the decode phase (after each row's first token), over the slowest row.
@@ -234,13 +251,23 @@ nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const st
 // first iteration: decode figures then time decode-only iterations, not the prefill of later rows
 // mixed into them. The suite's prompts are bounded by their bytes plus a token for a prefix (no
 // tokenizer gives more tokens than that), as the engine that would count them is not loaded yet.
-EngineConfig bench_engine_config(const BenchCommand& o) {
+EngineConfig bench_engine_config(const BenchCommand& o, const ModelInfo& model) {
   EngineConfig c = o.engine;
   int rows = o.drafts.empty() ? 1 : o.spec_batch, tokens = 1;
   if (!o.skip_plain) {
     const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
     rows = std::max(rows, max_batch);
     tokens = std::max(tokens, std::min(max_batch * o.prompt_tokens + 1, 1 << 17));
+    // Without --kv-memory, a cache that holds every row of the largest batch at its full length
+    // (prompt, new tokens and a partly filled block each), so that no row waits for blocks.
+    if (c.kv_memory_gb == 0) {
+      const double kv_elem = c.kv_type == KvCacheType::f32 ? 4 : 2;
+      const double per_token = 2.0 * model.num_layers * model.num_kv_heads * model.head_dim * kv_elem;
+      const int per_row = std::min(o.prompt_tokens + o.gen_tokens, model.context_length) + 32;
+      const double gib = per_token * per_row * max_batch / double(1ull << 30) * 1.05;
+      const double fallback = c.device == DeviceKind::cpu ? 1.0 : 16.0;  // the engine's default
+      if (gib > fallback) c.kv_memory_gb = gib;
+    }
   }
   if (!o.drafts.empty()) {
     int suite_tokens = 1, longest = 1;
@@ -256,24 +283,98 @@ EngineConfig bench_engine_config(const BenchCommand& o) {
   return c;
 }
 
+// The plain table's kernel modes: --modes, or the one --fast-gpu chose.
+std::vector<bool> invariant_modes(const BenchCommand& o) {
+  if (o.modes.empty()) return {o.engine.batch_invariant};
+  std::vector<bool> out;
+  for (const std::string& m : o.modes) out.push_back(m == "invariant");
+  return out;
+}
+
 }  // namespace
 
 void run_bench(const BenchCommand& o) {
-  const EngineConfig config = bench_engine_config(o);
-  Engine engine(config);
+  // The model's shape and context from its files, before any engine is loaded: a prompt the
+  // context cannot hold fails here, at once.
+  const ModelInfo model = inspect_model(o.engine.model_dir);
+  if (!o.skip_plain)
+    require(o.prompt_tokens < model.context_length, "--prompt-tokens ", o.prompt_tokens,
+            " does not fit the model's context of ", model.context_length, " tokens (at most ",
+            model.context_length - 1, ": the first new token needs a position)");
+  const std::vector<bool> modes = invariant_modes(o);
   nlohmann::json report;
   report["model"] = o.engine.model_dir;
-  if (!o.skip_plain) plain_bench(o, engine, report);
-  if (!o.drafts.empty()) {
-    if (o.replay) {
-      replay_bench(o, engine, report);
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<std::string> notes;  // KV and bandwidth lines first, then rows whose decode was not measured
+  size_t bandwidth_lines = 0;
+  for (size_t i = 0; i < modes.size(); ++i) {
+    if (o.skip_plain && i + 1 < modes.size()) continue;
+    EngineConfig config = bench_engine_config(o, model);
+    config.batch_invariant = modes[i];
+    Engine engine(config);  // one engine at a time: the previous one's device memory is freed
+    // The CPU has one kernel mode: a second engine would measure the same again.
+    const bool last = i + 1 == modes.size() || engine.device() != DeviceKind::cuda;
+    const KvCapacity kv = engine.kv_capacity();
+    const int context = std::min(o.prompt_tokens + o.gen_tokens, model.context_length);
+    char kv_line[256];
+    std::snprintf(kv_line, sizeof kv_line,
+                  "KV cache (%s): %d blocks of %d positions, %lld tokens, %.2f GB: %lld rows at %d positions",
+                  mode_name(engine, modes[i]).c_str(), kv.blocks, kv.block_size, static_cast<long long>(kv.tokens),
+                  kv.bytes / 1e9, static_cast<long long>(kv.rows_at(context)), context);
+    // Under the plain table with the bandwidth lines (so that the modes' rows stay one table).
+    if (o.skip_plain) {
+      std::printf("%s\n", kv_line);
     } else {
-      nlohmann::json methods = nlohmann::json::array();
-      for (size_t i = 0; i < o.drafts.size(); ++i) methods.push_back(spec_method_bench(o, engine, o.drafts[i], i));
-      report["speculative"] = methods;
+      notes.insert(notes.begin() + static_cast<std::ptrdiff_t>(bandwidth_lines++), kv_line);
     }
+    report["kv_cache"] = {{"blocks", kv.blocks},
+                          {"block_size", kv.block_size},
+                          {"tokens", kv.tokens},
+                          {"bytes", kv.bytes},
+                          {"rows_at_context", kv.rows_at(context)},
+                          {"context", context}};
+    if (!o.skip_plain) {
+      const MemoryBandwidth bandwidth = engine.measure_memory_bandwidth();
+      if (i == 0) {
+        std::printf("\nplain decoding, %s, prompt %d tokens, %d new tokens, %s\n", engine.device_name().c_str(),
+                    o.prompt_tokens, o.gen_tokens, describe(o.sampling).c_str());
+        std::printf("%-10s %6s %14s %14s %10s %12s\n", "mode", "batch", "prefill tok/s", "decode tok/s", "TTFT ms",
+                    "BW fraction");
+      }
+      plain_rows(o, engine, modes[i], bandwidth, rows, notes);
+      const bool gpu = engine.device() == DeviceKind::cuda;
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "%s: measured %s bandwidth %.1f GB/s; weights %.1f MB, read per batch-1 step %.1f MB",
+                    mode_name(engine, modes[i]).c_str(), gpu ? "device copy" : "host read", bandwidth.bytes_per_s / 1e9,
+                    engine.model_info().weight_bytes / 1e6, engine.step_weight_bytes(1) / 1e6);
+      notes.insert(notes.begin() + static_cast<std::ptrdiff_t>(bandwidth_lines++), line);
+      nlohmann::json& plain = report["plain"];
+      plain["device"] = engine.device_name();
+      plain["sampling"] = describe(o.sampling);
+      plain["bandwidth_bytes_per_s"] = bandwidth.bytes_per_s;
+      plain["bandwidth_kind"] = bandwidth.kind;
+      plain["weight_bytes"] = engine.model_info().weight_bytes;
+      plain["prompt_tokens"] = o.prompt_tokens;
+      plain["new_tokens"] = o.gen_tokens;
+      if (last) {
+        for (const std::string& n : notes) std::printf("%s\n", n.c_str());
+        plain["rows"] = rows;
+      }
+    }
+    if (!last) continue;
+    if (!o.drafts.empty()) {
+      if (o.replay) {
+        replay_bench(o, engine, report);
+      } else {
+        nlohmann::json methods = nlohmann::json::array();
+        for (size_t d = 0; d < o.drafts.size(); ++d) methods.push_back(spec_method_bench(o, engine, o.drafts[d], d));
+        report["speculative"] = methods;
+      }
+    }
+    if (o.prefix_tokens > 0) prefix_bench(o, config, engine, report);
+    break;
   }
-  if (o.prefix_tokens > 0) prefix_bench(o, config, engine, report);
   if (o.json) std::cout << report.dump() << std::endl;
 }
 

@@ -137,7 +137,8 @@ GenerateCommand generate_command(GenerateFlags& f) {
   c.engine = engine_config(f.common);
   require(f.prompt.empty() || f.prompt_file.empty(), "give --prompt or --prompt-file, not both");
   c.prompt = f.prompt_file.empty() ? f.prompt : read_text_file(f.prompt_file, "--prompt-file");
-  require(!c.prompt.empty(), f.prompt_file.empty() ? "--prompt is empty" : "--prompt-file " + f.prompt_file + " is empty");
+  require(!c.prompt.empty(),
+          f.prompt_file.empty() ? "--prompt is empty" : "--prompt-file " + f.prompt_file + " is empty");
   c.request = f.gen;
   SamplingOptions& s = c.request.sampling;
   if (f.temperature_opt->count()) s.temperature = f.temperature;
@@ -198,6 +199,9 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   cmd->add_option("--prefix-tokens", o.prefix_tokens,
                   "also measure the prefix cache: time to first token of a prompt whose first N tokens an earlier "
                   "request computed, against the same prompt computed in full");
+  cmd->add_option("--modes", o.modes,
+                  "GPU: plain table for each kernel mode, e.g. fast,invariant (default: --fast-gpu's)")
+      ->delimiter(',');
   cmd->add_flag("--json", o.json, "also print the results as one JSON object");
   cmd->add_option("--temperature", f.temperature, "sample at this temperature (default: greedy)");
   cmd->add_option("--top-k", f.top_k, "with --temperature: keep the k most likely tokens (0 = off)");
@@ -236,6 +240,9 @@ BenchCommand bench_command(BenchFlags& f) {
   o.sampling.validate();
   require(o.num_draft >= 0, "--num-draft-tokens must not be negative, got ", o.num_draft);
   for (int b : o.batches) require(b >= 1, "--batch-sizes must be positive, got ", b);
+  for (int b : o.batches) require(b <= 256, "--batch-sizes: at most 256 rows, got ", b);
+  for (const std::string& m : o.modes)
+    require(m == "fast" || m == "invariant", "--modes: unknown mode '", m, "' (expected fast or invariant)");
   require(o.prompt_tokens >= 1 && o.gen_tokens >= 2, "--prompt-tokens must be >= 1 and --new-tokens >= 2");
   std::set<std::string> seen;
   for (const std::string& d : o.drafts) {

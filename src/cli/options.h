@@ -43,6 +43,7 @@ struct BenchCommand {
   std::vector<double> replay_forward_ms;  // --replay: target forward of 1, 2, ... tokens instead of measured
   int replay_repeats = 15;                // --replay: calls timed per measurement
   int prefix_tokens = 0;                  // --prefix-tokens: the prefix-cache measurement's shared prefix
+  std::vector<std::string> modes;         // --modes: GPU kernel modes of the plain table ("fast", "invariant")
   // Every field set, none from the model: greedy unless --temperature; seeded, so that plain
   // and speculative runs draw alike.
   SamplingOptions sampling;

@@ -71,7 +71,12 @@ void run_serve(const ServeCommand& c) {
     try {
       engine = std::make_unique<Engine>(c.engine);
       http.attach(*engine);
-      std::fprintf(stderr, "specdec serve: ready on %s\n", engine->device_name().c_str());
+      const KvCapacity kv = engine->kv_capacity();
+      const int context = engine->model_info().context_length;
+      std::fprintf(stderr,
+                   "specdec serve: ready on %s; KV cache %d blocks of %d (%lld tokens, %.2f GB): %lld rows at %d\n",
+                   engine->device_name().c_str(), kv.blocks, kv.block_size, static_cast<long long>(kv.tokens),
+                   kv.bytes / 1e9, static_cast<long long>(kv.rows_at(context)), context);
     } catch (const std::exception& e) {
       load_error = e.what();
       stop();

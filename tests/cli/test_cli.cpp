@@ -214,6 +214,38 @@ TEST_F(Cli, BenchComparesPlainAndSpeculativeRuns) {
   EXPECT_TRUE(spec["batch"]["identical"].get<bool>()) << spec;
 }
 
+// A prompt the model's context cannot hold (the bundled target's is 2,048) fails before any
+// engine is loaded, naming the flag and the context.
+TEST_F(Cli, BenchRefusesAPromptPastTheContextAtOnce) {
+  const RunResult r = run({"bench", "--device", "cpu", "--prompt-tokens", "5000"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--prompt-tokens 5000 does not fit the model's context of 2048 tokens"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("plain decoding"), std::string::npos) << r.out;
+}
+
+// A prompt that leaves one position of the context: the row says why its decode rate cannot be
+// measured instead of reporting 0 tok/s.
+TEST_F(Cli, BenchExplainsARowWithNoDecodeStep) {
+  const RunResult r =
+      run({"bench", "--device", "cpu", "--batch-sizes", "1", "--prompt-tokens", "2047", "--new-tokens", "8", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("decode not measured: a 2047-token prompt leaves 1 position(s)"), std::string::npos) << r.out;
+  const auto report = nlohmann::json::parse(lines(r.out).back());
+  const auto& row = report["plain"]["rows"][0];
+  EXPECT_FALSE(row.contains("decode_tokens_per_s")) << row;
+  EXPECT_TRUE(row.contains("decode_unmeasured")) << row;
+  EXPECT_GT(row["prefill_tokens_per_s"].get<double>(), 0) << row;
+  // The KV cache as sized at start, with the rows it holds at the run's context (2,048: the
+  // prompt and the one position left).
+  const auto& kv = report["kv_cache"];
+  EXPECT_EQ(kv["context"], 2048) << kv;
+  EXPECT_EQ(kv["tokens"].get<int64_t>(), kv["blocks"].get<int64_t>() * kv["block_size"].get<int64_t>()) << kv;
+  EXPECT_EQ(kv["rows_at_context"].get<int64_t>(), kv["blocks"].get<int64_t>() / 128) << kv;
+  EXPECT_GE(kv["rows_at_context"].get<int64_t>(), 1) << kv;
+  EXPECT_NE(r.out.find("KV cache (cpu): "), std::string::npos) << r.out;
+}
+
 TEST_F(Cli, BenchReplaysThePolicyAgainstTheBestSchedule) {
   const fs::path suite = dir_ / "replay.json";
   write(suite, R"({"prompts": [{"name": "copy", "category": "c", "max_tokens": 24,

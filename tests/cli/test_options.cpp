@@ -116,6 +116,8 @@ const std::vector<BadLine> kBadLines = {
     {{"bench", "--spec-batch", "0"}, "--spec-batch must be at least 1, got 0"},
     {{"bench", "--num-draft-tokens", "-1"}, "--num-draft-tokens must not be negative, got -1"},
     {{"bench", "--batch-sizes", "4,0"}, "--batch-sizes must be positive, got 0"},
+    {{"bench", "--batch-sizes", "257"}, "--batch-sizes: at most 256 rows, got 257"},
+    {{"bench", "--modes", "fast,slow"}, "--modes: unknown mode 'slow' (expected fast or invariant)"},
     {{"bench", "--prompt-tokens", "0"}, "--prompt-tokens must be >= 1 and --new-tokens >= 2"},
     {{"bench", "--new-tokens", "1"}, "--prompt-tokens must be >= 1 and --new-tokens >= 2"},
     {{"bench", "--draft", "ngram", "--draft", "ngram"}, "--draft ngram is given twice"},

@@ -141,7 +141,9 @@ TEST(GpuAttention, MixedBatchMatchesCpu) {
 
 TEST(GpuAttention, RowAloneEqualsRowWithNeighbours) {
   SPECDEC_REQUIRE_GPU();
-  for (bool invariant : {true, false}) {  // attention is one kernel in both modes
+  // Attention is one kernel in both modes for these rows (at most 8 new tokens a row: the fast
+  // mode's tensor-core kernel takes batches with prefill chunks of 16 or more).
+  for (bool invariant : {true, false}) {
     Backends b = make_backends(invariant);
     const auto rows = mixed_rows();
     const int mb = max_blocks_of(rows), D = 128;
@@ -210,10 +212,11 @@ std::string shape_name(const Shape& s) {
          std::string(dtype_name(s.kv)) + " pool";
 }
 
-Backends backends_with_kv(DType kv) {
-  Backends b = make_backends(true);
+Backends backends_with_kv(DType kv, bool invariant = true) {
+  Backends b = make_backends(invariant);
   BackendOptions g;
   g.device = Device::cuda;
+  g.batch_invariant = invariant;
   g.kv_dtype = kv;
   b.gpu = make_backend(g);
   return b;
@@ -417,6 +420,113 @@ TEST(GpuAttention, FusedDecodeEqualsRopeKvWriteThenAttention) {
         EXPECT_EQ(vw[0], vw[1]) << what << ": v pool";
       }
     }
+  }
+}
+
+// ---- the fast mode's tensor-core kernel (prefill chunks) and batches past the old grid limit ----
+
+// Rows for the tensor-core kernel: a prompt of 700 tokens from position 0 (many q tiles and K/V
+// tiles, the causal edge inside tiles), a chunk of 300 tokens continuing a 200-position cache, a
+// chunk of 17 (a tile and one token), a decode step over 900 positions and a window of 3.
+std::vector<RowSpec> prefill_rows(int pool_blocks) {
+  std::vector<int32_t> ids(static_cast<size_t>(pool_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(23));
+  auto span = [](int from, int to) {
+    std::vector<int32_t> p(static_cast<size_t>(to - from));
+    std::iota(p.begin(), p.end(), from);
+    return p;
+  };
+  std::vector<RowSpec> rows = {{700, span(0, 700), {}},
+                               {500, span(200, 500), {}},
+                               {40, span(23, 40), {}},
+                               {900, {899}, {}},
+                               {66, span(63, 66), {}}};
+  size_t next = 0;
+  for (auto& r : rows)
+    for (int b = 0; b < (r.len + kBlockSize - 1) / kBlockSize; ++b) r.blocks.push_back(ids[next++]);
+  return rows;
+}
+
+// Attention into an output filled with NaN, so that an element the kernel never wrote fails.
+std::vector<float> run_poisoned(Backend& be, const Pools& pools, const std::vector<RowSpec>& rows, const Shape& s,
+                                const std::vector<float>& q, int max_blocks) {
+  DeviceBatch b = make_batch(be, rows, max_blocks);
+  const int T = b.batch.tokens;
+  Owned qt = upload(be, q, DType::f32, {T, s.heads, s.D});
+  Owned o = upload(be, std::vector<float>(q.size(), NAN), DType::f32, {T, s.heads, s.D});
+  be.attention(qt.tensor, pools.k.tensor, pools.v.tensor, b.batch, 1.0f / std::sqrt(static_cast<float>(s.D)), o.tensor);
+  return download(be, o.tensor);
+}
+
+Pools filled_pools_blocks(Backend& be, const std::vector<RowSpec>& rows, const Shape& s, int pool_blocks,
+                          int max_blocks, uint32_t seed) {
+  Pools p{empty(be, be.kv_dtype(), {pool_blocks, kBlockSize, s.kv_heads, s.D}),
+          empty(be, be.kv_dtype(), {pool_blocks, kBlockSize, s.kv_heads, s.D})};
+  DeviceBatch hb = make_batch(be, history_of(rows), max_blocks);
+  const int T = hb.batch.tokens;
+  const size_t n = static_cast<size_t>(T) * s.kv_heads * s.D;
+  Owned k = upload(be, random_floats(n, seed, 0.05f, 2.0f), DType::f32, {T, s.kv_heads, s.D});
+  Owned v = upload(be, random_floats(n, seed + 1), DType::f32, {T, s.kv_heads, s.D});
+  be.kv_write(k.tensor, v.tensor, p.k.tensor, p.v.tensor, hb.batch);
+  be.synchronize();
+  return p;
+}
+
+// Fast mode, a batch with prefill chunks: the tensor-core kernel (q and the probabilities in
+// bf16) matches the CPU's f32 attention within bf16 rounding for every row, the decode step and
+// the short window among them included, for GQA groups of 1, 4 and 8 and head_dim 64, 96 and 128.
+TEST(GpuAttention, FastModePrefillChunksMatchCpu) {
+  SPECDEC_REQUIRE_GPU();
+  constexpr int kPool = 160;
+  const auto rows = prefill_rows(kPool);
+  const int mb = max_blocks_of(rows), T = tokens_of(rows);
+  for (const Shape& s : {Shape{8, 8, 64, DType::bf16}, Shape{32, 8, 128, DType::bf16}, Shape{8, 1, 128, DType::bf16},
+                         Shape{12, 4, 96, DType::bf16}}) {
+    Backends b = backends_with_kv(s.kv, false);
+    const auto q = random_floats(static_cast<size_t>(T) * s.heads * s.D, 51, 0.05f, 2.0f);
+    Pools cp = filled_pools_blocks(*b.cpu, rows, s, kPool, mb, 52);
+    Pools gp = filled_pools_blocks(*b.gpu, rows, s, kPool, mb, 52);
+    const auto want = run_poisoned(*b.cpu, cp, rows, s, q, mb);
+    const auto got = run_poisoned(*b.gpu, gp, rows, s, q, mb);
+    EXPECT_LE(rel_error(got, want), 2e-2) << shape_name(s);
+    // Each row alone: the same tiles of its own tokens, so the same bits.
+    size_t start = 0;
+    for (const RowSpec& r : rows) {
+      const size_t n = r.positions.size() * s.heads * s.D;
+      if (r.positions.size() >= 16) {
+        const std::vector<float> qr(q.begin() + static_cast<ptrdiff_t>(start),
+                                    q.begin() + static_cast<ptrdiff_t>(start + n));
+        const auto alone = run_poisoned(*b.gpu, gp, {r}, s, qr, mb);
+        EXPECT_TRUE(bit_equal(alone.data(), got.data() + start, n)) << shape_name(s) << ", row of " << r.len;
+      }
+      start += n;
+    }
+  }
+}
+
+// More than 65,535 tokens in one call (the old kernel's grid limit on tokens): 4,100 rows of 16
+// new tokens each, in both modes (the fast mode takes the tensor-core kernel here), match the CPU.
+TEST(GpuAttention, MoreThan65535TokensInOneCall) {
+  SPECDEC_REQUIRE_GPU();
+  constexpr int kRows = 4100, kNew = 16;
+  const Shape s{4, 2, 64, DType::bf16};
+  std::vector<RowSpec> rows;
+  for (int r = 0; r < kRows; ++r) {
+    RowSpec row{kNew, {}, {r}};
+    for (int p = 0; p < kNew; ++p) row.positions.push_back(p);
+    rows.push_back(row);
+  }
+  const int T = kRows * kNew;
+  ASSERT_GT(T, 65535);
+  const auto q = random_floats(static_cast<size_t>(T) * s.heads * s.D, 61, 0.05f, 2.0f);
+  for (bool invariant : {true, false}) {
+    Backends b = backends_with_kv(s.kv, invariant);
+    Pools cp = filled_pools_blocks(*b.cpu, rows, s, kRows, 1, 62);
+    Pools gp = filled_pools_blocks(*b.gpu, rows, s, kRows, 1, 62);
+    const auto want = run_poisoned(*b.cpu, cp, rows, s, q, 1);
+    const auto got = run_poisoned(*b.gpu, gp, rows, s, q, 1);
+    EXPECT_LE(rel_error(got, want), invariant ? 1e-2 : 2e-2) << "invariant=" << invariant;
   }
 }
 

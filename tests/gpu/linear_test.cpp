@@ -164,6 +164,36 @@ TEST(GpuLinear, SingleRowEqualsItsRowInAPairBits) {
   }
 }
 
+// More rows of x than one launch's grid holds (65,535 tiles of 16 rows): the invariant mode's
+// row kernel takes them in slices; every row of the plain, SwiGLU and residual-add forms matches
+// the CPU, the last slice's rows included.
+TEST(GpuLinear, MoreRowsThanOneGridMatchCpu) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends(true);
+  const int M = 65535 * 16 + 21, N = 24, K = 32;
+  const auto x = random_floats(static_cast<size_t>(M) * K, 500);
+  const auto wa = random_floats(static_cast<size_t>(N) * K, 501), wb = random_floats(static_cast<size_t>(N) * K, 502);
+  const auto residual = random_floats(static_cast<size_t>(M) * N, 503);
+  std::vector<float> got[3], want[3];
+  for (int side = 0; side < 2; ++side) {
+    Backend& be = side == 0 ? *b.gpu : *b.cpu;
+    Owned xt = upload(be, x, DType::f32, {M, K});
+    Owned at = upload(be, wa, DType::bf16, {N, K}), bt = upload(be, wb, DType::bf16, {N, K});
+    Owned o = upload(be, std::vector<float>(static_cast<size_t>(M) * N, NAN), DType::f32, {M, N});
+    auto& into = side == 0 ? got : want;
+    be.linear(xt.tensor, Weight(at.tensor), nullptr, o.tensor);
+    into[0] = download(be, o.tensor);
+    be.gated_linear(xt.tensor, Weight(at.tensor), Weight(bt.tensor), o.tensor);
+    into[1] = download(be, o.tensor);
+    Owned r = upload(be, residual, DType::f32, {M, N});
+    be.linear_add(xt.tensor, Weight(at.tensor), nullptr, r.tensor);
+    into[2] = download(be, r.tensor);
+  }
+  EXPECT_LE(rel_error(got[0], want[0]), 1e-5) << "linear";
+  EXPECT_LE(rel_error(got[1], want[1]), 1e-5) << "gated_linear";
+  EXPECT_LE(rel_error(got[2], want[2]), 1e-5) << "linear_add";
+}
+
 TEST(GpuLinear, RejectsMismatchedShapes) {
   SPECDEC_REQUIRE_GPU();
   Backends b = make_backends(true);

@@ -118,11 +118,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
 
   const int group = a.heads / a.kv_heads;
   const int group_blocks = (group + a.block_heads - 1) / a.block_heads;
-  const int kvh = static_cast<int>(blockIdx.x) / group_blocks;
-  const int gb = static_cast<int>(blockIdx.x) % group_blocks;
+  const int kvh = static_cast<int>(blockIdx.y) / group_blocks;
+  const int gb = static_cast<int>(blockIdx.y) % group_blocks;
   const int h0 = kvh * group + gb * a.block_heads;
   const int G = min(a.block_heads, group - gb * a.block_heads);  // q heads in this block (<= kGroup)
-  const int t = blockIdx.y, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int t = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const bool split = a.partial_m != nullptr;
 
   const int2 row = block_row_and_len(a, t, s_row);
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
     }
     if (active && c_first < c_last) take_new();
   }
-  if (split && blockIdx.x == 0 && blockIdx.z == 0 && tid == 0 && a.arrivals == nullptr) a.partial_len[t] = len;
+  if (split && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0 && a.arrivals == nullptr) a.partial_len[t] = len;
 
   Running run[OUT];
   for (int c = c_first; active && c < c_last; ++c) {
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   __threadfence();  // this block's partials are visible device-wide before it arrives
   __syncthreads();
   if (tid == 0) {
-    int* counter = a.arrivals + static_cast<int64_t>(t) * gridDim.x + blockIdx.x;
+    int* counter = a.arrivals + static_cast<int64_t>(t) * gridDim.y + blockIdx.y;
     const bool last = atomicAdd(counter, 1) == static_cast<int>(gridDim.z) - 1;
     if (last) *counter = 0;  // every block has arrived: ready for the next launch
     s_last = last;
@@ -422,7 +422,7 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
   enter_kernel();
   constexpr int kBatch = 8;
   __shared__ float s_m[kMergeSplits], s_l[kMergeSplits];
-  const int h = blockIdx.x, t = blockIdx.y, D = a.head_dim;
+  const int h = blockIdx.y, t = blockIdx.x, D = a.head_dim;
   const int len = a.partial_len[t];
   const int splits = min(a.max_splits, (len + kChunk - 1) / kChunk);
   const int64_t base = (static_cast<int64_t>(t) * a.heads + h) * a.max_splits;
@@ -456,7 +456,9 @@ template <typename T>
 void launch_attention_typed(const AttentionArgs& a, const Context& ctx) {
   const int group_blocks = (a.heads / a.kv_heads + a.block_heads - 1) / a.block_heads;
   const bool split = a.partial_m != nullptr;
-  const dim3 grid(a.kv_heads * group_blocks, a.tokens, split ? a.max_splits : 1);
+  // Tokens on x (up to 2^31 - 1 blocks): a long prompt or a large batch has no grid limit to hit.
+  // Head groups (y) and chunks (z, at most 65535: checked by the backend) are small.
+  const dim3 grid(a.tokens, a.kv_heads * group_blocks, split ? a.max_splits : 1);
   switch (a.head_dim) {
     case 16:
       launch(attention_kernel<16, T>, grid, kThreads, 0, ctx, a);
@@ -497,7 +499,7 @@ void launch_attention_typed(const AttentionArgs& a, const Context& ctx) {
     default:
       return;  // rejected by the backend before launch
   }
-  if (split && a.arrivals == nullptr) launch(attention_merge_kernel, dim3(a.heads, a.tokens), kMergeThreads, 0, ctx, a);
+  if (split && a.arrivals == nullptr) launch(attention_merge_kernel, dim3(a.tokens, a.heads), kMergeThreads, 0, ctx, a);
 }
 
 }  // namespace

@@ -82,6 +82,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   tuning.paired_columns = static_cast<PairedColumns>(paired);
   set_switch("SPECDEC_CUDA_FUSED_ATTENTION", tuning.fused_attention);
   set_switch("SPECDEC_CUDA_MERGE_LAUNCH", tuning.merge_launch);
+  set_switch("SPECDEC_CUDA_FLASH", tuning.flash_prefill);
   return tuning;
 }
 
@@ -336,8 +337,21 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch, float scale,
                  const Tensor& out) override {
     const char* op = "attention";
-    launch_attention(op, attention_args(op, q, k_pool, v_pool, batch, scale, out), batch);
+    // Fast mode, a batch with prefill chunks: the tensor-core kernel (bf16 products, not
+    // invariant). Decode steps and short windows keep the f32 kernel, whose split launch suits
+    // one or a few tokens a row over a long history.
+    const bool flash = !invariant_ && tuning().flash_prefill && batch.max_row_tokens >= kFlashMinRowTokens;
+    const cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out, !flash);
+    if (flash && cuda::launch_flash_attention(a, batch.max_row_tokens, ctx_)) {
+      check_launch("attention (tensor cores)", a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ",
+                   batch.rows, ", max_row_tokens ", batch.max_row_tokens);
+      return;
+    }
+    launch_attention(op, flash ? attention_args(op, q, k_pool, v_pool, batch, scale, out) : a, batch);
   }
+
+  // Fewest new tokens of a row for which the fast mode attends with the tensor-core kernel.
+  static constexpr int kFlashMinRowTokens = 16;
 
   void rope_kv_write_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                                const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
@@ -378,7 +392,8 @@ class CudaBackend final : public Backend {
 
   // Checks attention's operands and lays out its kernel arguments, choosing the split launch.
   cuda::AttentionArgs attention_args(const char* op, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                                     const AttentionBatch& batch, float scale, const Tensor& out) {
+                                     const AttentionBatch& batch, float scale, const Tensor& out,
+                                     bool may_split = true) {
     expect_dtype(q, DType::f32, op, "q");
     expect_dtype(out, DType::f32, op, "out");
     const ElemType pt = pool_type(k_pool, v_pool, op);
@@ -400,7 +415,6 @@ class CudaBackend final : public Backend {
     SPECDEC_CHECK(k_pool.dim(0) * k_pool.dim(1) <= INT32_MAX, op, ": pool ", k_pool.shape_string(),
                   " has more than 2^31 slots");
     SPECDEC_CHECK(T == 0 || batch.rows > 0, op, ": a batch with ", T, " tokens has no rows");
-    SPECDEC_CHECK(T <= 65535, op, ": ", T, " tokens exceed the kernel's grid limit of 65535 per call");
     SPECDEC_CHECK(batch.block_size == k_pool.dim(1), op, ": batch.block_size ", batch.block_size,
                   " but the pool's blocks hold ", k_pool.dim(1), " positions");
     SPECDEC_CHECK(batch.positions.numel() >= T && batch.row_starts.numel() >= batch.rows + 1 &&
@@ -439,7 +453,8 @@ class CudaBackend final : public Backend {
         static_cast<size_t>(T) * static_cast<size_t>(heads) * static_cast<size_t>(std::max<int64_t>(splits, 1));
     const size_t partial_bytes =
         n * (static_cast<size_t>(D) + 2) * sizeof(float) + static_cast<size_t>(T) * sizeof(int);
-    if (splits > 1 && splits <= 65535 && T * kvh * groups < kSplitBelowBlocks && partial_bytes <= kMaxPartialBytes) {
+    if (may_split && splits > 1 && splits <= 65535 && T * kvh * groups < kSplitBelowBlocks &&
+        partial_bytes <= kMaxPartialBytes) {
       a.max_splits = static_cast<int>(splits);
       float* base = static_cast<float*>(scratch(partial_bytes));
       a.partial_m = base;

@@ -152,6 +152,14 @@ constexpr int kAttentionGroup = 4;
 // 32 up to 256.
 void launch_attention(const AttentionArgs& args, const Context& ctx);
 
+// Causal paged attention on the tensor cores (flash_attention.cu), for the fast mode's prefill
+// chunks: the contract of launch_attention (split and fused fields ignored) with q and the
+// probabilities rounded to bf16 for the products; not batch invariant. Rows may have at most
+// max_row_tokens new tokens. Supported: bf16 pools, head_dim 64, 96 or 128. Returns false, having
+// launched nothing, where it does not apply.
+bool flash_attention_supports(ElemType pool_type, int head_dim);
+bool launch_flash_attention(const AttentionArgs& args, int max_row_tokens, const Context& ctx);
+
 // out[i] = the token logits[i, :] draws under rows[i] (sampling.cu): the host pipeline of
 // sampling.cpp in one block per row, -1 where the host would throw (a NaN logit, or no finite
 // logit at temperature > 0). Deterministic and batch invariant. work: n * vocab floats of scratch

@@ -594,8 +594,18 @@ void launch_shape(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   const int k_round = (a.K + 255) / 256 * 256;
   if (kc > k_round) kc = k_round;
   const size_t smem = static_cast<size_t>(MT) * kc * sizeof(float);
-  launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, grid, kThreads, smem, ctx, a, n_total, kc,
-         ctx.tuning.early_weights);
+  // grid.y is capped at 65535 tiles of MT rows: more rows go in several launches over slices of
+  // x and out. A row's result does not depend on the slice it is in.
+  const int64_t max_rows = int64_t{65535} * MT;
+  for (int64_t first = 0; first < a.M; first += max_rows) {
+    LinearRowsArgs s = a;
+    s.M = static_cast<int>(std::min<int64_t>(max_rows, a.M - first));
+    s.x = a.x + first * a.K;
+    for (int j = 0; j < kMaxLinearSegments; ++j)
+      if (s.seg[j].out != nullptr) s.seg[j].out += first * (E == LinearEpilogue::silu_gate ? n_total : s.seg[j].n);
+    const dim3 g(grid.x, static_cast<unsigned>((s.M + MT - 1) / MT));
+    launch(linear_rows_kernel<W, MT, C, RR, kVec, E>, g, kThreads, smem, ctx, s, n_total, kc, ctx.tuning.early_weights);
+  }
 }
 
 template <typename W, int MT, LinearEpilogue E>

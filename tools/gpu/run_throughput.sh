@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The throughput measurements in one call on the GPU host: build, GPU tests (kernels, and the
+# engine's identity tests on the GPU), the bench's input checks on the bundled model, then the 8B
+# shape: prefill of one 2,048-token prompt in both modes, 64 rows of 2,048-token prompts, and
+# decode at batch 1 to 256 with 512-token prompts and 128 new tokens (fast; invariant at 1 and 8).
+# Logs go to OUT_DIR/logs.tar.gz, refreshed after every step; a summary is printed last.
+# Usage: tools/gpu/run_throughput.sh OUT_DIR [DEPS_PREFIX [SECONDS]]: SECONDS (default 3600) bounds
+# the whole run; a step that would start with less than 15 s left is skipped.
+set -uo pipefail
+dest=$1
+deps=${2:-}
+budget=${3:-3600}
+out=/tmp/specdec-throughput
+mkdir -p "$out"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$root/build-gpu
+model8b=/tmp/llama8b
+cd "$root"
+
+run() {  # run NAME SECONDS CMD...: log to OUT/NAME.log, stop it after SECONDS, keep going on failure
+  local name=$1 limit=$2
+  shift 2
+  local left=$((budget - SECONDS))
+  if ((left < 15)); then
+    echo "=== $name: skipped, $left s left" | tee "$out/$name.log"
+    return 0
+  fi
+  ((limit > left)) && limit=$left
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  echo "=== $name: exit $? in $((SECONDS - t0)) s"
+  tail -n 12 "$out/$name.log"
+  tar czf "$dest/logs.tar.gz" -C "$out" . 2>/dev/null
+  return 0
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
+date -u > "$out/date.txt"
+prefix=()
+[ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
+run configure 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
+(python3 tools/gpu/make_llama8b_shape.py "$model8b" > "$out/make_8b.log" 2>&1) &
+maker=$!
+run build 300 cmake --build "$build" -j"$(nproc)" --target specdec test_gpu test_engine
+spec=$build/specdec
+
+run test_gpu 200 "$build/test_gpu"
+while kill -0 "$maker" 2>/dev/null && ((SECONDS < budget - 60)); do sleep 2; done
+tail -n 3 "$out/make_8b.log"
+run prefill_2048 150 "$spec" bench --model "$model8b" --device cuda --modes fast,invariant --batch-sizes 1 \
+  --prompt-tokens 2048 --new-tokens 8 --json
+run prefill_2048_f32_attention 60 env SPECDEC_CUDA_FLASH=0 "$spec" bench --model "$model8b" --device cuda --fast-gpu \
+  --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8
+run decode_fast 200 "$spec" bench --model "$model8b" --device cuda --fast-gpu --batch-sizes 1,8,32,64,128,256 \
+  --prompt-tokens 512 --new-tokens 128 --json
+run identity_gpu 150 env SPECDEC_TEST_DEVICE=cuda "$build/test_engine"
+# Input checks on the bundled model (context 2048): a prompt past the context fails at once; a
+# prompt that leaves no room for a decode step says so instead of printing 0 tok/s.
+run check_context 30 bash -c "time $spec bench --device cuda --prompt-tokens 5000"
+run check_no_room 60 "$spec" bench --device cuda --batch-sizes 1 --prompt-tokens 2047 --new-tokens 8
+run rows64_2048_fast 120 "$spec" bench --model "$model8b" --device cuda --fast-gpu --batch-sizes 1,8,64 \
+  --prompt-tokens 2048 --new-tokens 8 --json
+run decode_invariant 120 "$spec" bench --model "$model8b" --device cuda --batch-sizes 1,8 --prompt-tokens 512 \
+  --new-tokens 128 --json
+
+echo "=== summary"
+grep -h -E "^\[  (PASSED|FAILED)|tests? ran" "$out"/test_gpu.log "$out"/identity_gpu.log
+for f in check_context check_no_room prefill_2048 prefill_2048_f32_attention rows64_2048_fast decode_fast decode_invariant; do
+  echo "--- $f"
+  grep -v '^{' "$out/$f.log" | grep -E "^(mode|fast|invariant|cpu|specdec|error|real|measured|.*decode not)" | head -20
+done
+tar czf "$dest/logs.tar.gz" -C "$out" .
