@@ -138,7 +138,9 @@ TEST(Eagle3Engine, MixedBatchJoinAndLeave) {
     auto res = engine->take_result(ids.at(i));
     ASSERT_TRUE(res.has_value());
     EXPECT_EQ(res->tokens, want[i]) << "row " << i << " method '" << specs[i].method << "'";
-    if (specs[i].method == "eagle3") EXPECT_GT(res->stats.speculative.drafted, 0) << "row " << i;
+    if (specs[i].method == "eagle3") {
+      EXPECT_GT(res->stats.speculative.drafted, 0) << "row " << i;
+    }
   }
 }
 
@@ -185,19 +187,21 @@ TEST(Eagle3Engine, RejectionModeSpeculates) {
     const RequestResult got = run_one(*engine, std::move(r));
     EXPECT_EQ(got.tokens.size(), 40u);
     EXPECT_GT(got.stats.speculative.accepted, 0) << "T " << t;
-    if (t == 0.0f) EXPECT_EQ(got.tokens, plain(encode(prompts()[1]), 40, 0, 5));  // greedy: one-hot p
+    if (t == 0.0f) {
+      EXPECT_EQ(got.tokens, plain(encode(prompts()[1]), 40, 0, 5));  // greedy: one-hot p
+    }
   }
 }
 
 TEST(Eagle3Engine, HeadForAnotherTargetIsRefused) {
-  // The fixture head reads taps of width 24; the bundled target's are 512 wide.
-  auto head = Eagle3Head::load(source_path("tests/fixtures/eagle3/head"), *Bundled::get().backend);
+  // The fixture head is for a target of 96 tokens whose taps are 24 wide.
+  std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("tests/fixtures/eagle3/head"), *Bundled::get().backend);
   auto engine = make_engine();
   try {
     engine->add_method("tiny", std::make_shared<Eagle3Method>(head, "tiny", 8));
     FAIL() << "registered a head for another target";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("reads taps of width 24 but the target's hidden size is 512"),
+    EXPECT_NE(std::string(e.what()).find("the EAGLE-3 head tiny has vocab_size 96 but the target's vocabulary has 8192"),
               std::string::npos)
         << e.what();
   }
