@@ -23,6 +23,7 @@ struct Eagle3RowState {
   int64_t fed = 0;              // real head positions
   std::vector<float> features;  // [waiting positions, 3 * target_hidden], fused order
   bool broken = false;          // a block arrived without taps: no draft until the next reset
+  int64_t last_round = 0;       // positions the last commit delivered (a round's usual feed)
 };
 
 class Eagle3Rows : public DraftRows {
@@ -85,6 +86,7 @@ class Eagle3Rows : public DraftRows {
     auto& r = rows_.at(static_cast<size_t>(row));
     r.known.insert(r.known.end(), tokens.begin(), tokens.end());
     take_features(r, context, static_cast<int64_t>(tokens.size()));
+    r.last_round = 0;
   }
 
   void commit(std::span<const RowCommit> commits) override {
@@ -93,6 +95,7 @@ class Eagle3Rows : public DraftRows {
       r.known.push_back(c.pending);
       r.known.insert(r.known.end(), c.emitted.begin(), c.emitted.end() - 1);
       take_features(r, c.context, 1 + static_cast<int64_t>(c.accepted));
+      r.last_round = 1 + static_cast<int64_t>(c.accepted);
     }
   }
 
@@ -167,7 +170,9 @@ class Eagle3Rows : public DraftRows {
       row.tokens.assign(r.known.begin() + (r.base + r.fed + 1), r.known.end());
       row.tokens.push_back(asks[i].pending);
       row.outputs_at = {static_cast<int32_t>(waiting - 1)};
-      out[i].caught_up = std::max<int>(0, static_cast<int>(waiting) - 2);
+      // A round feeds the positions the last one verified; more than that is catching up (a
+      // prompt, or rounds the row did not draft in).
+      out[i].caught_up = static_cast<int>(std::max<int64_t>(0, waiting - std::max<int64_t>(1, r.last_round)));
       step_rows.push_back(std::move(row));
       inputs.insert(inputs.end(), r.features.begin(), r.features.end());
       live.push_back(i);
