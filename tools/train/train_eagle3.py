@@ -254,8 +254,8 @@ def main():
     t0 = time.time()
     for temp in (0.0, 0.8):
         rows = args.gen_rows // 2
-        for b in range(0, rows, 128):
-            prompts = windows(train_docs, args.gen_prompt, rng, min(128, rows - b)).to(dev)
+        for b in range(0, rows, 512):
+            prompts = windows(train_docs, args.gen_prompt, rng, min(512, rows - b)).to(dev)
             generated.append(target.generate(prompts, new, temp, gen).cpu())
     generated = torch.cat(generated)
     held_prompts = windows(held_docs, args.gen_prompt, rng, 8 if args.smoke else 64).to(dev)
@@ -307,6 +307,7 @@ def main():
         ids = torch.cat([corpus_rows, gen_rows]).to(dev)
         losses, accs = ttt_losses(head, target, ids, draft_ids_dev, in_draft_dev, taps, args.ttt_steps)
         loss = sum(losses) / len(losses)
+        losses = [x.detach() for x in losses]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -206,7 +206,8 @@ std::unique_ptr<Eagle3Head> Eagle3Head::load(const std::filesystem::path& dir, B
   const int64_t H = l.hidden_size, I = l.intermediate_size, hd = l.head_dim, Vd = c.draft_vocab, V = l.vocab_size;
   const int64_t q_out = int64_t{l.num_heads} * hd, kv_out = int64_t{l.num_kv_heads} * hd;
   const auto weight = [&](const std::string& name, std::initializer_list<int64_t> shape) {
-    const RawTensor& t = float_tensor(all, name, std::vector<int64_t>(shape), where);
+    const std::vector<int64_t> want(shape);
+    const RawTensor& t = float_tensor(all, name, want, where);
     return head->upload(name, float_dtype(t.dtype), shape, t.bytes);
   };
   const auto layer = [&](const std::string& suffix, std::initializer_list<int64_t> shape) {
