@@ -213,6 +213,8 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--time-budget", type=float, default=140.0, help="seconds of training steps")
     ap.add_argument("--max-steps", type=int, default=100000)
+    ap.add_argument("--total-budget", type=float, default=0,
+                    help="seconds for the whole run: training stops early to leave 25 s for evaluation and export")
     ap.add_argument("--batch", type=int, default=48)
     ap.add_argument("--seq", type=int, default=384)
     ap.add_argument("--ttt-steps", type=int, default=6)
@@ -296,7 +298,7 @@ def main():
     half = args.batch // 2
     while step < args.max_steps:
         elapsed = time.time() - t_train
-        if elapsed > args.time_budget:
+        if elapsed > args.time_budget or (args.total_budget and time.time() - t_start > args.total_budget - 25):
             break
         frac = min(1.0, elapsed / args.time_budget)
         lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
