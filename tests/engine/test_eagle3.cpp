@@ -5,6 +5,7 @@
 // registered.
 #include <map>
 
+#include "api/session.h"
 #include "core/error.h"
 #include "engine_fixture.h"
 #include "speculative/methods/eagle3.h"
@@ -205,6 +206,24 @@ TEST(Eagle3Engine, HeadForAnotherTargetIsRefused) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(Eagle3Engine, DraftFolderPicksTheMethodFromItsConfig) {
+  // --draft DIR: a folder whose config.json names LlamaForCausalLMEagle3 is an EAGLE-3 head
+  // (loaded once however often it is named), any other a draft model.
+  EngineConfig config;
+  config.model_dir = source_path("models/target");
+  config.device = DeviceKind::cpu;
+  Session session = open_session(config);
+  const auto head = make_draft_method(session, DraftSpec::model(source_path("models/eagle3"), {}, 5));
+  EXPECT_EQ(head->name(), "eagle3");
+  EXPECT_EQ(head->default_depth(), 5);
+  EXPECT_EQ(head->needs().tap_layers, (std::vector<int>{1, 3, 4}));
+  EXPECT_TRUE(head->needs().embedding);
+  make_draft_method(session, DraftSpec::model(source_path("models/eagle3")));
+  EXPECT_EQ(session.eagle3_heads.size(), 1u);
+  EXPECT_TRUE(session.draft_models.empty());
+  EXPECT_EQ(make_draft_method(session, DraftSpec::model(source_path("models/draft")))->name(), "draft");
 }
 
 }  // namespace
