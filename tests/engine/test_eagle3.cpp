@@ -114,8 +114,8 @@ TEST(Eagle3Engine, MixedBatchJoinAndLeave) {
     int max_tokens;
     float temperature;
   };
-  const std::vector<Spec> specs = {{0, "eagle3", 30, 0},    {1, "ngram", 45, 0},        {2, "eagle3", 25, 0.8f},
-                                   {1, "eagle3", 50, 0},    {0, "draft", 20, 0.8f},     {2, "", 40, 0.8f},
+  const std::vector<Spec> specs = {{0, "eagle3", 30, 0},    {1, "ngram", 45, 0},    {2, "eagle3", 25, 0.8f},
+                                   {1, "eagle3", 50, 0},    {0, "draft", 20, 0.8f}, {2, "", 40, 0.8f},
                                    {1, "eagle3", 35, 0.8f}, {0, "eagle3", 12, 0}};
   std::vector<std::vector<int32_t>> want;
   for (const auto& s : specs) want.push_back(plain(encode(prompts()[s.prompt]), s.max_tokens, s.temperature, 77));
@@ -196,14 +196,16 @@ TEST(Eagle3Engine, RejectionModeSpeculates) {
 
 TEST(Eagle3Engine, HeadForAnotherTargetIsRefused) {
   // The fixture head is for a target of 96 tokens whose taps are 24 wide.
-  std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("tests/fixtures/eagle3/head"), *Bundled::get().backend);
+  std::shared_ptr<Eagle3Head> head =
+      Eagle3Head::load(source_path("tests/fixtures/eagle3/head"), *Bundled::get().backend);
   auto engine = make_engine();
   try {
     engine->add_method("tiny", std::make_shared<Eagle3Method>(head, "tiny", 8));
     FAIL() << "registered a head for another target";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the EAGLE-3 head tiny has vocab_size 96 but the target's vocabulary has 8192"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("the EAGLE-3 head tiny has vocab_size 96 but the target's vocabulary has 8192"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -144,8 +144,7 @@ class BrokenHead : public ::testing::Test {
   }
   int64_t d2t(int64_t index) const {
     int64_t v = 0;
-    std::memcpy(&v, data_.data() + header_["d2t"]["data_offsets"][0].get<size_t>() + static_cast<size_t>(index) * 8,
-                8);
+    std::memcpy(&v, data_.data() + header_["d2t"]["data_offsets"][0].get<size_t>() + static_cast<size_t>(index) * 8, 8);
     return v;
   }
   std::string load_error() {

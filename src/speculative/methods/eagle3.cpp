@@ -163,7 +163,7 @@ class Eagle3Rows : public DraftRows {
       if (asks[i].depth <= 0 || waiting == 0) continue;  // the taps before the pending token are not there yet
       SPECDEC_CHECK(r.base + r.fed + waiting == known, "row ", asks[i].row, ": ", waiting,
                     " waiting tap positions do not line up with ", known, " known tokens");
-      if (r.fed + waiting + asks[i].depth > max_position) continue;  // the head's context is full
+      if (r.fed + waiting + asks[i].depth > max_position) continue;              // the head's context is full
       if (!cache_->reserve(r.seq, static_cast<int>(r.fed + waiting))) continue;  // a full head KV pauses the row
       Eagle3Head::Row row;
       row.seq = r.seq;
@@ -274,8 +274,8 @@ std::unique_ptr<DraftRows> Eagle3Method::open(const TargetView& target) {
   }
   int blocks = options_.kv_blocks;
   if (blocks <= 0) blocks = std::max(1, target.max_rows) * ((c.layer.max_position + 15) / 16 + 1);
-  return std::make_unique<Eagle3Rows>(head_, checkpoint_namespace(), head_->has_embedding() ? nullptr : target.embedding,
-                                      blocks);
+  return std::make_unique<Eagle3Rows>(head_, checkpoint_namespace(),
+                                      head_->has_embedding() ? nullptr : target.embedding, blocks);
 }
 
 }  // namespace specdec

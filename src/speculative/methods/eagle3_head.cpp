@@ -77,8 +77,8 @@ std::map<std::string, RawTensor> read_safetensors(const std::filesystem::path& p
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     SPECDEC_CHECK(begin <= end && end <= data_bytes, where, ": data_offsets [", begin, ", ", end,
                   ") outside the data section of ", data_bytes, " bytes");
-    SPECDEC_CHECK(end - begin == numel * elem, where, ": ", end - begin, " bytes do not hold shape ",
-                  e["shape"].dump(), " of ", t.dtype);
+    SPECDEC_CHECK(end - begin == numel * elem, where, ": ", end - begin, " bytes do not hold shape ", e["shape"].dump(),
+                  " of ", t.dtype);
     t.bytes = data + begin;
     t.size = end - begin;
     out.emplace(name, std::move(t));
@@ -97,10 +97,9 @@ const RawTensor& float_tensor(const std::map<std::string, RawTensor>& all, const
     for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
     return o + "]";
   };
-  SPECDEC_CHECK(t.shape == shape, dir, ": tensor \"", name, "\" has shape ", show(t.shape), ", expected ",
-                show(shape));
-  SPECDEC_CHECK(t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16", dir, ": tensor \"", name, "\" is ",
-                t.dtype, ", expected F32, BF16 or F16");
+  SPECDEC_CHECK(t.shape == shape, dir, ": tensor \"", name, "\" has shape ", show(t.shape), ", expected ", show(shape));
+  SPECDEC_CHECK(t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16", dir, ": tensor \"", name, "\" is ", t.dtype,
+                ", expected F32, BF16 or F16");
   return t;
 }
 
@@ -156,8 +155,8 @@ Eagle3Config load_eagle3_config(const std::filesystem::path& dir) {
   }
   if (auto i = j.find("eagle_aux_hidden_state_layer_ids"); !ids && i != j.end() && !i->is_null()) ids = &*i;
   if (ids) {
-    SPECDEC_CHECK(ids->is_array() && ids->size() == 3, src, ": eagle_aux_hidden_state_layer_ids must list three target ",
-                  "layers, got ", ids->dump());
+    SPECDEC_CHECK(ids->is_array() && ids->size() == 3, src,
+                  ": eagle_aux_hidden_state_layer_ids must list three target ", "layers, got ", ids->dump());
     for (const auto& v : *ids) {
       SPECDEC_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, src,
                     ": eagle_aux_hidden_state_layer_ids must be non-negative integers, got ", ids->dump());
@@ -185,9 +184,7 @@ Eagle3Config load_eagle3_config(const std::filesystem::path& dir) {
 Eagle3Head::Eagle3Head(Eagle3Config config, Backend& backend) : config_(std::move(config)), backend_(backend) {}
 Eagle3Head::~Eagle3Head() = default;
 
-Tensor Eagle3Head::upload(const std::string& name, DType dtype, std::initializer_list<int64_t> shape,
-                          const void* bytes) {
-  (void)name;
+Tensor Eagle3Head::upload(DType dtype, std::initializer_list<int64_t> shape, const void* bytes) {
   Tensor host(const_cast<void*>(bytes), dtype, shape);
   Buffer b = backend_.allocate(host.bytes());
   Tensor dev = b.view(dtype, shape);
@@ -208,7 +205,7 @@ std::unique_ptr<Eagle3Head> Eagle3Head::load(const std::filesystem::path& dir, B
   const auto weight = [&](const std::string& name, std::initializer_list<int64_t> shape) {
     const std::vector<int64_t> want(shape);
     const RawTensor& t = float_tensor(all, name, want, where);
-    return head->upload(name, float_dtype(t.dtype), shape, t.bytes);
+    return head->upload(float_dtype(t.dtype), shape, t.bytes);
   };
   const auto layer = [&](const std::string& suffix, std::initializer_list<int64_t> shape) {
     return weight(layer_tensor(all, suffix), shape);
@@ -226,8 +223,7 @@ std::unique_ptr<Eagle3Head> Eagle3Head::load(const std::filesystem::path& dir, B
   head->down_proj_ = Weight(layer("mlp.down_proj.weight", {H, I}));
   head->final_norm_ = weight(top_tensor(all, "norm.weight"), {H});
   head->lm_head_ = Weight(weight("lm_head.weight", {Vd, H}));
-  if (const std::string e = top_tensor(all, "embed_tokens.weight"); all.count(e))
-    head->own_embed_ = weight(e, {V, H});
+  if (const std::string e = top_tensor(all, "embed_tokens.weight"); all.count(e)) head->own_embed_ = weight(e, {V, H});
 
   // d2t[i]: target id of draft id i minus i.
   auto& map = head->draft_to_target_;
@@ -272,7 +268,7 @@ std::unique_ptr<Eagle3Head> Eagle3Head::load(const std::filesystem::path& dir, B
   }
 
   const std::vector<float> inv_freq = rope_inv_freq(l);
-  head->inv_freq_ = head->upload("inv_freq", DType::f32, {static_cast<int64_t>(inv_freq.size())}, inv_freq.data());
+  head->inv_freq_ = head->upload(DType::f32, {static_cast<int64_t>(inv_freq.size())}, inv_freq.data());
   head->rope_scaling_ = rope_attention_scaling(l);
   head->attn_scale_ = 1.0f / std::sqrt(static_cast<float>(hd));
   backend.synchronize();  // the file's bytes die with this scope

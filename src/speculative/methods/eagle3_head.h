@@ -74,7 +74,8 @@ class Eagle3Head {
 
  private:
   Eagle3Head(Eagle3Config config, Backend& backend);
-  Tensor upload(const std::string& name, DType dtype, std::initializer_list<int64_t> shape, const void* bytes);
+  // A copy of host bytes in the backend's memory, kept for the head's lifetime.
+  Tensor upload(DType dtype, std::initializer_list<int64_t> shape, const void* bytes);
   void ensure(Buffer& buffer, size_t bytes);
 
   Eagle3Config config_;
