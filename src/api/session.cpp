@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "speculative/methods/draft_model.h"
+#include "speculative/methods/eagle3.h"
 #include "speculative/methods/ngram_method.h"
 
 namespace specdec {
@@ -97,6 +98,21 @@ std::shared_ptr<DraftMethod> make_draft_method(Session& session, const DraftSpec
     return std::make_shared<NgramMethod>(o);
   }
   SPECDEC_CHECK(!spec.path.empty(), "a draft model needs the folder of its checkpoint");
+  if (is_eagle3_dir(spec.path)) {
+    // An EAGLE-3 head (config.json names LlamaForCausalLMEagle3) drafts from the target's taps.
+    std::shared_ptr<Eagle3Head>& head = session.eagle3_heads[spec.path];
+    if (!head) {
+      try {
+        head = Eagle3Head::load(spec.path, session.model->backend());
+      } catch (...) {
+        session.eagle3_heads.erase(spec.path);
+        throw;
+      }
+    }
+    Eagle3Options o;
+    if (spec.num_draft_tokens > 0) o.num_draft = spec.num_draft_tokens;
+    return std::make_shared<Eagle3Method>(head, spec.path, session.model->config().num_layers, o);
+  }
   std::shared_ptr<Model>& model = session.draft_models[spec.path];
   if (!model) {
     try {

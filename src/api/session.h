@@ -11,6 +11,7 @@
 #include "engine/engine_core.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "speculative/methods/eagle3_head.h"
 #include "specdec/options.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,6 +27,7 @@ struct Session {
   EngineOptions engine;
   size_t host_threads = 0;                                     // EngineConfig::threads (0 = all)
   std::map<std::string, std::shared_ptr<Model>> draft_models;  // loaded draft folders, by path
+  std::map<std::string, std::shared_ptr<Eagle3Head>> eagle3_heads;  // loaded EAGLE-3 heads, by path
 };
 
 // Checks the config, loads and warms the target up; throws specdec::Error naming the cause.

@@ -1,0 +1,42 @@
+// The EAGLE-3 method: a one-layer head reads three of the target's hidden-state taps (fused by
+// its fc), the target's embedding of the next token and its own KV, and chains k drafts a round,
+// each step feeding its own output hidden back in place of the target's. After a round the
+// verified positions' real taps replace those guesses (its KV is cut back to them). Drafts are
+// coupled draws over the target vocabulary (zero outside the head's draft vocabulary), so exact
+// mode matches the target at any temperature; q is supplied for rejection mode.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "speculative/draft.h"
+#include "speculative/methods/eagle3_head.h"
+
+namespace specdec {
+
+struct Eagle3Options {
+  // The most drafts a round asks for; the depth policy picks fewer where they do not pay.
+  int num_draft = 6;
+  int kv_blocks = 0;  // 0 = the engine's rows at the head's full context
+};
+
+class Eagle3Method : public DraftMethod {
+ public:
+  // `id` names the head in the checkpoint namespace (its folder). `target_layers` is the depth
+  // of the target it will serve: needs() is asked before open(), and a head without explicit
+  // aux layer ids taps the loaders' default layers of that depth.
+  Eagle3Method(std::shared_ptr<Eagle3Head> head, std::string id, int target_layers, Eagle3Options options = {});
+  std::string name() const override { return "eagle3"; }
+  std::string checkpoint_namespace() const override;
+  TargetNeeds needs() const override;
+  std::unique_ptr<DraftRows> open(const TargetView& target) override;
+  int default_depth() const override { return options_.num_draft; }
+
+ private:
+  std::shared_ptr<Eagle3Head> head_;
+  std::string id_;
+  int target_layers_;
+  Eagle3Options options_;
+};
+
+}  // namespace specdec

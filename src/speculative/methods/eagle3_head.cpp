@@ -1,0 +1,429 @@
+// The EAGLE-3 head: its config and checkpoint read and checked (the checkpoint holds int64 and
+// bool tensors, d2t and t2d, that model checkpoints never do, so it has its own small reader),
+// and its forward as a composition of Backend kernels, the same ones the target's layers use.
+#include "speculative/methods/eagle3_head.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "model/config_json.h"
+#include "model/model_batch.h"
+#include "model/scratch.h"
+
+namespace specdec {
+
+namespace {
+
+using config_json::Json;
+
+constexpr const char* kArchitecture = "LlamaForCausalLMEagle3";
+
+// One tensor of the head's safetensors file, as stored.
+struct RawTensor {
+  std::string dtype;  // safetensors' name: F32, BF16, F16, I64, BOOL, ...
+  std::vector<int64_t> shape;
+  const char* bytes = nullptr;
+  size_t size = 0;
+};
+
+size_t raw_dtype_size(const std::string& dtype) {
+  if (dtype == "F32" || dtype == "I32") return 4;
+  if (dtype == "BF16" || dtype == "F16") return 2;
+  if (dtype == "I64") return 8;
+  if (dtype == "BOOL" || dtype == "U8") return 1;
+  return 0;
+}
+
+// The whole file read into `storage`; every entry's span and shape checked against its dtype.
+std::map<std::string, RawTensor> read_safetensors(const std::filesystem::path& path, std::vector<char>& storage) {
+  const std::string file = path.string();
+  std::ifstream in(path, std::ios::binary);
+  SPECDEC_CHECK(in.good(), file, ": cannot open (an EAGLE-3 head is one model.safetensors)");
+  storage.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  SPECDEC_CHECK(storage.size() >= 8, file, ": too short for a safetensors header");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, storage.data(), 8);
+  SPECDEC_CHECK(header_len <= storage.size() - 8, file, ": header length ", header_len, " exceeds the file");
+  const Json header = config_json::parse(std::string(storage.data() + 8, header_len), file);
+  SPECDEC_CHECK(header.is_object(), file, ": header is not a JSON object");
+  const char* data = storage.data() + 8 + header_len;
+  const uint64_t data_bytes = storage.size() - 8 - header_len;
+  std::map<std::string, RawTensor> out;
+  for (const auto& [name, e] : header.items()) {
+    if (name == "__metadata__") continue;
+    const std::string where = str_cat(file, ": tensor \"", name, "\"");
+    SPECDEC_CHECK(e.is_object() && e.contains("dtype") && e.contains("shape") && e.contains("data_offsets"), where,
+                  ": header entry needs dtype, shape and data_offsets");
+    RawTensor t;
+    t.dtype = e["dtype"].get<std::string>();
+    const size_t elem = raw_dtype_size(t.dtype);
+    SPECDEC_CHECK(elem > 0, where, ": dtype \"", t.dtype, "\" is not supported (F32, BF16, F16, I32, I64, BOOL)");
+    uint64_t numel = 1;
+    for (const auto& d : e["shape"]) {
+      SPECDEC_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0 && d.get<int64_t>() < (int64_t{1} << 40), where,
+                    ": bad shape ", e["shape"].dump());
+      t.shape.push_back(d.get<int64_t>());
+      numel *= static_cast<uint64_t>(d.get<int64_t>());
+    }
+    const auto& off = e["data_offsets"];
+    SPECDEC_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+                  where, ": data_offsets must be two non-negative integers");
+    const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
+    SPECDEC_CHECK(begin <= end && end <= data_bytes, where, ": data_offsets [", begin, ", ", end,
+                  ") outside the data section of ", data_bytes, " bytes");
+    SPECDEC_CHECK(end - begin == numel * elem, where, ": ", end - begin, " bytes do not hold shape ", e["shape"].dump(),
+                  " of ", t.dtype);
+    t.bytes = data + begin;
+    t.size = end - begin;
+    out.emplace(name, std::move(t));
+  }
+  return out;
+}
+
+// The tensor `name`, checked against `shape`; a float dtype the backend reads.
+const RawTensor& float_tensor(const std::map<std::string, RawTensor>& all, const std::string& name,
+                              const std::vector<int64_t>& shape, const std::string& dir) {
+  auto it = all.find(name);
+  SPECDEC_CHECK(it != all.end(), dir, ": the EAGLE-3 head has no tensor \"", name, "\"");
+  const RawTensor& t = it->second;
+  const auto show = [](const std::vector<int64_t>& s) {
+    std::string o = "[";
+    for (size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+    return o + "]";
+  };
+  SPECDEC_CHECK(t.shape == shape, dir, ": tensor \"", name, "\" has shape ", show(t.shape), ", expected ", show(shape));
+  SPECDEC_CHECK(t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16", dir, ": tensor \"", name, "\" is ", t.dtype,
+                ", expected F32, BF16 or F16");
+  return t;
+}
+
+DType float_dtype(const std::string& name) {
+  return name == "F32" ? DType::f32 : name == "BF16" ? DType::bf16 : DType::f16;
+}
+
+// Some heads store the layer under midlayer., others under the Llama names of layer 0.
+std::string layer_tensor(const std::map<std::string, RawTensor>& all, const std::string& suffix) {
+  for (const char* prefix : {"midlayer.", "model.layers.0.", "layers.0.", "model.midlayer."})
+    if (all.count(prefix + suffix)) return prefix + suffix;
+  return "midlayer." + suffix;
+}
+
+std::string top_tensor(const std::map<std::string, RawTensor>& all, const std::string& name) {
+  if (!all.count(name) && all.count("model." + name)) return "model." + name;
+  return name;
+}
+
+}  // namespace
+
+std::vector<int> Eagle3Config::tap_layers(int target_layers) const {
+  if (!aux_layer_ids.empty()) return aux_layer_ids;
+  // The loaders' default captures the inputs of layers 2, L/2 and L-3: the outputs of the
+  // layers before them.
+  return {1, target_layers / 2 - 1, target_layers - 4};
+}
+
+bool is_eagle3_dir(const std::filesystem::path& dir) {
+  const auto path = dir / "config.json";
+  if (!std::filesystem::is_regular_file(path)) return false;
+  const Json j = config_json::read_file(path);
+  auto it = j.find("architectures");
+  if (it == j.end() || !it->is_array()) return false;
+  return std::any_of(it->begin(), it->end(), [](const Json& a) { return a.is_string() && a == kArchitecture; });
+}
+
+Eagle3Config load_eagle3_config(const std::filesystem::path& dir) {
+  const std::string src = (dir / "config.json").string();
+  Json j = config_json::read_file(dir / "config.json");
+  SPECDEC_CHECK(j.is_object(), src, ": expected a JSON object at the top level");
+  SPECDEC_CHECK(is_eagle3_dir(dir), src, ": architectures does not name ", kArchitecture);
+  Eagle3Config c;
+  c.draft_vocab = static_cast<int>(config_json::get_int(j, "draft_vocab_size", src).value_or(0));
+  c.target_hidden = static_cast<int>(config_json::get_int(j, "target_hidden_size", src).value_or(0));
+  c.norm_before_residual = config_json::get_bool(j, "norm_before_residual", src).value_or(false);
+  // The layer ids live in eagle_config (the EAGLE trainers) or at the top level (converted heads).
+  const Json* ids = nullptr;
+  if (auto e = j.find("eagle_config"); e != j.end() && e->is_object()) {
+    SPECDEC_CHECK(config_json::get_bool(*e, "use_aux_hidden_state", src).value_or(true), src,
+                  ": eagle_config.use_aux_hidden_state = false is not supported (a head fed the last hidden only)");
+    if (auto i = e->find("eagle_aux_hidden_state_layer_ids"); i != e->end() && !i->is_null()) ids = &*i;
+  }
+  if (auto i = j.find("eagle_aux_hidden_state_layer_ids"); !ids && i != j.end() && !i->is_null()) ids = &*i;
+  if (ids) {
+    SPECDEC_CHECK(ids->is_array() && ids->size() == 3, src,
+                  ": eagle_aux_hidden_state_layer_ids must list three target ", "layers, got ", ids->dump());
+    for (const auto& v : *ids) {
+      SPECDEC_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, src,
+                    ": eagle_aux_hidden_state_layer_ids must be non-negative integers, got ", ids->dump());
+      c.aux_layer_ids.push_back(v.get<int>());
+    }
+  }
+  // The layer itself is a Llama layer: read its shape with the shared Llama config reader.
+  j["architectures"] = Json::array({"LlamaForCausalLM"});
+  if (!j.contains("model_type")) j["model_type"] = "llama";
+  SPECDEC_CHECK(j["model_type"] == "llama", src, ": model_type ", j["model_type"].dump(),
+                " is not supported for an EAGLE-3 head (llama)");
+  c.layer = parse_model_config(j.dump(), src);
+  SPECDEC_CHECK(c.layer.num_layers == 1, src, ": num_hidden_layers = ", c.layer.num_layers,
+                " is not supported (an EAGLE-3 head has one decoder layer)");
+  SPECDEC_CHECK(!c.layer.attention_bias && !c.layer.o_proj_bias, src,
+                ": attention_bias = true is not supported for an EAGLE-3 head");
+  if (c.draft_vocab == 0) c.draft_vocab = c.layer.vocab_size;
+  if (c.target_hidden == 0) c.target_hidden = c.layer.hidden_size;
+  SPECDEC_CHECK(c.draft_vocab > 0 && c.draft_vocab <= c.layer.vocab_size, src, ": draft_vocab_size = ", c.draft_vocab,
+                " must lie in [1, vocab_size = ", c.layer.vocab_size, "]");
+  SPECDEC_CHECK(c.target_hidden > 0, src, ": target_hidden_size must be positive");
+  return c;
+}
+
+Eagle3Head::Eagle3Head(Eagle3Config config, Backend& backend) : config_(std::move(config)), backend_(backend) {}
+Eagle3Head::~Eagle3Head() = default;
+
+Tensor Eagle3Head::upload(DType dtype, std::initializer_list<int64_t> shape, const void* bytes) {
+  Tensor host(const_cast<void*>(bytes), dtype, shape);
+  Buffer b = backend_.allocate(host.bytes());
+  Tensor dev = b.view(dtype, shape);
+  backend_.copy(host, dev);
+  weights_.push_back(std::move(b));
+  return dev;
+}
+
+std::unique_ptr<Eagle3Head> Eagle3Head::load(const std::filesystem::path& dir, Backend& backend) {
+  const std::string where = dir.string();
+  std::unique_ptr<Eagle3Head> head(new Eagle3Head(load_eagle3_config(dir), backend));
+  const Eagle3Config& c = head->config_;
+  const ModelConfig& l = c.layer;
+  std::vector<char> storage;
+  const auto all = read_safetensors(dir / "model.safetensors", storage);
+  const int64_t H = l.hidden_size, I = l.intermediate_size, hd = l.head_dim, Vd = c.draft_vocab, V = l.vocab_size;
+  const int64_t q_out = int64_t{l.num_heads} * hd, kv_out = int64_t{l.num_kv_heads} * hd;
+  const auto weight = [&](const std::string& name, std::initializer_list<int64_t> shape) {
+    const std::vector<int64_t> want(shape);
+    const RawTensor& t = float_tensor(all, name, want, where);
+    return head->upload(float_dtype(t.dtype), shape, t.bytes);
+  };
+  const auto layer = [&](const std::string& suffix, std::initializer_list<int64_t> shape) {
+    return weight(layer_tensor(all, suffix), shape);
+  };
+  head->fc_ = Weight(weight(top_tensor(all, "fc.weight"), {H, 3 * int64_t{c.target_hidden}}));
+  head->hidden_norm_ = layer("hidden_norm.weight", {H});
+  head->input_norm_ = layer("input_layernorm.weight", {H});
+  head->q_proj_ = Weight(layer("self_attn.q_proj.weight", {q_out, 2 * H}));
+  head->k_proj_ = Weight(layer("self_attn.k_proj.weight", {kv_out, 2 * H}));
+  head->v_proj_ = Weight(layer("self_attn.v_proj.weight", {kv_out, 2 * H}));
+  head->o_proj_ = Weight(layer("self_attn.o_proj.weight", {H, q_out}));
+  head->post_norm_ = layer("post_attention_layernorm.weight", {H});
+  head->gate_proj_ = Weight(layer("mlp.gate_proj.weight", {I, H}));
+  head->up_proj_ = Weight(layer("mlp.up_proj.weight", {I, H}));
+  head->down_proj_ = Weight(layer("mlp.down_proj.weight", {H, I}));
+  head->final_norm_ = weight(top_tensor(all, "norm.weight"), {H});
+  head->lm_head_ = Weight(weight("lm_head.weight", {Vd, H}));
+  if (const std::string e = top_tensor(all, "embed_tokens.weight"); all.count(e)) head->own_embed_ = weight(e, {V, H});
+
+  // d2t[i]: target id of draft id i minus i.
+  auto& map = head->draft_to_target_;
+  map.resize(static_cast<size_t>(Vd));
+  if (auto it = all.find("d2t"); it != all.end()) {
+    const RawTensor& t = it->second;
+    SPECDEC_CHECK(t.shape == std::vector<int64_t>{Vd}, where, ": tensor \"d2t\" must have shape [", Vd,
+                  "] (draft_vocab_size)");
+    SPECDEC_CHECK(t.dtype == "I64" || t.dtype == "I32", where, ": tensor \"d2t\" is ", t.dtype,
+                  ", expected I64 (or I32)");
+    std::set<int32_t> seen;
+    for (int64_t i = 0; i < Vd; ++i) {
+      int64_t off = 0;
+      if (t.dtype == "I64") {
+        std::memcpy(&off, t.bytes + i * 8, 8);
+      } else {
+        int32_t o32 = 0;
+        std::memcpy(&o32, t.bytes + i * 4, 4);
+        off = o32;
+      }
+      const int64_t target = i + off;
+      SPECDEC_CHECK(target >= 0 && target < V, where, ": d2t maps draft id ", i, " to target id ", target,
+                    ", outside the target vocabulary of ", V);
+      SPECDEC_CHECK(seen.insert(static_cast<int32_t>(target)).second, where, ": d2t maps two draft ids to target id ",
+                    target);
+      map[static_cast<size_t>(i)] = static_cast<int32_t>(target);
+    }
+  } else {
+    SPECDEC_CHECK(Vd == V, where, ": the head has a reduced draft vocabulary (", Vd, " of ", V,
+                  ") but no \"d2t\" tensor mapping it to target ids");
+    for (int64_t i = 0; i < Vd; ++i) map[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  }
+  if (auto it = all.find("t2d"); it != all.end()) {
+    const RawTensor& t = it->second;
+    SPECDEC_CHECK(t.shape == std::vector<int64_t>{V} && (t.dtype == "BOOL" || t.dtype == "U8"), where,
+                  ": tensor \"t2d\" must be BOOL of shape [", V, "] (vocab_size)");
+    std::vector<char> in_draft(static_cast<size_t>(V), 0);
+    for (int32_t id : map) in_draft[static_cast<size_t>(id)] = 1;
+    for (int64_t i = 0; i < V; ++i)
+      SPECDEC_CHECK((t.bytes[i] != 0) == (in_draft[static_cast<size_t>(i)] != 0), where, ": t2d marks target id ", i,
+                    t.bytes[i] ? " as in" : " as not in", " the draft vocabulary, which d2t contradicts");
+  }
+
+  const std::vector<float> inv_freq = rope_inv_freq(l);
+  head->inv_freq_ = head->upload(DType::f32, {static_cast<int64_t>(inv_freq.size())}, inv_freq.data());
+  head->rope_scaling_ = rope_attention_scaling(l);
+  head->attn_scale_ = 1.0f / std::sqrt(static_cast<float>(hd));
+  backend.synchronize();  // the file's bytes die with this scope
+  return head;
+}
+
+std::unique_ptr<KvCache> Eagle3Head::make_cache(int num_blocks) const {
+  const ModelConfig& l = config_.layer;
+  return std::make_unique<KvCache>(backend_, 1, l.num_kv_heads, l.head_dim, num_blocks);
+}
+
+void Eagle3Head::ensure(Buffer& buffer, size_t bytes) {
+  if (buffer.bytes() >= bytes && buffer.data()) return;
+  backend_.synchronize();  // queued kernels may still read the old buffer
+  buffer = Buffer();
+  buffer = backend_.allocate(std::max(bytes, buffer.bytes() + buffer.bytes() / 2));
+}
+
+namespace {
+
+// The plan's i32 arrays plus the row order that interleaves [embedding; hidden] (cat_index).
+struct Meta {
+  Tensor ids, positions, slots, row_starts, row_lens, block_table, out_index, cat_index;
+  Meta(Carver& m, const ForwardPlan& p)
+      : ids(m.take(DType::i32, {p.tokens})),
+        positions(m.take(DType::i32, {p.tokens})),
+        slots(m.take(DType::i32, {p.tokens})),
+        row_starts(m.take(DType::i32, {p.rows + 1})),
+        row_lens(m.take(DType::i32, {p.rows})),
+        block_table(m.take(DType::i32, {p.rows, p.max_blocks})),
+        out_index(m.take(DType::i32, {std::max(p.outputs, 1)})),
+        cat_index(m.take(DType::i32, {2 * int64_t{p.tokens}})) {}
+};
+
+struct Activations {
+  Tensor input, x, parts, cat, q, k, v, attn, normed, gate, out_hidden, out_normed, logits;
+  Activations(Carver& a, const Eagle3Config& c, int64_t T, int64_t N, int64_t in_width)
+      : input(a.take(DType::f32, {T, std::max<int64_t>(in_width, 1)})),
+        x(a.take(DType::f32, {T, c.layer.hidden_size})),
+        parts(a.take(DType::f32, {2 * T, c.layer.hidden_size})),
+        cat(a.take(DType::f32, {T, 2 * int64_t{c.layer.hidden_size}})),
+        q(a.take(DType::f32, {T, int64_t{c.layer.num_heads} * c.layer.head_dim})),
+        k(a.take(DType::f32, {T, int64_t{c.layer.num_kv_heads} * c.layer.head_dim})),
+        v(a.take(DType::f32, {T, int64_t{c.layer.num_kv_heads} * c.layer.head_dim})),
+        attn(a.take(DType::f32, {T, int64_t{c.layer.num_heads} * c.layer.head_dim})),
+        normed(a.take(DType::f32, {T, c.layer.hidden_size})),
+        gate(a.take(DType::f32, {T, c.layer.intermediate_size})),
+        out_hidden(a.take(DType::f32, {N, c.layer.hidden_size})),
+        out_normed(a.take(DType::f32, {N, c.layer.hidden_size})),
+        logits(a.take(DType::f32, {N, c.draft_vocab})) {}
+};
+
+void put(const std::vector<int32_t>& src, const Tensor& dst) { std::copy(src.begin(), src.end(), dst.ptr<int32_t>()); }
+
+}  // namespace
+
+Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, std::span<const float> inputs, bool fused,
+                                       const Tensor* embedding, KvCache& cache) {
+  const ModelConfig& l = config_.layer;
+  const Tensor& embed = has_embedding() ? own_embed_ : (embedding ? *embedding : own_embed_);
+  SPECDEC_CHECK(!embed.empty(), "the EAGLE-3 head has no embed_tokens and was given no target embedding");
+  ForwardRequest request;
+  for (const Row& r : rows) request.rows.push_back(SequenceInput{r.seq, r.tokens, r.outputs_at});
+  const ForwardPlan plan = plan_forward(request, cache, l);
+  const int64_t T = plan.tokens, N = plan.outputs, H = l.hidden_size;
+  const int64_t width = fused ? 3 * int64_t{config_.target_hidden} : H;
+  SPECDEC_CHECK(static_cast<int64_t>(inputs.size()) == T * width, "EAGLE-3 head forward: ", inputs.size(),
+                " input floats for ", T, " tokens of width ", width);
+
+  // Metadata, staged on the host in the device layout, uploaded in one copy.
+  const auto meta_of = [&](Carver& m) { return Meta(m, plan); };
+  Carver measure = Carver::measure();
+  meta_of(measure);
+  ensure(meta_, measure.size());
+  std::vector<int32_t> staging(meta_.bytes() / sizeof(int32_t), 0);
+  Carver host_carver(staging.data(), staging.size() * sizeof(int32_t), Device::cpu);
+  const Meta host = meta_of(host_carver);
+  put(plan.ids, host.ids);
+  put(plan.positions, host.positions);
+  put(plan.slots, host.slots);
+  put(plan.row_starts, host.row_starts);
+  put(plan.row_lens, host.row_lens);
+  put(plan.block_table, host.block_table);
+  put(plan.out_index, host.out_index);
+  // cat row 2t is the normed embedding of token t (parts row t), row 2t+1 its normed hidden
+  // (parts row T + t): [T, 2H] read as [2T, H].
+  for (int64_t t = 0; t < T; ++t) {
+    host.cat_index.ptr<int32_t>()[2 * t] = static_cast<int32_t>(t);
+    host.cat_index.ptr<int32_t>()[2 * t + 1] = static_cast<int32_t>(T + t);
+  }
+  Carver dev_carver = Carver::of(meta_);
+  const Meta m = meta_of(dev_carver);
+  const int64_t words = static_cast<int64_t>(staging.size());
+  backend_.copy(Tensor(staging.data(), DType::i32, {words}), Tensor(meta_.data(), DType::i32, {words}, meta_.device()));
+
+  const auto acts_of = [&](Carver& a) { return Activations(a, config_, T, std::max<int64_t>(N, 1), width); };
+  Carver measure_acts = Carver::measure();
+  acts_of(measure_acts);
+  ensure(activations_, measure_acts.size());
+  Carver acts_carver = Carver::of(activations_);
+  const Activations s = acts_of(acts_carver);
+
+  AttentionBatch batch;
+  batch.positions = m.positions;
+  batch.slots = m.slots;
+  batch.row_starts = m.row_starts;
+  batch.row_lens = m.row_lens;
+  batch.block_table = m.block_table;
+  batch.rows = plan.rows;
+  batch.tokens = plan.tokens;
+  batch.max_blocks = plan.max_blocks;
+  batch.block_size = plan.block_size;
+  batch.max_row_len = plan.max_row_len;
+  batch.max_row_tokens = plan.max_row_tokens;
+
+  const float eps = l.rms_norm_eps;
+  const int64_t nh = l.num_heads, nkv = l.num_kv_heads, hd = l.head_dim;
+  // x: the hidden the layer's residual starts from (fc of the taps, or the head's own output).
+  const Tensor host_inputs(const_cast<float*>(inputs.data()), DType::f32, {T, width});
+  if (fused) {
+    backend_.copy(host_inputs, s.input);
+    backend_.linear(s.input, fc_, nullptr, s.x);
+  } else {
+    backend_.copy(host_inputs, s.x);
+  }
+  const Tensor embeds = s.parts.rows(0, T), hiddens = s.parts.rows(T, T);
+  backend_.embedding(embed, m.ids, embeds);
+  backend_.rms_norm(embeds, input_norm_, eps, embeds);
+  backend_.rms_norm(s.x, hidden_norm_, eps, hiddens);
+  if (config_.norm_before_residual) backend_.rms_norm(s.x, hidden_norm_, eps, s.x);
+  backend_.gather_rows(s.parts, m.cat_index, s.cat.reshape({2 * T, H}));
+  const std::array<Projection, 3> qkv = {Projection{q_proj_, {}, s.q}, Projection{k_proj_, {}, s.k},
+                                         Projection{v_proj_, {}, s.v}};
+  backend_.linear_many(s.cat, qkv);
+  backend_.rope_kv_write_attention(s.q.reshape({T, nh, hd}), s.k.reshape({T, nkv, hd}), s.v.reshape({T, nkv, hd}),
+                                   m.positions, inv_freq_, rope_scaling_, cache.k_pool(0), cache.v_pool(0), batch,
+                                   attn_scale_, s.attn.reshape({T, nh, hd}));
+  backend_.linear_add(s.attn, o_proj_, nullptr, s.x);
+  backend_.norm_gated_linear(s.x, post_norm_, eps, s.normed, gate_proj_, up_proj_, s.gate);
+  backend_.linear_add(s.gate, down_proj_, nullptr, s.x);
+
+  Output out;
+  if (N > 0) {
+    const Tensor g = s.out_hidden.rows(0, N), gn = s.out_normed.rows(0, N), logits = s.logits.rows(0, N);
+    backend_.gather_rows(s.x, m.out_index.rows(0, N), g);
+    backend_.rms_norm(g, final_norm_, eps, gn);
+    backend_.linear(gn, lm_head_, nullptr, logits);
+    out.hidden.resize(static_cast<size_t>(N * H));
+    out.logits.resize(static_cast<size_t>(N) * static_cast<size_t>(config_.draft_vocab));
+    backend_.copy(g, Tensor(out.hidden.data(), DType::f32, {N, H}));
+    backend_.copy(logits, Tensor(out.logits.data(), DType::f32, {N, config_.draft_vocab}));
+  }
+  backend_.synchronize();
+  for (size_t r = 0; r < rows.size(); ++r) cache.set_length(rows[r].seq, plan.row_lens[r]);
+  return out;
+}
+
+}  // namespace specdec

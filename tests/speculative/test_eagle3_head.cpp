@@ -1,0 +1,230 @@
+// The EAGLE-3 head format: a tiny random head in the published layout (tools/fixtures/
+// make_eagle3_fixture.py) read and run by specdec matches PyTorch's forward within 1e-4, for a
+// prompt block and for a chained step fed its own output hidden; malformed heads (a missing
+// tensor, a wrong shape, d2t outside the target vocabulary or not one-to-one, t2d contradicting
+// d2t, an unsupported config) are refused with errors that name the folder and what is wrong.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "speculative/methods/eagle3_head.h"
+#include "test_device.h"
+
+namespace specdec::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fixture_dir() { return fs::path(SPECDEC_SOURCE_DIR) / "tests/fixtures/eagle3"; }
+
+nlohmann::json reference() {
+  std::ifstream in(fixture_dir() / "reference.json");
+  return nlohmann::json::parse(in);
+}
+
+Backend& backend() {
+  static std::unique_ptr<Backend> b = make_backend(test_backend_options());
+  return *b;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+  EXPECT_LT(worst, 1e-4) << what << ": largest difference " << worst;
+}
+
+TEST(Eagle3Head, ConfigAsTheLoadersReadIt) {
+  const Eagle3Config c = load_eagle3_config(fixture_dir() / "head");
+  EXPECT_TRUE(is_eagle3_dir(fixture_dir() / "head"));
+  EXPECT_FALSE(is_eagle3_dir(fs::path(SPECDEC_SOURCE_DIR) / "models/target"));
+  EXPECT_EQ(c.layer.hidden_size, 32);
+  EXPECT_EQ(c.layer.num_layers, 1);
+  EXPECT_EQ(c.draft_vocab, 40);
+  EXPECT_EQ(c.target_hidden, 24);
+  // Explicit ids are the outputs of those target layers.
+  EXPECT_EQ(c.tap_layers(8), (std::vector<int>{1, 3, 5}));
+  // Without them: the inputs of layers 2, L/2 and L-3 (the outputs of the layers before).
+  Eagle3Config d = c;
+  d.aux_layer_ids.clear();
+  EXPECT_EQ(d.tap_layers(8), (std::vector<int>{1, 3, 4}));
+  EXPECT_EQ(d.tap_layers(32), (std::vector<int>{1, 15, 28}));
+}
+
+TEST(Eagle3Head, MatchesPyTorchForward) {
+  const auto ref = reference();
+  auto head = Eagle3Head::load(fixture_dir() / "head", backend());
+  ASSERT_TRUE(head->has_embedding());
+  const auto d2t = ref["draft_to_target"].get<std::vector<int32_t>>();
+  EXPECT_EQ(std::vector<int32_t>(head->draft_to_target().begin(), head->draft_to_target().end()), d2t);
+
+  const auto tokens = ref["tokens"].get<std::vector<int32_t>>();
+  const auto fused = ref["fused"].get<std::vector<float>>();
+  const int T = static_cast<int>(tokens.size());
+  auto cache = head->make_cache(4);
+  const auto seq = cache->create();
+  ASSERT_TRUE(cache->reserve(seq, T + 1));
+  Eagle3Head::Row row{seq, tokens, {}};
+  for (int t = 0; t < T; ++t) row.outputs_at.push_back(t);
+  const auto out = head->forward(std::span(&row, 1), fused, true, nullptr, *cache);
+  expect_close(out.logits, ref["logits"].get<std::vector<float>>(), "prompt logits");
+  expect_close(out.hidden, ref["hidden"].get<std::vector<float>>(), "prompt hidden");
+  EXPECT_EQ(cache->length(seq), T);
+
+  // The chained step reads the head's own last output hidden at the next position.
+  const int H = head->config().layer.hidden_size;
+  const std::vector<float> last(out.hidden.end() - H, out.hidden.end());
+  Eagle3Head::Row step{seq, {ref["next_token"].get<int32_t>()}, {0}};
+  const auto next = head->forward(std::span(&step, 1), last, false, nullptr, *cache);
+  expect_close(next.logits, ref["step_logits"].get<std::vector<float>>(), "chained step logits");
+  expect_close(next.hidden, ref["step_hidden"].get<std::vector<float>>(), "chained step hidden");
+}
+
+TEST(Eagle3Head, BatchedRowsMatchSoloRows) {
+  // Two rows in one forward give each row's solo result (the head's KV is per row).
+  const auto ref = reference();
+  auto head = Eagle3Head::load(fixture_dir() / "head", backend());
+  const auto tokens = ref["tokens"].get<std::vector<int32_t>>();
+  const auto fused = ref["fused"].get<std::vector<float>>();
+  const size_t width = fused.size() / tokens.size();
+  auto cache = head->make_cache(8);
+  const auto a = cache->create(), b = cache->create();
+  ASSERT_TRUE(cache->reserve(a, 8) && cache->reserve(b, 8));
+  std::vector<Eagle3Head::Row> rows = {{a, tokens, {6}}, {b, {tokens.begin(), tokens.begin() + 3}, {2}}};
+  std::vector<float> inputs = fused;
+  inputs.insert(inputs.end(), fused.begin(), fused.begin() + static_cast<std::ptrdiff_t>(3 * width));
+  const auto both = head->forward(rows, inputs, true, nullptr, *cache);
+  const auto want = ref["logits"].get<std::vector<float>>();
+  const size_t vd = 40;
+  expect_close(std::vector<float>(both.logits.begin(), both.logits.begin() + vd),
+               std::vector<float>(want.begin() + 6 * vd, want.begin() + 7 * vd), "row a");
+  expect_close(std::vector<float>(both.logits.begin() + vd, both.logits.end()),
+               std::vector<float>(want.begin() + 2 * vd, want.begin() + 3 * vd), "row b (causal prefix)");
+}
+
+// A copy of the fixture head in a temporary folder, its safetensors header and bytes editable.
+class BrokenHead : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("specdec-eagle3-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    fs::copy_file(fixture_dir() / "head/config.json", dir_ / "config.json", fs::copy_options::overwrite_existing);
+    std::ifstream in(fixture_dir() / "head/model.safetensors", std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    header_ = nlohmann::json::parse(std::string(bytes.data() + 8, n));
+    data_.assign(bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n), bytes.end());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void write() {
+    const std::string h = header_.dump();
+    const uint64_t n = h.size();
+    std::ofstream out(dir_ / "model.safetensors", std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out.write(h.data(), static_cast<std::streamsize>(n));
+    out.write(data_.data(), static_cast<std::streamsize>(data_.size()));
+  }
+  void edit_config(const std::function<void(nlohmann::json&)>& edit) {
+    std::ifstream in(dir_ / "config.json");
+    auto j = nlohmann::json::parse(in);
+    edit(j);
+    std::ofstream(dir_ / "config.json") << j.dump();
+  }
+  void set_d2t(int64_t index, int64_t value) {
+    const size_t at = header_["d2t"]["data_offsets"][0].get<size_t>() + static_cast<size_t>(index) * 8;
+    std::memcpy(data_.data() + at, &value, 8);
+  }
+  int64_t d2t(int64_t index) const {
+    int64_t v = 0;
+    std::memcpy(&v, data_.data() + header_["d2t"]["data_offsets"][0].get<size_t>() + static_cast<size_t>(index) * 8, 8);
+    return v;
+  }
+  std::string load_error() {
+    write();
+    try {
+      Eagle3Head::load(dir_, backend());
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  fs::path dir_;
+  nlohmann::json header_;
+  std::vector<char> data_;
+};
+
+TEST_F(BrokenHead, IntactCopyLoads) { EXPECT_EQ(load_error(), ""); }
+
+TEST_F(BrokenHead, MissingTensor) {
+  header_.erase("midlayer.mlp.up_proj.weight");
+  const std::string e = load_error();
+  EXPECT_NE(e.find("no tensor \"midlayer.mlp.up_proj.weight\""), std::string::npos) << e;
+  EXPECT_NE(e.find(dir_.string()), std::string::npos) << e;
+}
+
+TEST_F(BrokenHead, WrongShape) {
+  header_["norm.weight"]["shape"] = {16, 2};  // same bytes, wrong shape
+  const std::string e = load_error();
+  EXPECT_NE(e.find("\"norm.weight\" has shape [16, 2], expected [32]"), std::string::npos) << e;
+}
+
+TEST_F(BrokenHead, FcNotThreeTargetTaps) {
+  edit_config([](nlohmann::json& j) { j["target_hidden_size"] = 20; });
+  const std::string e = load_error();
+  EXPECT_NE(e.find("\"fc.weight\" has shape [32, 72], expected [32, 60]"), std::string::npos) << e;
+}
+
+TEST_F(BrokenHead, D2tOutsideTheTargetVocabulary) {
+  set_d2t(39, 1000);
+  const std::string e = load_error();
+  EXPECT_NE(e.find("d2t maps draft id 39 to target id 1039, outside the target vocabulary of 96"), std::string::npos)
+      << e;
+  set_d2t(39, -100);
+  EXPECT_NE(load_error().find("outside the target vocabulary"), std::string::npos);
+}
+
+TEST_F(BrokenHead, D2tNotOneToOne) {
+  set_d2t(1, d2t(0) - 1);  // draft id 1 onto draft id 0's target
+  EXPECT_NE(load_error().find("d2t maps two draft ids to target id"), std::string::npos);
+}
+
+TEST_F(BrokenHead, T2dContradictsD2t) {
+  const size_t at = header_["t2d"]["data_offsets"][0].get<size_t>();
+  size_t first_in = 0;
+  while (data_[at + first_in] == 0) ++first_in;
+  data_[at + first_in] = 0;
+  EXPECT_NE(load_error().find("t2d marks target id"), std::string::npos);
+}
+
+TEST_F(BrokenHead, ReducedVocabularyWithoutD2t) {
+  header_.erase("d2t");
+  header_.erase("t2d");
+  EXPECT_NE(load_error().find("no \"d2t\" tensor"), std::string::npos);
+}
+
+TEST_F(BrokenHead, UnsupportedConfig) {
+  edit_config([](nlohmann::json& j) { j["num_hidden_layers"] = 2; });
+  EXPECT_NE(load_error().find("num_hidden_layers = 2 is not supported"), std::string::npos);
+  edit_config([](nlohmann::json& j) {
+    j["num_hidden_layers"] = 1;
+    j["draft_vocab_size"] = 500;
+  });
+  EXPECT_NE(load_error().find("draft_vocab_size = 500 must lie in [1, vocab_size = 96]"), std::string::npos);
+  edit_config([](nlohmann::json& j) {
+    j["draft_vocab_size"] = 40;
+    j["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = {1, 2};
+  });
+  EXPECT_NE(load_error().find("must list three target layers"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace specdec::testing
