@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "speculative/methods/dflash.h"
 #include "speculative/methods/draft_model.h"
 #include "speculative/methods/ngram_method.h"
 
@@ -96,6 +97,12 @@ std::shared_ptr<DraftMethod> make_draft_method(Session& session, const DraftSpec
     return std::make_shared<NgramMethod>(o);
   }
   SPECDEC_CHECK(!spec.path.empty(), "a draft model needs the folder of its checkpoint");
+  // A block drafter that reads the target's hidden states (its config.json says DFlash).
+  if (is_dflash_checkpoint(spec.path)) {
+    DflashOptions o;
+    if (spec.num_draft_tokens > 0) o.num_draft = spec.num_draft_tokens;
+    return std::make_shared<DflashMethod>(spec.path, session.model->backend(), spec.path, o);
+  }
   std::shared_ptr<Model>& model = session.draft_models[spec.path];
   if (!model) {
     try {
