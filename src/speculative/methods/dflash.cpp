@@ -453,8 +453,9 @@ class DflashRows final : public DraftRows {
     Tensor rope_pos;
     const AttentionBatch batch = upload_batch(c, append_arrays_, n, &rope_pos);
     for (int l = 0; l < c_.num_layers; ++l) {
-      auto& kh = cp.tensors.at(str_cat("k.", l));
-      auto& vh = cp.tensors.at(str_cat("v.", l));
+      const std::string k_name = str_cat("k.", l), v_name = str_cat("v.", l);
+      const std::vector<float>& kh = cp.tensors.at(k_name);
+      const std::vector<float>& vh = cp.tensors.at(v_name);
       backend_.copy(Tensor(const_cast<float*>(kh.data()), DType::f32, {n, c_.num_kv_heads, c_.head_dim}), k);
       backend_.copy(Tensor(const_cast<float*>(vh.data()), DType::f32, {n, c_.num_kv_heads, c_.head_dim}), v);
       backend_.kv_write(k, v, cache_->k_pool(l), cache_->v_pool(l), batch);
