@@ -146,8 +146,8 @@ TEST(DflashEngine, MixedBatchJoinAndLeave) {
     int max_tokens;
     float temperature;
   };
-  const std::vector<Spec> specs = {{0, "dflash", 30, 0},   {1, "ngram", 45, 0},        {2, "dflash-fixed", 25, 0.8f},
-                                   {1, "dflash", 35, 0},   {0, "draft", 20, 0.8f},      {2, "", 40, 0.8f},
+  const std::vector<Spec> specs = {{0, "dflash", 30, 0},      {1, "ngram", 45, 0},    {2, "dflash-fixed", 25, 0.8f},
+                                   {1, "dflash", 35, 0},      {0, "draft", 20, 0.8f}, {2, "", 40, 0.8f},
                                    {1, "dflash-fixed", 30, 0}};
   std::vector<std::vector<int32_t>> want;
   for (const auto& s : specs) want.push_back(plain(encode(prompts()[s.prompt]), s.max_tokens, s.temperature, 77));

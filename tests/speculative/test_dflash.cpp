@@ -287,17 +287,24 @@ TEST(DflashFormat, ClearErrors) {
                  "target_layer_ids");
   expect_refused(edited("no-mask", [](auto& j) { j["dflash_config"].erase("mask_token_id"); }), "mask_token_id");
   expect_refused(edited("dflash2", [](auto& j) { j["architectures"] = {"DFlash2DraftModel"}; }), "DFlash2");
-  expect_refused(edited("sliding", [](auto& j) { j["layer_types"] = {"sliding_attention", "full_attention"}; }),
+  expect_refused(edited("sliding",
+                        [](auto& j) {
+                          j["layer_types"] = {"sliding_attention", "full_attention"};
+                        }),
                  "sliding_attention");
   expect_refused(edited("causal", [](auto& j) { j["is_causal"] = true; }), "is_causal");
   expect_refused(edited("twice", [](auto& j) { j["dflash_config"]["target_layer_ids"] = {0, 2, 2}; }), "twice");
-  expect_refused(edited("past", [](auto& j) { j["dflash_config"]["target_layer_ids"] = {0, 2, 4}; }),
+  expect_refused(edited("past",
+                        [](auto& j) {
+                          j["dflash_config"]["target_layer_ids"] = {0, 2, 4};
+                        }),
                  "past num_target_layers");
   // Five layers' features do not divide fc's 96 columns.
-  expect_refused(edited("five", [](auto& j) {
-                   j["num_target_layers"] = 8;
-                   j["dflash_config"]["target_layer_ids"] = {0, 1, 2, 3, 4};
-                 }),
+  expect_refused(edited("five",
+                        [](auto& j) {
+                          j["num_target_layers"] = 8;
+                          j["dflash_config"]["target_layer_ids"] = {0, 1, 2, 3, 4};
+                        }),
                  "fc.weight");
   expect_refused(edited("calib", [](auto& j) { j["dspark"]["calibration"].erase(0); }), "calibration");
   expect_refused(edited("heads", [](auto& j) { j["num_attention_heads"] = 8; }), "q_proj");
@@ -315,7 +322,10 @@ TEST(DflashFormat, ClearErrors) {
   refused_at_open(edited("vocab", [](auto& j) { j["vocab_size"] = 999; }), "vocabulary");
   refused_at_open(edited("layers", [](auto& j) { j["num_target_layers"] = 6; }), "6-layer target");
   // Two taps over fc's 96 columns: 48-wide target hidden states, not this target's 32.
-  refused_at_open(edited("width", [](auto& j) { j["dflash_config"]["target_layer_ids"] = {0, 2}; }),
+  refused_at_open(edited("width",
+                         [](auto& j) {
+                           j["dflash_config"]["target_layer_ids"] = {0, 2};
+                         }),
                   "hidden states of 48");
 }
 

@@ -240,7 +240,8 @@ class DflashRows final : public DraftRows {
     const std::array<KvCache::SeqId, 1> seqs{r.seq};
     const std::array<int, 1> from{p0}, count{n};
     lay_out(
-        append_arrays_, seqs, from, count, [&](size_t, int k) { return p0 + k; }, [&](size_t, int k) { return p0 + k; });
+        append_arrays_, seqs, from, count, [&](size_t, int k) { return p0 + k; },
+        [&](size_t, int k) { return p0 + k; });
     Tensor rope_pos;
     const AttentionBatch batch = upload_batch(c, append_arrays_, n, &rope_pos);
     const int64_t nkv = c_.num_kv_heads, hd = c_.head_dim;
@@ -305,9 +306,9 @@ class DflashRows final : public DraftRows {
     auto layout = [&](Carver& c) {
       struct {
         Tensor x, h, q, k, v, attn, gate, sel, logits;
-      } s{c.take(DType::f32, {T, H}),      c.take(DType::f32, {T, H}),       c.take(DType::f32, {T, nh * hd}),
+      } s{c.take(DType::f32, {T, H}),        c.take(DType::f32, {T, H}),        c.take(DType::f32, {T, nh * hd}),
           c.take(DType::f32, {T, nkv * hd}), c.take(DType::f32, {T, nkv * hd}), c.take(DType::f32, {T, nh * hd}),
-          c.take(DType::f32, {T, I}),      c.take(DType::f32, {n_out, H}),   c.take(DType::f32, {n_out, V})};
+          c.take(DType::f32, {T, I}),        c.take(DType::f32, {n_out, H}),    c.take(DType::f32, {n_out, V})};
       return s;
     };
     Carver measure = Carver::measure();

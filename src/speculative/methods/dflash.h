@@ -23,15 +23,15 @@ struct DflashOptions {
   // Whether a calibrated checkpoint's confidence cut shortens the proposals (off: the depth
   // policy's depth stands, as for an uncalibrated checkpoint).
   bool confidence_cut = true;
-  int kv_blocks = 0;              // 0 = the engine's rows at the drafter's context, within kv_memory
+  int kv_blocks = 0;  // 0 = the engine's rows at the drafter's context, within kv_memory
   size_t kv_memory = 256ull << 20;
 };
 
 // Per-round figures of a group, for tests and telemetry.
 struct DflashStats {
-  int64_t rounds = 0;       // rows drafted
-  int64_t asked = 0;        // drafts the depth policy asked for
-  int64_t proposed = 0;     // drafts proposed after the confidence cut
+  int64_t rounds = 0;    // rows drafted
+  int64_t asked = 0;     // drafts the depth policy asked for
+  int64_t proposed = 0;  // drafts proposed after the confidence cut
 };
 
 class DflashMethod : public DraftMethod {

@@ -35,7 +35,8 @@ int required_int(const cj::Json& j, const char* key, const std::string& src, int
 
 int setting_int(const cj::Json& j, const char* key, const std::string& src, int min) {
   const cj::Json* v = setting(j, key);
-  SPECDEC_CHECK(v != nullptr, src, ": the DFlash setting \"", key, "\" (in dflash_config or at the top level) is missing");
+  SPECDEC_CHECK(v != nullptr, src, ": the DFlash setting \"", key,
+                "\" (in dflash_config or at the top level) is missing");
   SPECDEC_CHECK(v->is_number_integer(), src, ": the DFlash setting \"", key, "\" must be an integer");
   const int64_t x = v->get<int64_t>();
   SPECDEC_CHECK(x >= min && x <= (1 << 30), src, ": the DFlash setting \"", key, "\" is ", x, ", expected at least ",
@@ -100,9 +101,8 @@ std::optional<DsparkHead> parse_dspark(const cj::Json& j, const std::string& src
   SPECDEC_CHECK(c != d->end() && c->is_array() && static_cast<int>(c->size()) == block - 1, at,
                 ": calibration must hold one [w_score, w_log_max_q, bias] per mask row (", block - 1, ")");
   for (const auto& row : *c) {
-    SPECDEC_CHECK(row.is_array() && row.size() == 3 && std::all_of(row.begin(), row.end(), [](const cj::Json& x) {
-                    return x.is_number();
-                  }),
+    SPECDEC_CHECK(row.is_array() && row.size() == 3 &&
+                      std::all_of(row.begin(), row.end(), [](const cj::Json& x) { return x.is_number(); }),
                   at, ": calibration row ", row.dump(), " is not three numbers");
     h.calibration.push_back({row[0].get<double>(), row[1].get<double>(), row[2].get<double>()});
   }
@@ -146,24 +146,25 @@ DflashConfig load_dflash_config(const std::filesystem::path& dir) {
   c.hidden_size = required_int(j, "hidden_size", src, 1);
   c.num_layers = required_int(j, "num_hidden_layers", src, 1);
   c.num_heads = required_int(j, "num_attention_heads", src, 1);
-  c.num_kv_heads = cj::get_int(j, "num_key_value_heads", src) ? required_int(j, "num_key_value_heads", src, 1)
-                                                                : c.num_heads;
+  c.num_kv_heads =
+      cj::get_int(j, "num_key_value_heads", src) ? required_int(j, "num_key_value_heads", src, 1) : c.num_heads;
   c.head_dim = cj::get_int(j, "head_dim", src) ? required_int(j, "head_dim", src, 2) : c.hidden_size / c.num_heads;
   SPECDEC_CHECK(c.head_dim % 2 == 0, src, ": head_dim ", c.head_dim, " must be even (RoPE)");
   SPECDEC_CHECK(c.num_heads % c.num_kv_heads == 0, src, ": num_attention_heads ", c.num_heads,
                 " is not a multiple of num_key_value_heads ", c.num_kv_heads);
   c.intermediate_size = required_int(j, "intermediate_size", src, 1);
   c.vocab_size = required_int(j, "vocab_size", src, 1);
-  c.max_position = cj::get_int(j, "max_position_embeddings", src) ? required_int(j, "max_position_embeddings", src, 1)
-                                                                   : 1 << 20;
+  c.max_position =
+      cj::get_int(j, "max_position_embeddings", src) ? required_int(j, "max_position_embeddings", src, 1) : 1 << 20;
   c.rms_norm_eps = static_cast<float>(cj::get_number(j, "rms_norm_eps", src).value_or(1e-6));
   c.rope = parse_rope_config(j, src);
   c.block_size = setting_int(j, "block_size", src, 2);
   c.mask_token_id = setting_int(j, "mask_token_id", src, 0);
   c.num_target_layers = cj::get_int(j, "num_target_layers", src) ? required_int(j, "num_target_layers", src, 1) : 0;
   const cj::Json* ids = setting(j, "target_layer_ids");
-  SPECDEC_CHECK(ids != nullptr && ids->is_array() && !ids->empty(), src,
-                ": dflash_config.target_layer_ids (the target layers whose hidden states the drafter reads) is missing");
+  SPECDEC_CHECK(
+      ids != nullptr && ids->is_array() && !ids->empty(), src,
+      ": dflash_config.target_layer_ids (the target layers whose hidden states the drafter reads) is missing");
   std::set<int> seen;
   for (const auto& v : *ids) {
     SPECDEC_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (1 << 20), src,
@@ -185,9 +186,9 @@ DflashWeights load_dflash_weights(const std::filesystem::path& dir, const Dflash
   WeightStore store = WeightStore::open(dir);
   const int64_t H = c.hidden_size, n = static_cast<int64_t>(c.target_layer_ids.size());
   const Tensor fc_host = store.get("fc.weight");
-  SPECDEC_CHECK(fc_host.rank == 2 && fc_host.dim(0) == H && fc_host.dim(1) % n == 0, store.file_of("fc.weight").string(),
-                ": fc.weight is ", fc_host.shape_string(), ", expected [", H, ", ", n,
-                " x the target's hidden size] for ", n, " target layers");
+  SPECDEC_CHECK(fc_host.rank == 2 && fc_host.dim(0) == H && fc_host.dim(1) % n == 0,
+                store.file_of("fc.weight").string(), ": fc.weight is ", fc_host.shape_string(), ", expected [", H, ", ",
+                n, " x the target's hidden size] for ", n, " target layers");
   const int64_t Ht = fc_host.dim(1) / n;
   const int64_t nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim, I = c.intermediate_size;
   std::vector<WeightSpec> specs = {{"fc.weight", {H, n * Ht}}, {"hidden_norm.weight", {H}}, {"norm.weight", {H}}};

@@ -38,10 +38,10 @@ struct DflashConfig {
   RopeConfig rope;
   int block_size = 0;
   int32_t mask_token_id = 0;
-  int num_target_layers = 0;             // 0 when the config does not say
-  std::vector<int> target_layer_ids;     // as declared (Hugging Face hidden_states index - 1)
-  std::vector<int> tap_layers;           // the same layers as specdec's taps (the last one: L)
-  int target_hidden_size = 0;            // from fc's width / the number of target layers
+  int num_target_layers = 0;          // 0 when the config does not say
+  std::vector<int> target_layer_ids;  // as declared (Hugging Face hidden_states index - 1)
+  std::vector<int> tap_layers;        // the same layers as specdec's taps (the last one: L)
+  int target_hidden_size = 0;         // from fc's width / the number of target layers
   std::optional<DsparkHead> dspark;
 
   // A ModelConfig carrying what the RoPE helpers read (head_dim, rope, max_position).
