@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "speculative/methods/dflash.h"
 #include "speculative/methods/draft_model.h"
 #include "speculative/methods/eagle3.h"
 #include "speculative/methods/ngram_method.h"
@@ -112,6 +113,12 @@ std::shared_ptr<DraftMethod> make_draft_method(Session& session, const DraftSpec
     Eagle3Options o;
     if (spec.num_draft_tokens > 0) o.num_draft = spec.num_draft_tokens;
     return std::make_shared<Eagle3Method>(head, spec.path, session.model->config().num_layers, o);
+  }
+  // A block drafter that reads the target's hidden states (its config.json says DFlash).
+  if (is_dflash_checkpoint(spec.path)) {
+    DflashOptions o;
+    if (spec.num_draft_tokens > 0) o.num_draft = spec.num_draft_tokens;
+    return std::make_shared<DflashMethod>(spec.path, session.model->backend(), spec.path, o);
   }
   std::shared_ptr<Model>& model = session.draft_models[spec.path];
   if (!model) {

@@ -1,0 +1,552 @@
+// DflashRows: per row, the tokens before its pending one (`known`) and, in the group's paged KV,
+// each drafter layer's K/V of the projected target context of every one of them. A prefill block
+// or a verified round appends its positions' context (projected once, never recomputed); a draft
+// call writes the block's own K/V after the context, attends, and truncates them away again, so
+// the KV always lines up with the target's accepted prefix.
+#include "speculative/methods/dflash.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "model/scratch.h"
+#include "sampling/sampling.h"
+#include "speculative/methods/dspark.h"
+
+namespace specdec {
+
+namespace {
+
+struct DflashRow {
+  KvCache::SeqId seq = 0;
+  std::vector<int32_t> known;  // tokens before the pending one; the KV holds the context of each
+  bool lost = false;           // the KV could not take its context: the row drafts nothing more
+};
+
+// Host arrays of one call's ragged batch, uploaded into scratch; kept as members so that they
+// outlive asynchronous copies until the call synchronizes.
+struct BatchArrays {
+  std::vector<int32_t> positions, rope_positions, slots, row_starts, row_lens, table;
+  int max_blocks = 1, max_row_len = 0;
+};
+
+class DflashRows final : public DraftRows {
+ public:
+  DflashRows(const DflashConfig& config, std::shared_ptr<const DflashWeights> weights, Backend& backend,
+             const TargetView& target, std::string ns, int kv_blocks, int max_draft, bool cut,
+             std::shared_ptr<DflashStats> stats)
+      : c_(config),
+        w_(std::move(weights)),
+        backend_(backend),
+        embed_(*target.embedding),
+        lm_head_(*target.lm_head),
+        ns_(std::move(ns)),
+        max_draft_(max_draft),
+        cut_(cut),
+        stats_(std::move(stats)),
+        cache_(std::make_unique<KvCache>(backend, c_.num_layers, c_.num_kv_heads, c_.head_dim, kv_blocks)) {
+    const ModelConfig rc = c_.rope_config();
+    const std::vector<float> inv = rope_inv_freq(rc);
+    SPECDEC_CHECK(static_cast<int>(inv.size()) * 2 == c_.head_dim, "DFlash: RoPE inverse frequencies (", inv.size(),
+                  ") do not cover head_dim ", c_.head_dim);
+    inv_freq_buffer_ = backend_.allocate(inv.size() * sizeof(float));
+    inv_freq_ = inv_freq_buffer_.view(DType::f32, {static_cast<int64_t>(inv.size())});
+    backend_.copy(Tensor(const_cast<float*>(inv.data()), DType::f32, {static_cast<int64_t>(inv.size())}), inv_freq_);
+    backend_.synchronize();
+    rope_scaling_ = rope_attention_scaling(rc);
+    attn_scale_ = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
+  }
+  ~DflashRows() override {
+    for (auto& r : rows_) cache_->release(r.seq);
+  }
+
+  int row_count() const override { return static_cast<int>(rows_.size()); }
+
+  bool has_room(int tokens) const override {
+    const int block = cache_->block_size();
+    return (tokens + c_.block_size + block) / block <= cache_->free_blocks();
+  }
+
+  PreparedChange prepare_append(std::span<const Checkpoint* const> checkpoints) override {
+    auto added = std::make_shared<std::vector<DflashRow>>();
+    KvCache* cache = cache_.get();
+    try {
+      for (const Checkpoint* cp : checkpoints) {
+        if (cp) check_checkpoint(*cp, ns_);
+        DflashRow row;
+        row.seq = cache_->create();
+        added->push_back(row);
+        if (cp) restore(added->back(), *cp);
+      }
+    } catch (...) {
+      for (auto& r : *added) cache->release(r.seq);
+      throw;
+    }
+    return PreparedChange(
+        [this, added] {
+          for (auto& r : *added) rows_.push_back(std::move(r));
+          added->clear();
+        },
+        [added, cache] {
+          for (auto& r : *added) cache->release(r.seq);
+        });
+  }
+
+  void filter_rows(std::span<const int> keep) override {
+    std::vector<DflashRow> next;
+    std::vector<bool> kept(rows_.size(), false);
+    for (int i : keep) {
+      kept.at(static_cast<size_t>(i)) = true;
+      next.push_back(std::move(rows_[static_cast<size_t>(i)]));
+    }
+    for (size_t i = 0; i < rows_.size(); ++i)
+      if (!kept[i]) cache_->release(rows_[i].seq);
+    rows_ = std::move(next);
+  }
+
+  void prefill(int row, std::span<const int32_t> tokens, const TargetContext& context) override {
+    auto& r = rows_.at(static_cast<size_t>(row));
+    r.known.insert(r.known.end(), tokens.begin(), tokens.end());
+    append_context(r, context);
+  }
+
+  void commit(std::span<const RowCommit> commits) override {
+    for (const RowCommit& c : commits) {
+      auto& r = rows_.at(static_cast<size_t>(c.row));
+      r.known.push_back(c.pending);
+      r.known.insert(r.known.end(), c.emitted.begin(), c.emitted.end() - 1);
+      append_context(r, c.context);
+    }
+  }
+
+  std::vector<DraftProposal> draft(std::span<const DraftRequestRow> asks) override {
+    return with_context("DFlash drafter", [&] { return draft_rows(asks); });
+  }
+
+  Checkpoint capture(int row) const override {
+    const auto& r = rows_.at(static_cast<size_t>(row));
+    Checkpoint cp;
+    cp.ns = ns_;
+    cp.tokens = r.known;
+    cp.processed_tokens = static_cast<int64_t>(r.known.size());
+    cp.metadata["lost"] = r.lost;
+    const int n = cache_->length(r.seq);
+    for (int l = 0; l < c_.num_layers; ++l) {
+      cp.tensors[str_cat("k.", l)] = read_kv(cache_->k_pool(l), r.seq, n);
+      cp.tensors[str_cat("v.", l)] = read_kv(cache_->v_pool(l), r.seq, n);
+    }
+    return cp;
+  }
+
+ private:
+  int64_t kv_width() const { return int64_t{c_.num_kv_heads} * c_.head_dim; }
+
+  Carver scratch(size_t bytes) {
+    if (scratch_.bytes() < bytes) {
+      backend_.synchronize();  // the old buffer may still be read by queued calls
+      scratch_ = backend_.allocate(bytes + bytes / 2);
+    }
+    return Carver::of(scratch_);
+  }
+
+  Tensor upload(Carver& c, const std::vector<int32_t>& host) {
+    const Tensor t = c.take(DType::i32, {static_cast<int64_t>(std::max<size_t>(1, host.size()))});
+    if (!host.empty())
+      backend_.copy(Tensor(const_cast<int32_t*>(host.data()), DType::i32, {static_cast<int64_t>(host.size())}),
+                    t.rows(0, static_cast<int64_t>(host.size())));
+    return t;
+  }
+
+  // Slots, tables and lengths of `seqs` for new cache positions [from[i], from[i] + count[i]);
+  // attention positions are `attend_at(i, k)`, rotary positions `rope_at(i, k)`.
+  template <typename AttendAt, typename RopeAt>
+  void lay_out(BatchArrays& a, std::span<const KvCache::SeqId> seqs, std::span<const int> from,
+               std::span<const int> count, AttendAt attend_at, RopeAt rope_at) const {
+    a = BatchArrays{};
+    a.row_starts.push_back(0);
+    const int bs = cache_->block_size();
+    for (size_t i = 0; i < seqs.size(); ++i)
+      a.max_blocks = std::max(a.max_blocks, static_cast<int>(cache_->block_table(seqs[i]).size()));
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const auto& table = cache_->block_table(seqs[i]);
+      for (int k = 0; k < count[i]; ++k) {
+        const int p = from[i] + k;
+        a.positions.push_back(attend_at(i, k));
+        a.rope_positions.push_back(rope_at(i, k));
+        a.slots.push_back(table.at(static_cast<size_t>(p / bs)) * bs + p % bs);
+      }
+      a.row_starts.push_back(static_cast<int32_t>(a.positions.size()));
+      a.row_lens.push_back(from[i] + count[i]);
+      a.max_row_len = std::max(a.max_row_len, from[i] + count[i]);
+      for (int b = 0; b < a.max_blocks; ++b)
+        a.table.push_back(b < static_cast<int>(table.size()) ? table[static_cast<size_t>(b)] : 0);
+    }
+  }
+
+  AttentionBatch upload_batch(Carver& c, const BatchArrays& a, int max_row_tokens, Tensor* rope_positions) {
+    AttentionBatch b;
+    b.positions = upload(c, a.positions);
+    b.slots = upload(c, a.slots);
+    b.row_starts = upload(c, a.row_starts);
+    b.row_lens = upload(c, a.row_lens);
+    b.block_table = upload(c, a.table).rows(0, static_cast<int64_t>(a.table.size()));
+    b.rows = static_cast<int>(a.row_lens.size());
+    b.tokens = static_cast<int>(a.positions.size());
+    b.positions = b.positions.rows(0, b.tokens);
+    b.slots = b.slots.rows(0, b.tokens);
+    b.row_lens = b.row_lens.rows(0, b.rows);
+    b.max_blocks = a.max_blocks;
+    b.block_size = cache_->block_size();
+    b.max_row_len = a.max_row_len;
+    b.max_row_tokens = max_row_tokens;
+    *rope_positions = upload(c, a.rope_positions).rows(0, b.tokens);
+    return b;
+  }
+
+  // Projects the target's hidden states of `context.positions()` new positions (fc per tapped
+  // layer, summed, then hidden_norm) and writes every layer's K (k_proj, k_norm, RoPE at the
+  // position) and V (v_proj) of them after the row's cached context.
+  void append_context(DflashRow& r, const TargetContext& context) {
+    const int n = static_cast<int>(context.positions());
+    if (n == 0 || r.lost) return;
+    SPECDEC_CHECK(context.taps.size() == w_->fc.size(), "DFlash: ", context.taps.size(), " tapped layers, expected ",
+                  w_->fc.size());
+    const int p0 = cache_->length(r.seq);
+    if (!cache_->reserve(r.seq, p0 + n)) {
+      r.lost = true;  // a full drafter KV pauses this row's drafting, it never fails the round
+      return;
+    }
+    const int64_t H = c_.hidden_size, kw = kv_width();
+    Carver measure = Carver::measure();
+    lay(measure, n, H, kw);
+    Carver c = scratch(measure.size() + 4096 + static_cast<size_t>(6 * n + 64) * 256);
+    const auto [ctx, k, v] = lay(c, n, H, kw);
+    for (size_t j = 0; j < w_->fc.size(); ++j) {
+      const Tensor& tap = context.taps[j];
+      SPECDEC_CHECK(tap.rank == 2 && tap.dim(0) == n && tap.dim(1) == w_->fc[j].cols(), "DFlash: tap ", j, " is ",
+                    tap.shape_string(), ", expected [", n, ", ", w_->fc[j].cols(), "]");
+      if (j == 0)
+        backend_.linear(tap, w_->fc[j], nullptr, ctx);
+      else
+        backend_.linear_add(tap, w_->fc[j], nullptr, ctx);
+    }
+    backend_.rms_norm(ctx, w_->hidden_norm, c_.rms_norm_eps, ctx);
+    const std::array<KvCache::SeqId, 1> seqs{r.seq};
+    const std::array<int, 1> from{p0}, count{n};
+    lay_out(
+        append_arrays_, seqs, from, count, [&](size_t, int k) { return p0 + k; },
+        [&](size_t, int k) { return p0 + k; });
+    Tensor rope_pos;
+    const AttentionBatch batch = upload_batch(c, append_arrays_, n, &rope_pos);
+    const int64_t nkv = c_.num_kv_heads, hd = c_.head_dim;
+    for (int l = 0; l < c_.num_layers; ++l) {
+      const auto& L = w_->layers[static_cast<size_t>(l)];
+      const std::array<Projection, 2> kv = {Projection{L.k_proj, {}, k}, Projection{L.v_proj, {}, v}};
+      backend_.linear_many(ctx, kv);
+      const Tensor kh = k.reshape({n * nkv, hd});
+      backend_.rms_norm(kh, L.k_norm, c_.rms_norm_eps, kh);
+      backend_.rope(k.reshape({n, nkv, hd}), rope_pos, inv_freq_, rope_scaling_);
+      backend_.kv_write(k.reshape({n, nkv, hd}), v.reshape({n, nkv, hd}), cache_->k_pool(l), cache_->v_pool(l), batch);
+    }
+    cache_->set_length(r.seq, p0 + n);
+    backend_.synchronize();  // the host arrays are rewritten by the next call
+  }
+
+  static std::array<Tensor, 3> lay(Carver& c, int64_t n, int64_t H, int64_t kw) {
+    Tensor ctx = c.take(DType::f32, {n, H});
+    Tensor k = c.take(DType::f32, {n, kw});
+    Tensor v = c.take(DType::f32, {n, kw});
+    return {ctx, k, v};
+  }
+
+  std::vector<DraftProposal> draft_rows(std::span<const DraftRequestRow> asks) {
+    std::vector<DraftProposal> out(asks.size());
+    const int gamma = c_.block_size;
+    std::vector<size_t> live;
+    std::vector<KvCache::SeqId> seqs;
+    std::vector<int> from, count, depth;
+    for (size_t i = 0; i < asks.size(); ++i) {
+      auto& r = rows_.at(static_cast<size_t>(asks[i].row));
+      const int ctx = cache_->length(r.seq);
+      // The context must be exactly the tokens before the pending one: otherwise (a row whose KV
+      // filled up) the block would stand at the wrong place, so the row drafts nothing.
+      if (r.lost || ctx != static_cast<int64_t>(r.known.size()) || ctx != asks[i].position) continue;
+      if (ctx + gamma > c_.max_position || asks[i].depth <= 0) continue;
+      if (!cache_->reserve(r.seq, ctx + gamma)) continue;
+      live.push_back(i);
+      seqs.push_back(r.seq);
+      from.push_back(ctx);
+      count.push_back(gamma);
+      depth.push_back(std::min({asks[i].depth, gamma - 1, max_draft_}));
+    }
+    if (live.empty()) return out;
+    const int64_t R = static_cast<int64_t>(live.size()), T = R * gamma, H = c_.hidden_size;
+    const int64_t nh = c_.num_heads, nkv = c_.num_kv_heads, hd = c_.head_dim, I = c_.intermediate_size;
+    const int64_t V = lm_head_.rows();
+    std::vector<int32_t> ids(static_cast<size_t>(T), c_.mask_token_id), out_index;
+    std::vector<int> first_out;
+    for (int64_t i = 0; i < R; ++i) {
+      ids[static_cast<size_t>(i * gamma)] = asks[live[static_cast<size_t>(i)]].pending;
+      first_out.push_back(static_cast<int>(out_index.size()));
+      for (int k = 1; k <= depth[static_cast<size_t>(i)]; ++k) out_index.push_back(static_cast<int32_t>(i * gamma + k));
+    }
+    const int64_t n_out = static_cast<int64_t>(out_index.size());
+    // Every block row sees the whole block: its attention position is the block's last, while
+    // RoPE rotates it at its own position.
+    lay_out(
+        draft_arrays_, seqs, from, count, [&](size_t i, int) { return from[i] + gamma - 1; },
+        [&](size_t i, int k) { return static_cast<int>(asks[live[i]].position) + k; });
+
+    auto layout = [&](Carver& c) {
+      struct {
+        Tensor x, h, q, k, v, attn, gate, sel, logits;
+      } s{c.take(DType::f32, {T, H}),        c.take(DType::f32, {T, H}),        c.take(DType::f32, {T, nh * hd}),
+          c.take(DType::f32, {T, nkv * hd}), c.take(DType::f32, {T, nkv * hd}), c.take(DType::f32, {T, nh * hd}),
+          c.take(DType::f32, {T, I}),        c.take(DType::f32, {n_out, H}),    c.take(DType::f32, {n_out, V})};
+      return s;
+    };
+    Carver measure = Carver::measure();
+    layout(measure);
+    Carver c = scratch(measure.size() + static_cast<size_t>(8 * T + n_out + 8 * R + 64) * 4 + 16 * 256 +
+                       draft_arrays_.table.size() * 4);
+    const auto s = layout(c);
+    draft_ids_ = ids;
+    const Tensor ids_t = upload(c, draft_ids_).rows(0, T);
+    draft_out_index_ = out_index;
+    const Tensor out_t = upload(c, draft_out_index_).rows(0, n_out);
+    Tensor rope_pos;
+    const AttentionBatch batch = upload_batch(c, draft_arrays_, gamma, &rope_pos);
+
+    backend_.embedding(embed_, ids_t, s.x);
+    const float eps = c_.rms_norm_eps;
+    for (int l = 0; l < c_.num_layers; ++l) {
+      const auto& L = w_->layers[static_cast<size_t>(l)];
+      const std::array<Projection, 3> qkv = {Projection{L.q_proj, {}, s.q}, Projection{L.k_proj, {}, s.k},
+                                             Projection{L.v_proj, {}, s.v}};
+      backend_.norm_linear_many(s.x, L.input_norm, eps, s.h, qkv);
+      backend_.rms_norm(s.q.reshape({T * nh, hd}), L.q_norm, eps, s.q.reshape({T * nh, hd}));
+      backend_.rms_norm(s.k.reshape({T * nkv, hd}), L.k_norm, eps, s.k.reshape({T * nkv, hd}));
+      backend_.rope(s.q.reshape({T, nh, hd}), rope_pos, inv_freq_, rope_scaling_);
+      backend_.rope(s.k.reshape({T, nkv, hd}), rope_pos, inv_freq_, rope_scaling_);
+      backend_.kv_write(s.k.reshape({T, nkv, hd}), s.v.reshape({T, nkv, hd}), cache_->k_pool(l), cache_->v_pool(l),
+                        batch);
+      backend_.attention(s.q.reshape({T, nh, hd}), cache_->k_pool(l), cache_->v_pool(l), batch, attn_scale_,
+                         s.attn.reshape({T, nh, hd}));
+      backend_.linear_add(s.attn, L.o_proj, nullptr, s.x);
+      backend_.norm_gated_linear(s.x, L.post_norm, eps, s.h, L.gate_proj, L.up_proj, s.gate);
+      backend_.linear_add(s.gate, L.down_proj, nullptr, s.x);
+    }
+    backend_.rms_norm(s.x, w_->norm, eps, s.x);
+    if (n_out > 0) {
+      backend_.gather_rows(s.x, out_t, s.sel);
+      backend_.linear(s.sel, lm_head_, nullptr, s.logits);
+    }
+    const float* logits = host_view(s.logits, host_logits_);
+    const float* hidden = cut_ ? host_view(s.sel, host_hidden_) : nullptr;
+    backend_.synchronize();
+    for (const KvCache::SeqId seq : seqs) cache_->truncate(seq, cache_->length(seq));  // the block's K/V go
+
+    for (int64_t i = 0; i < R; ++i) {
+      const size_t a = live[static_cast<size_t>(i)];
+      const DraftRequestRow& ask = asks[a];
+      const auto& r = rows_[static_cast<size_t>(ask.row)];
+      DraftProposal& p = out[a];
+      const int d = depth[static_cast<size_t>(i)];
+      std::vector<double> survival;
+      double alive = 1.0;
+      for (int j = 0; j < d; ++j) {
+        const int64_t o = first_out[static_cast<size_t>(i)] + j;
+        const std::span<const float> row(logits + o * V, static_cast<size_t>(V));
+        const SamplingParams& params = *ask.sampling;
+        // The coupled draw: draft j samples with the key the target uses at its position.
+        const int32_t token = sample(row, params, r.known, p.tokens, static_cast<uint64_t>(ask.position) + 1 + j);
+        if (ask.want_q) p.q.push_back(probabilities(row, params, r.known, p.tokens));
+        p.tokens.push_back(token);
+        if (hidden) {
+          alive *= row_probability(j + 1, std::span<const float>(hidden + o * H, static_cast<size_t>(H)), row);
+          survival.push_back(alive);
+        }
+      }
+      if (hidden) {
+        const size_t keep = static_cast<size_t>(dspark_cut(survival, ask.window_seconds, ask.draft_seconds));
+        p.tokens.resize(keep);
+        if (ask.want_q) p.q.resize(keep);
+      }
+      stats_->rounds += 1;
+      stats_->asked += d;
+      stats_->proposed += static_cast<int64_t>(p.tokens.size());
+    }
+    return out;
+  }
+
+  // The calibrated P(block row `row` accepted | the rows before it accepted).
+  double row_probability(int row, std::span<const float> hidden, std::span<const float> logits) const {
+    const DsparkHead& head = *c_.dspark;
+    double score = head.bias;
+    for (size_t h = 0; h < hidden.size(); ++h) score += static_cast<double>(head.weight[h]) * hidden[h];
+    const float top = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (const float x : logits) sum += std::exp(static_cast<double>(x - top));
+    return dspark_row_probability(head, row, score, -std::log(sum));
+  }
+
+  // A host pointer to t's floats: t itself on a host backend, else a copy into `host`.
+  const float* host_view(const Tensor& t, std::vector<float>& host) {
+    if (t.device == Device::cpu) return t.ptr<float>();
+    host.resize(static_cast<size_t>(t.numel()));
+    backend_.copy(t, Tensor(host.data(), DType::f32, {t.numel()}).reshape({t.dim(0), t.dim(1)}));
+    return host.data();
+  }
+
+  // The row's first n cache positions of one pool, as f32 [n, kv_heads * head_dim].
+  std::vector<float> read_kv(const Tensor& pool, KvCache::SeqId seq, int n) const {
+    const int bs = cache_->block_size();
+    const int64_t kw = kv_width();
+    const auto& table = cache_->block_table(seq);
+    std::vector<float> out(static_cast<size_t>(n * kw));
+    std::vector<uint16_t> half(static_cast<size_t>(bs * kw));
+    std::vector<float> full(static_cast<size_t>(bs * kw));
+    for (int b = 0; b * bs < n; ++b) {
+      const Tensor block = pool.rows(table.at(static_cast<size_t>(b)), 1);
+      const int rows = std::min(bs, n - b * bs);
+      if (pool.dtype == DType::f32) {
+        backend_.copy(block, Tensor(full.data(), DType::f32, {1, bs, c_.num_kv_heads, c_.head_dim}));
+      } else {
+        backend_.copy(block, Tensor(half.data(), pool.dtype, {1, bs, c_.num_kv_heads, c_.head_dim}));
+        backend_.synchronize();
+        for (size_t e = 0; e < half.size(); ++e)
+          full[e] = pool.dtype == DType::bf16 ? bf16_to_f32(half[e]) : f16_to_f32(half[e]);
+      }
+      backend_.synchronize();
+      std::copy(full.begin(), full.begin() + rows * kw, out.begin() + b * bs * kw);
+    }
+    return out;
+  }
+
+  // Rebuilds a captured row: its tokens and every layer's K/V (already rotated) into new blocks.
+  void restore(DflashRow& r, const Checkpoint& cp) {
+    r.known = cp.tokens;
+    r.lost = cp.metadata.is_object() && cp.metadata.value("lost", false);
+    const int n = static_cast<int>(cp.tokens.size());
+    const int64_t kw = kv_width();
+    for (int l = 0; l < c_.num_layers; ++l)
+      for (const char* kind : {"k.", "v."}) {
+        auto it = cp.tensors.find(str_cat(kind, l));
+        SPECDEC_CHECK(it != cp.tensors.end() && static_cast<int64_t>(it->second.size()) == n * kw,
+                      "DFlash checkpoint lacks the ", kind, l, " context of ", n, " positions");
+      }
+    if (n == 0 || r.lost) return;
+    SPECDEC_CHECK(cache_->reserve(r.seq, n), "DFlash: the drafter's KV cannot take a restored row of ", n,
+                  " positions");
+    const std::array<KvCache::SeqId, 1> seqs{r.seq};
+    const std::array<int, 1> from{0}, count{n};
+    lay_out(
+        append_arrays_, seqs, from, count, [](size_t, int k) { return k; }, [](size_t, int k) { return k; });
+    Carver c = scratch(static_cast<size_t>(2 * n * kw) * 4 + static_cast<size_t>(6 * n + 64) * 256 + 4096);
+    const Tensor k = c.take(DType::f32, {n, c_.num_kv_heads, c_.head_dim});
+    const Tensor v = c.take(DType::f32, {n, c_.num_kv_heads, c_.head_dim});
+    Tensor rope_pos;
+    const AttentionBatch batch = upload_batch(c, append_arrays_, n, &rope_pos);
+    for (int l = 0; l < c_.num_layers; ++l) {
+      const std::string k_name = str_cat("k.", l), v_name = str_cat("v.", l);
+      const std::vector<float>& kh = cp.tensors.at(k_name);
+      const std::vector<float>& vh = cp.tensors.at(v_name);
+      backend_.copy(Tensor(const_cast<float*>(kh.data()), DType::f32, {n, c_.num_kv_heads, c_.head_dim}), k);
+      backend_.copy(Tensor(const_cast<float*>(vh.data()), DType::f32, {n, c_.num_kv_heads, c_.head_dim}), v);
+      backend_.kv_write(k, v, cache_->k_pool(l), cache_->v_pool(l), batch);
+      backend_.synchronize();
+    }
+    cache_->set_length(r.seq, n);
+  }
+
+  const DflashConfig& c_;
+  std::shared_ptr<const DflashWeights> w_;
+  Backend& backend_;
+  Tensor embed_;
+  Weight lm_head_;
+  std::string ns_;
+  int max_draft_;
+  bool cut_;
+  std::shared_ptr<DflashStats> stats_;
+  std::unique_ptr<KvCache> cache_;
+  std::vector<DflashRow> rows_;
+  Buffer inv_freq_buffer_;
+  Tensor inv_freq_;
+  float rope_scaling_ = 1.0f;
+  float attn_scale_ = 1.0f;
+  Buffer scratch_;
+  BatchArrays append_arrays_, draft_arrays_;
+  std::vector<int32_t> draft_ids_, draft_out_index_;
+  std::vector<float> host_logits_, host_hidden_;
+};
+
+}  // namespace
+
+DflashMethod::DflashMethod(const std::filesystem::path& dir, Backend& backend, std::string id, DflashOptions options)
+    : config_(load_dflash_config(dir)),
+      backend_(backend),
+      id_(std::move(id)),
+      options_(options),
+      stats_(std::make_shared<DflashStats>()) {
+  SPECDEC_CHECK(options_.num_draft >= 0, "DFlash: the draft depth must not be negative, got ", options_.num_draft);
+  weights_ = std::make_shared<const DflashWeights>(load_dflash_weights(dir, config_, backend));
+  config_.target_hidden_size = static_cast<int>(weights_->fc.front().cols());
+}
+
+DflashMethod::~DflashMethod() = default;
+
+size_t DflashMethod::parameter_count() const { return weights_->parameters; }
+
+int DflashMethod::default_depth() const {
+  const int all = config_.block_size - 1;
+  return options_.num_draft > 0 ? std::min(options_.num_draft, all) : all;
+}
+
+std::string DflashMethod::checkpoint_namespace() const {
+  return str_cat("dflash-v1:", id_, ":", config_.block_size, ":", default_depth(), ":", cuts() ? "cut" : "fixed");
+}
+
+TargetNeeds DflashMethod::needs() const {
+  TargetNeeds n;
+  n.tap_layers = config_.tap_layers;
+  n.embedding = true;
+  n.lm_head = true;
+  return n;
+}
+
+std::unique_ptr<DraftRows> DflashMethod::open(const TargetView& target) {
+  const DflashConfig& c = config_;
+  const std::string who = str_cat("DFlash drafter ", id_);
+  SPECDEC_CHECK(target.embedding && target.lm_head, who, " needs the target's embedding and LM head");
+  SPECDEC_CHECK(target.model == nullptr || &target.model->backend() == &backend_, who,
+                " was loaded on another backend than the target's");
+  SPECDEC_CHECK(c.vocab_size == target.vocab_size, who, " has a vocabulary of ", c.vocab_size,
+                " tokens but the target's has ", target.vocab_size, ": it was trained for another target");
+  SPECDEC_CHECK(c.mask_token_id < target.vocab_size, who, ": mask_token_id ", c.mask_token_id,
+                " is outside the target's vocabulary of ", target.vocab_size);
+  SPECDEC_CHECK(c.num_target_layers == 0 || c.num_target_layers == target.num_layers, who, " was trained for a ",
+                c.num_target_layers, "-layer target; this target has ", target.num_layers, " layers");
+  SPECDEC_CHECK(c.target_hidden_size == target.hidden_size, who, " reads target hidden states of ",
+                c.target_hidden_size, " but the target's hidden size is ", target.hidden_size);
+  SPECDEC_CHECK(target.embedding->dim(1) == c.hidden_size && target.lm_head->cols() == c.hidden_size, who,
+                ": its hidden size ", c.hidden_size, " must equal the target's embedding width ",
+                target.embedding->dim(1), " (the block rows are the target's token embeddings)");
+  int blocks = options_.kv_blocks;
+  if (blocks <= 0) {
+    const int rows = std::max(1, target.max_rows);
+    const int positions = std::min(c.max_position, 1 << 16);
+    const int by_memory =
+        KvCache::blocks_for_memory(options_.kv_memory, c.num_layers, c.num_kv_heads, c.head_dim, backend_.kv_dtype());
+    blocks = std::max(4, std::min(rows * ((positions + 15) / 16 + 1), by_memory));
+  }
+  return std::make_unique<DflashRows>(config_, weights_, backend_, target, checkpoint_namespace(), blocks,
+                                      default_depth(), cuts(), stats_);
+}
+
+}  // namespace specdec

@@ -1,0 +1,64 @@
+// The DFlash block drafter (with the DSpark confidence cut when its checkpoint is calibrated):
+// the target's hidden states after the declared layers, projected once per accepted position
+// (fc, hidden_norm) and turned into each drafter layer's K/V, are the drafter's context. One
+// forward per round drafts a whole block: the pending token and block_size - 1 mask tokens attend
+// to that context and, both ways, to each other; each mask row's logits come from the target's
+// own LM head. The embedding and the LM head are the target's (views, no copies).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "speculative/draft.h"
+#include "speculative/methods/dflash_format.h"
+
+namespace specdec {
+
+class Backend;
+
+struct DflashOptions {
+  // Most drafts a round proposes (0: block_size - 1, all the mask rows); at most block_size - 1.
+  int num_draft = 0;
+  // Whether a calibrated checkpoint's confidence cut shortens the proposals (off: the depth
+  // policy's depth stands, as for an uncalibrated checkpoint).
+  bool confidence_cut = true;
+  int kv_blocks = 0;  // 0 = the engine's rows at the drafter's context, within kv_memory
+  size_t kv_memory = 256ull << 20;
+};
+
+// Per-round figures of a group, for tests and telemetry.
+struct DflashStats {
+  int64_t rounds = 0;    // rows drafted
+  int64_t asked = 0;     // drafts the depth policy asked for
+  int64_t proposed = 0;  // drafts proposed after the confidence cut
+};
+
+class DflashMethod : public DraftMethod {
+ public:
+  // Loads dir (config.json + safetensors, validated) onto `backend`, which must be the target's.
+  DflashMethod(const std::filesystem::path& dir, Backend& backend, std::string id, DflashOptions options = {});
+  ~DflashMethod() override;
+
+  std::string name() const override { return "dflash"; }
+  std::string checkpoint_namespace() const override;
+  TargetNeeds needs() const override;
+  std::unique_ptr<DraftRows> open(const TargetView& target) override;
+  int default_depth() const override;
+
+  const DflashConfig& config() const { return config_; }
+  size_t parameter_count() const;
+  bool cuts() const { return options_.confidence_cut && config_.dspark.has_value(); }
+  // What the groups this method opened did so far.
+  DflashStats stats() const { return *stats_; }
+
+ private:
+  DflashConfig config_;
+  std::shared_ptr<const DflashWeights> weights_;
+  Backend& backend_;
+  std::string id_;
+  DflashOptions options_;
+  std::shared_ptr<DflashStats> stats_;
+};
+
+}  // namespace specdec
