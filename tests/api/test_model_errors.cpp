@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include "specdec/specdec.h"
 
@@ -261,6 +262,45 @@ TEST_F(BrokenModel, TheContextEndIsReported) {
   const specdec::GenerationResult whole = engine.wait(engine.submit(r));
   EXPECT_EQ(whole.finish, specdec::Finish::length);
   EXPECT_FALSE(whole.stats.context_full);
+}
+
+// One field edited in one file of the bundled model, and the one line that names it.
+struct BadField {
+  const char* file;
+  std::function<void(nlohmann::json&)> edit;
+  std::string message;
+};
+
+TEST_F(BrokenModel, BadFieldsGiveOneClearLine) {
+  const std::vector<BadField> table = {
+      {"config.json", [](nlohmann::json& j) { j["max_position_embeddings"] = 4; },
+       "config.json: max_position_embeddings = 4 is below the 8 positions specdec needs as a context"},
+      {"config.json", [](nlohmann::json& j) { j["max_position_embeddings"] = 7; },
+       "config.json: max_position_embeddings = 7 is below the 8 positions specdec needs as a context"},
+      {"tokenizer.json",
+       [](nlohmann::json& j) {
+         j["model"]["vocab"] = nlohmann::json::object();
+         j["model"]["merges"] = nlohmann::json::array();
+       },
+       "tokenizer.json: model.vocab is empty (a tokenizer needs at least one token)"},
+      {"generation_config.json",
+       [](nlohmann::json& j) {
+         j["do_sample"] = true;
+         j["temperature"] = 1e-38;
+       },
+       "generation_config.json: temperature = 1e-38 is too small to sample at (the logits divided by it overflow): "
+       "use 0 for greedy decoding or at least 1e-06"},
+  };
+  for (const BadField& row : table) {
+    SCOPED_TRACE(row.message);
+    fs::remove_all(dir_ / "m");
+    const fs::path m = linked_copy(kTarget);
+    nlohmann::json j = fs::exists(kTarget + "/" + row.file) ? nlohmann::json::parse(slurp(kTarget + "/" + row.file))
+                                                            : nlohmann::json::object();
+    row.edit(j);
+    replace(m / row.file, j.dump(1));
+    expect_error([&] { specdec::Engine engine(on_cpu(m)); }, row.message);
+  }
 }
 
 TEST(DraftModel, AnotherVocabularyIsRefusedAndTheEngineServesOn) {
