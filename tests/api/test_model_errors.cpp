@@ -303,6 +303,34 @@ TEST_F(BrokenModel, BadFieldsGiveOneClearLine) {
   }
 }
 
+// A number beyond double's range (found by fuzzing: the JSON library throws a different exception
+// for it than for bad syntax, which escaped without the file's name).
+TEST_F(BrokenModel, NumbersBeyondDoubleAreInvalidJsonNamingTheFile) {
+  {
+    const fs::path m = linked_copy(kTarget);
+    replace(m / "config.json", R"({"vocab_size": 1e606})");
+    expect_refused(m, "config.json: invalid JSON: number overflow parsing '1e606'");
+  }
+  {
+    fs::remove_all(dir_ / "m");
+    const fs::path m = linked_copy(kTarget);
+    const std::string tokenizer = slurp(kTarget + "/tokenizer.json");
+    replace(m / "tokenizer.json", "[1e606, " + tokenizer + "]");
+    expect_error([&] { specdec::Engine engine(on_cpu(m)); }, "tokenizer.json: invalid JSON: ");
+  }
+  {
+    fs::remove_all(dir_ / "m");
+    const fs::path m = linked_copy(kTarget);
+    std::string header = R"({"w": {"dtype": "F32", "shape": [1e606], "data_offsets": [0, 4]}})";
+    while (header.size() % 8 != 0) header += ' ';
+    std::string bytes(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(bytes.data(), &n, 8);
+    replace(m / "model.safetensors", bytes + header + std::string(4, '\0'));
+    expect_refused(m, "model.safetensors: invalid header JSON: number overflow parsing '1e606'");
+  }
+}
+
 TEST(DraftModel, AnotherVocabularyIsRefusedAndTheEngineServesOn) {
   specdec::Engine engine(on_cpu(kTarget));
   expect_error([&] { engine.add_draft(specdec::DraftSpec::model(kTinyLlama, "tiny")); }, "vocab");
