@@ -58,6 +58,8 @@ int64_t as_int(const Json& v, const std::string& key, const std::string& source)
   }
   if (v.is_number_float()) {
     const double d = v.get<double>();
+    // Range first: converting a double outside int64's range is undefined (found by fuzzing).
+    SPECDEC_CHECK(d >= -0x1p63 && d < 0x1p63, source, ": field \"", key, "\" = ", d, " is out of range");
     SPECDEC_CHECK(d == static_cast<double>(static_cast<int64_t>(d)), source, ": field \"", key,
                   "\" must be an integer, got ", d);
     return static_cast<int64_t>(d);

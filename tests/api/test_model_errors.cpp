@@ -277,6 +277,11 @@ TEST_F(BrokenModel, BadFieldsGiveOneClearLine) {
        "config.json: max_position_embeddings = 4 is below the 8 positions specdec needs as a context"},
       {"config.json", [](nlohmann::json& j) { j["max_position_embeddings"] = 7; },
        "config.json: max_position_embeddings = 7 is below the 8 positions specdec needs as a context"},
+      // Found by fuzzing: a float beyond int64 was converted before its range was checked.
+      {"config.json", [](nlohmann::json& j) { j["head_dim"] = 3.2e85; },
+       "config.json: field \"head_dim\" = 3.2e+85 is out of range"},
+      {"config.json", [](nlohmann::json& j) { j["num_hidden_layers"] = -1e19; },
+       "config.json: field \"num_hidden_layers\" = -1e+19 is out of range"},
       {"tokenizer.json",
        [](nlohmann::json& j) {
          j["model"]["vocab"] = nlohmann::json::object();
