@@ -5,8 +5,10 @@ set -euo pipefail
 # cpp-httplib: the HTTP server; its header includes the TLS, zlib and brotli headers that
 # Debian built it with. nodejs, npm and curl: the server's end-to-end test (it installs the
 # official openai client with npm).
-SPECDEC_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libpcre2-dev libcli11-dev libgtest-dev
-  libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev curl)
+SPECDEC_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcli11-dev
+  libgtest-dev libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev curl)
+# CI also runs the libFuzzer targets (scripts/ci_sanitizers.sh), which need clang and its runtime.
+if [ "${CI:-}" = true ]; then SPECDEC_PACKAGES+=(clang-14 libclang-rt-14-dev); fi
 missing=()
 for p in "${SPECDEC_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -77,6 +77,20 @@ uint64_t parse_seed(const std::string& text) {
   return seed;
 }
 
+// Sampling divides the logits by the temperature; below this the quotients overflow to infinity
+// for ordinary logits and no distribution is left to draw from. Such a temperature means "the
+// most likely token", which is what 0 (greedy decoding) asks for exactly, so we say so rather
+// than guess.
+namespace {
+constexpr float kMinSamplingTemperature = 1e-6f;
+
+void check_temperature(float temperature, const char* flag) {
+  require(temperature == 0.0f || !(temperature < kMinSamplingTemperature), flag, " ", temperature,
+          " is too small to sample at (the logits divided by it overflow): use 0 for greedy decoding or at least ",
+          kMinSamplingTemperature);
+}
+}  // namespace
+
 DraftSpec draft_spec(const std::string& draft, int num_draft) {
   return draft == "ngram" ? DraftSpec::ngram({}, num_draft) : DraftSpec::model(draft, {}, num_draft);
 }
@@ -148,6 +162,7 @@ GenerateCommand generate_command(GenerateFlags& f) {
   if (f.repetition_opt->count()) s.repetition_penalty = f.repetition_penalty;
   s.seed = parse_seed(f.seed);
   s.validate();
+  if (f.temperature_opt->count()) check_temperature(f.temperature, "--temperature");
   require(c.request.max_tokens >= 1, "max_tokens must be at least 1, got ", c.request.max_tokens);
   require(f.num_draft >= 0, "--num-draft-tokens must not be negative, got ", f.num_draft);
   const std::optional<VerifyMode> mode = parse_verify_mode(f.spec_mode);
@@ -238,6 +253,7 @@ BenchCommand bench_command(BenchFlags& f) {
   check_replay_flags(o);
   require(o.spec_batch >= 1, "--spec-batch must be at least 1, got ", o.spec_batch);
   o.sampling.validate();
+  check_temperature(f.temperature, "--temperature");
   require(o.num_draft >= 0, "--num-draft-tokens must not be negative, got ", o.num_draft);
   for (int b : o.batches) require(b >= 1, "--batch-sizes must be positive, got ", b);
   for (int b : o.batches) require(b <= 256, "--batch-sizes: at most 256 rows, got ", b);

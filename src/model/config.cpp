@@ -54,6 +54,11 @@ void parse_sizes(const Json& j, const std::string& src, ModelConfig& c) {
   c.num_layers = require_positive(j, "num_hidden_layers", src);
   c.num_heads = require_positive(j, "num_attention_heads", src);
   c.max_position = require_positive(j, "max_position_embeddings", src);
+  // The engine's warm-up forward before the first request holds 8 positions; a context smaller
+  // than that holds no useful prompt either.
+  constexpr int kMinContext = 8;
+  SPECDEC_CHECK(c.max_position >= kMinContext, src, ": max_position_embeddings = ", c.max_position,
+                " is below the ", kMinContext, " positions specdec needs as a context");
   // Hugging Face: num_key_value_heads absent means plain multi-head attention.
   c.num_kv_heads = config_json::get_int(j, "num_key_value_heads", src).has_value()
                        ? require_positive(j, "num_key_value_heads", src)
@@ -146,6 +151,10 @@ GenerationDefaults load_generation_config(const std::filesystem::path& dir) {
   g.repetition_penalty =
       static_cast<float>(config_json::get_number(j, "repetition_penalty", src).value_or(g.repetition_penalty));
   SPECDEC_CHECK(g.temperature >= 0.0f, src, ": temperature = ", g.temperature, " must not be negative");
+  // As for --temperature: logits divided by a smaller one overflow; 0 is greedy decoding.
+  SPECDEC_CHECK(g.temperature == 0.0f || g.temperature >= 1e-6f, src, ": temperature = ", g.temperature,
+                " is too small to sample at (the logits divided by it overflow): use 0 for greedy decoding or at "
+                "least 1e-06");
   SPECDEC_CHECK(g.top_p > 0.0f && g.top_p <= 1.0f, src, ": top_p = ", g.top_p, " must lie in (0, 1]");
   SPECDEC_CHECK(g.min_p >= 0.0f && g.min_p <= 1.0f, src, ": min_p = ", g.min_p, " must lie in [0, 1]");
   SPECDEC_CHECK(g.repetition_penalty > 0.0f, src, ": repetition_penalty = ", g.repetition_penalty,

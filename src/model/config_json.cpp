@@ -9,7 +9,7 @@
 
 namespace specdec::config_json {
 
-std::string describe(const nlohmann::json::parse_error& e) {
+std::string describe(const nlohmann::json::exception& e) {
   const std::string what = e.what();
   const size_t tag_end = what.find("] ");
   return tag_end == std::string::npos ? what : what.substr(tag_end + 2);
@@ -20,6 +20,8 @@ Json parse(const std::string& text, const std::string& source) {
     return Json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(source, ": invalid JSON at byte ", e.byte, ": ", describe(e));
+  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double, e.g. 1e606
+    fail(source, ": invalid JSON: ", describe(e));
   }
 }
 
@@ -56,6 +58,8 @@ int64_t as_int(const Json& v, const std::string& key, const std::string& source)
   }
   if (v.is_number_float()) {
     const double d = v.get<double>();
+    // Range first: converting a double outside int64's range is undefined (found by fuzzing).
+    SPECDEC_CHECK(d >= -0x1p63 && d < 0x1p63, source, ": field \"", key, "\" = ", d, " is out of range");
     SPECDEC_CHECK(d == static_cast<double>(static_cast<int64_t>(d)), source, ": field \"", key,
                   "\" must be an integer, got ", d);
     return static_cast<int64_t>(d);

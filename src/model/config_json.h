@@ -17,7 +17,7 @@ using Json = nlohmann::json;
 // Parses text; a syntax error names source and the position nlohmann reports.
 Json parse(const std::string& text, const std::string& source);
 // nlohmann's parse-error text without its "[json.exception...]" tag (it keeps line and column).
-std::string describe(const nlohmann::json::parse_error& e);
+std::string describe(const nlohmann::json::exception& e);
 // Reads and parses a file; a missing or unreadable file is an error naming it.
 Json read_file(const std::filesystem::path& path);
 std::string read_text(const std::filesystem::path& path);

@@ -144,6 +144,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
     header = Json::parse(header_text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(file, ": invalid header JSON at byte ", e.byte, ": ", config_json::describe(e));
+  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double, e.g. 1e606
+    fail(file, ": invalid header JSON: ", config_json::describe(e));
   }
   SPECDEC_CHECK(header.is_object(), file, ": header must be a JSON object");
 

@@ -34,6 +34,9 @@ std::optional<std::string> optional_string(const nlohmann::json& model, const ch
 Bpe::Bpe(const nlohmann::json& model, const std::string& where) {
   const auto& vocab = model.find("vocab");
   SPECDEC_CHECK(vocab != model.end() && vocab->is_object(), where, ": model.vocab must be an object");
+  // Without this every text would encode to no tokens, and the error would come later as an
+  // empty prompt.
+  SPECDEC_CHECK(!vocab->empty(), where, ": model.vocab is empty (a tokenizer needs at least one token)");
   int32_t max_id = -1;
   vocab_.reserve(vocab->size());
   for (const auto& [token, id] : vocab->items()) {

@@ -1,6 +1,10 @@
-// Normaliser implementations. Unicode normal forms need composition tables we do not carry, so
-// NFC/NFKC/NFD/NFKD accept only ASCII text (where they are the identity) and refuse the rest.
+// Normaliser implementations. The Unicode normal forms (NFC/NFKC/NFD/NFKD) come from utf8proc,
+// whose tables follow the Unicode standard as the `tokenizers` library's do.
 #include "tokenizer/normalizers.h"
+
+#include <utf8proc.h>
+
+#include <cstdlib>
 
 #include <clocale>
 #include <cwctype>
@@ -105,16 +109,25 @@ class StripNormalizer final : public Normalizer {
   bool right_;
 };
 
-class AsciiOnlyNormalForm final : public Normalizer {
+// One of the four Unicode normal forms. ASCII text is its own normal form under all four, so
+// the common case skips the library entirely.
+class UnicodeNormalForm final : public Normalizer {
  public:
-  explicit AsciiOnlyNormalForm(std::string name) : name_(std::move(name)) {}
+  UnicodeNormalForm(std::string name, utf8proc_option_t options) : name_(std::move(name)), options_(options) {}
   void normalize(std::string& text) const override {
-    SPECDEC_CHECK(utf8::is_ascii(text), "normalizer ", name_,
-                  " is supported only for ASCII input (no Unicode normalisation tables); got non-ASCII text");
+    if (utf8::is_ascii(text)) return;
+    utf8proc_uint8_t* mapped = nullptr;
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                            static_cast<utf8proc_ssize_t>(text.size()), &mapped, options_);
+    // The text was checked as UTF-8 before encoding; what remains is running out of memory.
+    if (n < 0) fail("normalizer ", name_, ": ", utf8proc_errmsg(n), " (", text.size(), " bytes of input)");
+    text.assign(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
+    std::free(mapped);
   }
 
  private:
   std::string name_;
+  utf8proc_option_t options_;
 };
 
 }  // namespace
@@ -139,8 +152,15 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& spec, const st
     return std::make_unique<StripNormalizer>(json_bool(spec, "strip_left", where, true),
                                              json_bool(spec, "strip_right", where, true));
   }
-  if (type == "NFC" || type == "NFKC" || type == "NFD" || type == "NFKD") {
-    return std::make_unique<AsciiOnlyNormalForm>(type);
+  // The same flags as utf8proc's own utf8proc_NFC/NFD/NFKC/NFKD, on a length instead of a NUL.
+  const auto stable = static_cast<int>(UTF8PROC_STABLE);
+  if (type == "NFC") return std::make_unique<UnicodeNormalForm>(type, utf8proc_option_t(stable | UTF8PROC_COMPOSE));
+  if (type == "NFD") return std::make_unique<UnicodeNormalForm>(type, utf8proc_option_t(stable | UTF8PROC_DECOMPOSE));
+  if (type == "NFKC") {
+    return std::make_unique<UnicodeNormalForm>(type, utf8proc_option_t(stable | UTF8PROC_COMPOSE | UTF8PROC_COMPAT));
+  }
+  if (type == "NFKD") {
+    return std::make_unique<UnicodeNormalForm>(type, utf8proc_option_t(stable | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT));
   }
   fail(where, ": unsupported normalizer type '", type, "'");
 }

@@ -1,5 +1,5 @@
 // Normalisers: the text rewrites tokenizer.json applies to each non-added-token segment before
-// pre-tokenisation (null, Sequence, Prepend, Replace, Lowercase, Strip, NFC/NFKC/NFD/NFKD on ASCII).
+// pre-tokenisation (null, Sequence, Prepend, Replace, Lowercase, Strip, NFC/NFKC/NFD/NFKD).
 #pragma once
 
 #include <memory>

@@ -48,6 +48,8 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(path.string(), ": invalid JSON: ", e.what());
+  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond double, e.g. 1e606
+    fail(path.string(), ": invalid JSON: ", e.what());
   }
 }
 

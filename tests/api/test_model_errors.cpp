@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include "specdec/specdec.h"
 
@@ -261,6 +262,78 @@ TEST_F(BrokenModel, TheContextEndIsReported) {
   const specdec::GenerationResult whole = engine.wait(engine.submit(r));
   EXPECT_EQ(whole.finish, specdec::Finish::length);
   EXPECT_FALSE(whole.stats.context_full);
+}
+
+// One field edited in one file of the bundled model, and the one line that names it.
+struct BadField {
+  const char* file;
+  std::function<void(nlohmann::json&)> edit;
+  std::string message;
+};
+
+TEST_F(BrokenModel, BadFieldsGiveOneClearLine) {
+  const std::vector<BadField> table = {
+      {"config.json", [](nlohmann::json& j) { j["max_position_embeddings"] = 4; },
+       "config.json: max_position_embeddings = 4 is below the 8 positions specdec needs as a context"},
+      {"config.json", [](nlohmann::json& j) { j["max_position_embeddings"] = 7; },
+       "config.json: max_position_embeddings = 7 is below the 8 positions specdec needs as a context"},
+      // Found by fuzzing: a float beyond int64 was converted before its range was checked.
+      {"config.json", [](nlohmann::json& j) { j["head_dim"] = 3.2e85; },
+       "config.json: field \"head_dim\" = 3.2e+85 is out of range"},
+      {"config.json", [](nlohmann::json& j) { j["num_hidden_layers"] = -1e19; },
+       "config.json: field \"num_hidden_layers\" = -1e+19 is out of range"},
+      {"tokenizer.json",
+       [](nlohmann::json& j) {
+         j["model"]["vocab"] = nlohmann::json::object();
+         j["model"]["merges"] = nlohmann::json::array();
+       },
+       "tokenizer.json: model.vocab is empty (a tokenizer needs at least one token)"},
+      {"generation_config.json",
+       [](nlohmann::json& j) {
+         j["do_sample"] = true;
+         j["temperature"] = 1e-38;
+       },
+       "generation_config.json: temperature = 1e-38 is too small to sample at (the logits divided by it overflow): "
+       "use 0 for greedy decoding or at least 1e-06"},
+  };
+  for (const BadField& row : table) {
+    SCOPED_TRACE(row.message);
+    fs::remove_all(dir_ / "m");
+    const fs::path m = linked_copy(kTarget);
+    nlohmann::json j = fs::exists(kTarget + "/" + row.file) ? nlohmann::json::parse(slurp(kTarget + "/" + row.file))
+                                                            : nlohmann::json::object();
+    row.edit(j);
+    replace(m / row.file, j.dump(1));
+    expect_error([&] { specdec::Engine engine(on_cpu(m)); }, row.message);
+  }
+}
+
+// A number beyond double's range (found by fuzzing: the JSON library throws a different exception
+// for it than for bad syntax, which escaped without the file's name).
+TEST_F(BrokenModel, NumbersBeyondDoubleAreInvalidJsonNamingTheFile) {
+  {
+    const fs::path m = linked_copy(kTarget);
+    replace(m / "config.json", R"({"vocab_size": 1e606})");
+    expect_refused(m, "config.json: invalid JSON: number overflow parsing '1e606'");
+  }
+  {
+    fs::remove_all(dir_ / "m");
+    const fs::path m = linked_copy(kTarget);
+    const std::string tokenizer = slurp(kTarget + "/tokenizer.json");
+    replace(m / "tokenizer.json", "[1e606, " + tokenizer + "]");
+    expect_error([&] { specdec::Engine engine(on_cpu(m)); }, "tokenizer.json: invalid JSON: ");
+  }
+  {
+    fs::remove_all(dir_ / "m");
+    const fs::path m = linked_copy(kTarget);
+    std::string header = R"({"w": {"dtype": "F32", "shape": [1e606], "data_offsets": [0, 4]}})";
+    while (header.size() % 8 != 0) header += ' ';
+    std::string bytes(8, '\0');
+    const uint64_t n = header.size();
+    std::memcpy(bytes.data(), &n, 8);
+    replace(m / "model.safetensors", bytes + header + std::string(4, '\0'));
+    expect_refused(m, "model.safetensors: invalid header JSON: number overflow parsing '1e606'");
+  }
 }
 
 TEST(DraftModel, AnotherVocabularyIsRefusedAndTheEngineServesOn) {

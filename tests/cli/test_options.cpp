@@ -63,6 +63,12 @@ const std::vector<BadLine> kBadGenerateLines = {
     {{"--min-p", "-1"}, "sampling: min_p must be in [0, 1], got -1"},
     {{"--min-p", "nan"}, "sampling: min_p must be in [0, 1], got nan"},
     {{"--repetition-penalty", "-1"}, "sampling: repetition_penalty must be finite and > 0 (1 = off), got -1"},
+    {{"--temperature", "1e-38"},
+     "--temperature 1e-38 is too small to sample at (the logits divided by it overflow): use 0 for greedy decoding or "
+     "at least 1e-06"},
+    {{"--temperature", "9e-7"},
+     "--temperature 9e-07 is too small to sample at (the logits divided by it overflow): use 0 for greedy decoding or "
+     "at least 1e-06"},
     {{"--seed", "18446744073709551616"},
      "--seed must be an integer in [0, 18446744073709551615], got '18446744073709551616'"},
     {{"--seed", "1e30"}, "--seed must be an integer in [0, 18446744073709551615], got '1e30'"},
@@ -102,6 +108,9 @@ const std::vector<BadLine> kBadLines = {
      "unknown --cpu-isa 'best' (expected avx512, avx2, scalar or avx512-bf16)"},
     {{"bench", "--temperature", "-1"}, "sampling: temperature must be finite and >= 0 (0 = greedy), got -1"},
     {{"bench", "--top-p", "0"}, "sampling: top_p must be in (0, 1], got 0"},
+    {{"bench", "--temperature", "1e-30"},
+     "--temperature 1e-30 is too small to sample at (the logits divided by it overflow): use 0 for greedy decoding or "
+     "at least 1e-06"},
     {{"bench", "--repeats", "0"}, "--repeats must be at least 1"},
     {{"bench", "--draft", "ngram", "--replay", "--replay-window-cost", "-1"},
      "--replay-window-cost must not be negative, got -1"},

@@ -7,13 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/normalizers.h"
 #include "tokenizer/tokenizer.h"
 
 namespace specdec {
 namespace {
 
 std::string fixture_dir(const std::string& kind) {
-  return std::string(SPECDEC_SOURCE_DIR) + "/tests/fixtures/tokenizers/" + kind;
+  return std::string(SPECDEC_SOURCE_DIR) + "/tests/fixtures/tokenizers/" + kind;  // a folder or a file
 }
 
 std::vector<nlohmann::json> read_jsonl(const std::string& path) {
@@ -80,7 +81,41 @@ TEST_P(FixtureTest, DecodeRandomIdsMatchesReference) {
   std::printf("[%s] decode.jsonl %d/%zu\n", GetParam().c_str(), ok, rows.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokenizers, FixtureTest, ::testing::Values("bytelevel", "metaspace"));
+INSTANTIATE_TEST_SUITE_P(Tokenizers, FixtureTest, ::testing::Values("bytelevel", "metaspace", "bytelevel_nfc"));
+
+// The library's NFC/NFD/NFKC/NFKD of every fixture string (multilingual text, combining marks,
+// compatibility characters, Hangul, emoji sequences). One known difference: the library's tables
+// predate Unicode 12.1, so it leaves U+32FF (SQUARE ERA NAME REIWA, new in 12.1) alone under
+// NFKC/NFKD, where utf8proc (Unicode 15) decomposes it to its two ideographs as the standard says.
+TEST(NormalizerFixture, UnicodeNormalFormsMatchReference) {
+  const auto rows = read_jsonl(fixture_dir("normalizers.jsonl"));
+  ASSERT_GE(rows.size(), 900u);
+  const std::string reiwa = "\u32ff";
+  for (const char* form : {"NFC", "NFD", "NFKC", "NFKD"}) {
+    const auto normalizer = make_normalizer(nlohmann::json{{"type", form}}, "test");
+    int ok = 0;
+    for (const auto& row : rows) {
+      std::string text = row["text"].get<std::string>();
+      if (form[2] == 'K' && text.find(reiwa) != std::string::npos) {
+        std::string want = row[form].get<std::string>();
+        for (size_t at = want.find(reiwa); at != std::string::npos; at = want.find(reiwa, at))
+          want.replace(at, reiwa.size(), "\u4ee4\u548c");
+        normalizer->normalize(text);
+        EXPECT_EQ(text, want) << form;
+        ++ok;
+        continue;
+      }
+      normalizer->normalize(text);
+      if (text == row[form].get<std::string>()) {
+        ++ok;
+      } else {
+        ADD_FAILURE() << form << " mismatch for " << row["text"].dump() << ": got " << nlohmann::json(text).dump()
+                      << " want " << row[form].dump();
+      }
+    }
+    std::printf("[%s] %d/%zu\n", form, ok, rows.size());
+  }
+}
 
 }  // namespace
 }  // namespace specdec
