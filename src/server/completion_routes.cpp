@@ -19,7 +19,7 @@ constexpr std::chrono::milliseconds kPollInterval{50};
 json parse_body(const httplib::Request& req) {
   try {
     return json::parse(req.body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond double
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "invalid_request_error");
   }
 }

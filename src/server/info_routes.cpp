@@ -20,7 +20,7 @@ json body_object(const httplib::Request& req) {
   json body;
   try {
     body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond double
     throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "invalid_request_error");
   }
   if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object", "invalid_request_error");

@@ -175,6 +175,10 @@ TEST(Http, ChatUsesTheRendererAndStreams) {
 TEST(Http, ErrorsAreOpenAiJsonWithTheirStatus) {
   Served s;
   expect_error(s.client->Post("/v1/completions", "{not json", "application/json"), 400, "");
+  // A number beyond double is a JSON error of its own kind (out of range), still the client's fault.
+  expect_error(s.client->Post("/v1/completions", R"({"prompt": "x", "temperature": 1e999})", "application/json"), 400,
+               "");
+  expect_error(s.client->Post("/tokenize", R"({"content": "x", "n": 1e999})", "application/json"), 400, "");
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"temperature", -1}}), 400, "temperature");
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"model", "nope"}}), 404, "model");
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 100000}}), 400, "max_tokens");
