@@ -137,7 +137,8 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
   cmd->add_option("--stop", g.stop, "stop string (repeatable)");
   cmd->add_flag("--ignore-eos", g.ignore_eos, "keep generating after the end-of-sequence token");
   cmd->add_flag("--json", f.json, "print one JSON object instead of streaming text");
-  cmd->add_option("--draft", f.draft, "speculative decoding: 'ngram' or a draft model folder");
+  cmd->add_option("--draft", f.draft,
+                  "speculative decoding: 'ngram', or the folder of a draft model, an EAGLE-3 head or a DFlash drafter");
   f.num_draft_opt =
       cmd->add_option("--num-draft-tokens", f.num_draft, "maximum draft tokens per round (default: the method's)");
   f.spec_mode_opt =
@@ -186,7 +187,9 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   BenchCommand& o = f.bench;
   CLI::App* cmd = app.add_subcommand("bench", "measure throughput (plain, and speculative with --draft)");
   add_common(*cmd, f.common);
-  cmd->add_option("--draft", o.drafts, "draft method(s): 'ngram' or a draft model folder (repeatable)");
+  cmd->add_option(
+      "--draft", o.drafts,
+      "draft method(s): 'ngram', or the folder of a draft model, an EAGLE-3 head or a DFlash drafter (repeatable)");
   cmd->add_option("--num-draft-tokens", o.num_draft, "maximum draft depth (default: the method's)");
   cmd->add_option("--batch-sizes", o.batches, "plain decoding batch sizes")->delimiter(',')->capture_default_str();
   cmd->add_option("--prompt-tokens", o.prompt_tokens, "plain benchmark prompt length")->capture_default_str();

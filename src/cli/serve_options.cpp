@@ -32,7 +32,8 @@ CLI::App* ServeFlags::add(CLI::App& app) {
   cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body (413 beyond)")->capture_default_str();
   cmd->add_option("--http-threads", s.http_threads, "connection threads (default: max-rows + max-queue + 8)");
   cmd->add_option("--draft", v_->drafts,
-                  "speculative decoding: 'ngram' or a draft model folder (repeatable; requests use the first "
+                  "speculative decoding: 'ngram', or a draft model, EAGLE-3 head or DFlash folder (repeatable; "
+                  "requests use the first "
                   "unless they narrow it)");
   cmd->add_option("--num-draft-tokens", s.num_draft_tokens, "most draft tokens per round (default: the method's)");
   cmd->add_option("--spec-mode", v_->spec_mode, "exact (identical output) or rejection")->capture_default_str();
