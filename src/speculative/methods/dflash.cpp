@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "model/scratch.h"
 #include "sampling/sampling.h"
+#include "speculative/methods/kv_rows.h"
 #include "speculative/methods/dspark.h"
 
 namespace specdec {
@@ -75,7 +76,6 @@ class DflashRows final : public DraftRows {
 
   PreparedChange prepare_append(std::span<const Checkpoint* const> checkpoints) override {
     auto added = std::make_shared<std::vector<DflashRow>>();
-    KvCache* cache = cache_.get();
     try {
       for (const Checkpoint* cp : checkpoints) {
         if (cp) check_checkpoint(*cp, ns_);
@@ -85,30 +85,13 @@ class DflashRows final : public DraftRows {
         if (cp) restore(added->back(), *cp);
       }
     } catch (...) {
-      for (auto& r : *added) cache->release(r.seq);
+      for (auto& r : *added) cache_->release(r.seq);
       throw;
     }
-    return PreparedChange(
-        [this, added] {
-          for (auto& r : *added) rows_.push_back(std::move(r));
-          added->clear();
-        },
-        [added, cache] {
-          for (auto& r : *added) cache->release(r.seq);
-        });
+    return append_on_commit(rows_, added, *cache_);
   }
 
-  void filter_rows(std::span<const int> keep) override {
-    std::vector<DflashRow> next;
-    std::vector<bool> kept(rows_.size(), false);
-    for (int i : keep) {
-      kept.at(static_cast<size_t>(i)) = true;
-      next.push_back(std::move(rows_[static_cast<size_t>(i)]));
-    }
-    for (size_t i = 0; i < rows_.size(); ++i)
-      if (!kept[i]) cache_->release(rows_[i].seq);
-    rows_ = std::move(next);
-  }
+  void filter_rows(std::span<const int> keep) override { keep_rows(rows_, keep, *cache_); }
 
   void prefill(int row, std::span<const int32_t> tokens, const TargetContext& context) override {
     auto& r = rows_.at(static_cast<size_t>(row));

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "model/model.h"
 #include "sampling/sampling.h"
+#include "speculative/methods/kv_rows.h"
 
 namespace specdec {
 
@@ -50,28 +51,10 @@ class DraftModelRows : public DraftRows {
       if (cp) row.known = cp->tokens;  // the KV is rebuilt lazily from the tokens
       added->push_back(std::move(row));
     }
-    auto cache = cache_.get();
-    return PreparedChange(
-        [this, added] {
-          for (auto& r : *added) rows_.push_back(std::move(r));
-          added->clear();
-        },
-        [added, cache] {
-          for (auto& r : *added) cache->release(r.seq);
-        });
+    return append_on_commit(rows_, added, *cache_);
   }
 
-  void filter_rows(std::span<const int> keep) override {
-    std::vector<DraftRowState> next;
-    std::vector<bool> kept(rows_.size(), false);
-    for (int i : keep) {
-      kept.at(static_cast<size_t>(i)) = true;
-      next.push_back(std::move(rows_[static_cast<size_t>(i)]));
-    }
-    for (size_t i = 0; i < rows_.size(); ++i)
-      if (!kept[i]) cache_->release(rows_[i].seq);
-    rows_ = std::move(next);
-  }
+  void filter_rows(std::span<const int> keep) override { keep_rows(rows_, keep, *cache_); }
 
   // The prompt is only recorded: the first draft() feeds it (in blocks of kCatchUpBlock), so a
   // row the depth policy never lets draft (a batch where speculation does not pay) costs no
@@ -111,9 +94,8 @@ class DraftModelRows : public DraftRows {
     std::erase_if(live, [&](size_t i) { return !catch_up(asks[i], out[i], feeds[i]); });
     // The coupled draw: draft i samples with the key the target uses at its position. Rows that
     // need nothing but their logits (and no q) are drawn by the backend, as the target's are.
-    const bool on_backend = std::all_of(asks.begin(), asks.end(), [](const DraftRequestRow& a) {
-      return draws_on_backend(*a.sampling, a.want_q);
-    });
+    const bool on_backend = std::all_of(
+        asks.begin(), asks.end(), [](const DraftRequestRow& a) { return draws_on_backend(*a.sampling, a.want_q); });
     const auto position_of = [&](size_t i, int step) {
       return static_cast<uint64_t>(asks[i].position) + 1 + static_cast<uint64_t>(step);
     };

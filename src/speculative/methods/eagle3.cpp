@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "sampling/sampling.h"
+#include "speculative/methods/kv_rows.h"
 
 namespace specdec {
 
@@ -59,28 +60,10 @@ class Eagle3Rows : public DraftRows {
       }
       added->push_back(std::move(row));
     }
-    auto cache = cache_.get();
-    return PreparedChange(
-        [this, added] {
-          for (auto& r : *added) rows_.push_back(std::move(r));
-          added->clear();
-        },
-        [added, cache] {
-          for (auto& r : *added) cache->release(r.seq);
-        });
+    return append_on_commit(rows_, added, *cache_);
   }
 
-  void filter_rows(std::span<const int> keep) override {
-    std::vector<Eagle3RowState> next;
-    std::vector<bool> kept(rows_.size(), false);
-    for (int i : keep) {
-      kept.at(static_cast<size_t>(i)) = true;
-      next.push_back(std::move(rows_[static_cast<size_t>(i)]));
-    }
-    for (size_t i = 0; i < rows_.size(); ++i)
-      if (!kept[i]) cache_->release(rows_[i].seq);
-    rows_ = std::move(next);
-  }
+  void filter_rows(std::span<const int> keep) override { keep_rows(rows_, keep, *cache_); }
 
   void prefill(int row, std::span<const int32_t> tokens, const TargetContext& context) override {
     auto& r = rows_.at(static_cast<size_t>(row));
