@@ -104,8 +104,13 @@ TEST(DflashEngine, AcceptsLongBurstsAndTheCutShortensSomeRounds) {
     const RequestResult got = run_one(*engine, std::move(r));
     EXPECT_EQ(got.tokens, want) << method;
     const auto& t = got.stats.speculative;
-    // A drafter that reads the target's own hidden states accepts well over a draft a round here.
-    EXPECT_GT(t.accepted, 1.5 * t.rounds) << method;
+    // A drafter that reads the target's own hidden states accepts well over a draft a round here
+    // (at the depth asked; the cut's lengths follow the machine's measured prices).
+    if (std::string(method) == "dflash-fixed") {
+      EXPECT_GT(t.accepted, 1.5 * t.rounds) << method;
+    } else {
+      EXPECT_GT(t.accepted, 0) << method;
+    }
   }
   // Without measured prices (a fresh engine's first rounds) the cut keeps the policy's depth; once
   // they are measured it proposes fewer drafts in some rounds.
@@ -125,6 +130,25 @@ TEST(DflashEngine, RejectionModeAtTemperatureZeroIsExact) {
   const RequestResult got = run_one(*engine, std::move(r));
   EXPECT_EQ(got.tokens, want);
   EXPECT_GT(got.stats.speculative.accepted, 0);
+}
+
+TEST(DflashEngine, RejectionModeKeepsTheDepthSoSeededRunsReproduce) {
+  // The cut's lengths depend on measured times; in rejection mode the draws depend on the
+  // lengths, so the cut stays out and the same seeded request gives the same tokens every run.
+  Methods m;
+  auto engine = make_dflash_engine(5, &m);
+  std::vector<int32_t> first;
+  for (int run = 0; run < 3; ++run) {
+    Request r = make_request(encode(prompts()[1]), 40, 0.8f, 11);
+    r.spec.method = "dflash";
+    r.spec.mode = SpecMode::rejection;
+    r.spec.adaptive = false;
+    const RequestResult got = run_one(*engine, std::move(r));
+    if (run == 0) first = got.tokens;
+    EXPECT_EQ(got.tokens, first) << "run " << run;
+  }
+  EXPECT_GT(m.cut->stats().rounds, 0);
+  EXPECT_EQ(m.cut->stats().proposed, m.cut->stats().asked);
 }
 
 TEST(DflashEngine, RejectionModeSamplesRun) {

@@ -356,7 +356,10 @@ class DflashRows final : public DraftRows {
           survival.push_back(alive);
         }
       }
-      if (hidden) {
+      // Rejection-mode draws depend on how many drafts a round has, and a seeded request must
+      // reproduce whatever the timing: the cut weighs measured times, so those rows keep the
+      // depth they were given, as the depth policy fixes it for them.
+      if (hidden && !ask.want_q) {
         const size_t keep = static_cast<size_t>(dspark_cut(survival, ask.window_seconds, ask.draft_seconds));
         p.tokens.resize(keep);
         if (ask.want_q) p.q.resize(keep);
