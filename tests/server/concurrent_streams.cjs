@@ -145,8 +145,14 @@ function expect(cond, what) {
   // Flat over the three rounds after the warm-up: the last holds no more than the first plus
   // allocator slack (the pool's threads settle into malloc arenas as they first serve; a few
   // MiB move between rounds with no trend). Held requests and KV are checked exactly above.
+  // Under AddressSanitizer freed memory waits in its quarantine (256 MiB by default), so RSS
+  // grows there by design: the sanitizer stage reports the figure instead of judging it.
   const growth = sizes[kRounds - 1] - sizes[1];
-  expect(growth <= Math.max(8 << 20, 0.05 * sizes[1]), `RSS grew by ${(growth / 1048576).toFixed(1)} MiB over rounds 1-3`);
+  if (process.env.SPECDEC_SANITIZED === '1') {
+    console.log(`RSS moved by ${(growth / 1048576).toFixed(1)} MiB over rounds 1-3 (sanitized build: not judged)`);
+  } else {
+    expect(growth <= Math.max(8 << 20, 0.05 * sizes[1]), `RSS grew by ${(growth / 1048576).toFixed(1)} MiB over rounds 1-3`);
+  }
   if (failures) process.exitCode = 1;
   console.log(`concurrent streams: ${failures} failures`);
 })().catch(e => { console.log('FAIL ' + (e.stack || e)); process.exitCode = 1; });
