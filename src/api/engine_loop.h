@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <future>
 #include <map>
@@ -90,6 +91,7 @@ auto EngineLoop::call(Fn&& fn) -> std::invoke_result_t<Fn&, EngineCore&> {
   // fn and done are referenced, not copied: this call waits until the task has run or been
   // rejected, and a rejected task is never run afterwards.
   enqueue([&fn, &done](EngineCore* core) {
+    std::exception_ptr error;
     try {
       SPECDEC_CHECK(core != nullptr, "the engine is shutting down");
       if constexpr (std::is_void_v<R>) {
@@ -99,8 +101,11 @@ auto EngineLoop::call(Fn&& fn) -> std::invoke_result_t<Fn&, EngineCore&> {
         done.set_value(fn(*core));
       }
     } catch (...) {
-      done.set_exception(std::current_exception());
+      error = std::current_exception();
     }
+    // Set after the catch block has ended, so that this thread holds no reference to the
+    // exception once the caller can see it: the caller alone ends its life.
+    if (error) done.set_exception(std::move(error));
   });
   return result.get();
 }
