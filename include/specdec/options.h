@@ -35,7 +35,7 @@ struct EngineConfig {
   CpuIsa cpu_isa = CpuIsa::best;
   bool batch_invariant = true;  // GPU: batch-invariant kernels (exact speculative output)
   KvCacheType kv_type = KvCacheType::bf16;
-  double kv_memory_gb = 0;        // 0 = 1 GiB on the CPU, 16 GiB on a GPU
+  double kv_memory_gb = 0;        // 0 = 1 GiB on the CPU; on a GPU, what is free after weights and activations
   double gpu_memory_gb = 0;       // GPU: cap on the device memory pool (weights, KV, scratch); 0 = free memory
   int max_rows = 64;              // requests decoding at once
   int max_batch_tokens = 512;     // tokens in one target forward

@@ -25,6 +25,23 @@ void warm_up(Model& model) {
   model.forward(ForwardRequest{{SequenceInput{seq, std::vector<int32_t>(kTokens, 0), {kTokens - 1}}}, {}}, *cache);
 }
 
+// Device memory the configured drafts take beside the target's KV cache when that cache is sized
+// from free memory: each draft checkpoint's weights (its safetensors files) and its own KV cache
+// and scratch, which the methods cap at 1 GiB (draft model) or less (hidden-state drafters).
+size_t draft_reserve(const EngineConfig& c) {
+  namespace fs = std::filesystem;
+  size_t bytes = 0;
+  for (const DraftSpec& d : c.drafts) {
+    if (d.kind != DraftKind::model) continue;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(d.path, ec)) {
+      if (entry.path().extension() == ".safetensors") bytes += entry.file_size(ec);
+    }
+    bytes += (size_t{5} << 30) / 4;
+  }
+  return bytes;
+}
+
 BackendOptions backend_options(const EngineConfig& c) {
   BackendOptions bo;
   const bool cuda = c.device == DeviceKind::cuda || (c.device == DeviceKind::automatic && cuda_available());
@@ -82,8 +99,16 @@ Session open_session(const EngineConfig& config) {
                   s.defaults.eos_token_ids.empty() ? "config.json" : "generation_config.json",
                   ") is outside the vocabulary of ", s.model->config().vocab_size, " tokens");
   }
-  const double gb = config.kv_memory_gb > 0 ? config.kv_memory_gb : (bo.device == Device::cuda ? 16.0 : 1.0);
-  s.engine.kv_memory = static_cast<size_t>(gb * (1ull << 30));
+  // Without --kv-memory: 1 GiB on the host; on a GPU, what is free after the weights (as vLLM
+  // does), so that a server holds as many rows and as much prefix cache as the device allows.
+  if (config.kv_memory_gb > 0) {
+    s.engine.kv_memory = static_cast<size_t>(config.kv_memory_gb * (1ull << 30));
+  } else if (bo.device == Device::cuda) {
+    s.engine.kv_memory = 0;
+    s.engine.kv_reserve = draft_reserve(config);
+  } else {
+    s.engine.kv_memory = size_t{1} << 30;
+  }
   s.engine.max_rows = config.max_rows;
   s.engine.max_batch_tokens = config.max_batch_tokens;
   s.engine.max_queue = config.max_queue;

@@ -70,6 +70,9 @@ class Backend {
   virtual DType kv_dtype() const = 0;
 
   virtual Buffer allocate(size_t bytes) = 0;
+  // Bytes this backend may still allocate, for sizing caches from what is left; 0 where the
+  // backend sets no bound of its own (host memory).
+  virtual size_t memory_available() const { return 0; }
   // Copies src to dst (same dtype and element count); either may be host memory (Device::cpu).
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   virtual void synchronize() = 0;

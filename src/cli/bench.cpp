@@ -265,8 +265,9 @@ EngineConfig bench_engine_config(const BenchCommand& o, const ModelInfo& model) 
       const double per_token = 2.0 * model.num_layers * model.num_kv_heads * model.head_dim * kv_elem;
       const int per_row = std::min(o.prompt_tokens + o.gen_tokens, model.context_length) + 32;
       const double gib = per_token * per_row * max_batch / double(1ull << 30) * 1.05;
-      const double fallback = c.device == DeviceKind::cpu ? 1.0 : 16.0;  // the engine's default
-      if (gib > fallback) c.kv_memory_gb = gib;
+      // On the host, never below the engine's 1 GiB default; on a GPU, this instead of the
+      // engine's default (all free memory), which would only lengthen the start.
+      if (c.device != DeviceKind::cpu || gib > 1.0) c.kv_memory_gb = gib;
     }
   }
   if (!o.drafts.empty()) {

@@ -24,7 +24,7 @@ void add_common(CLI::App& cmd, CommonFlags& f) {
   cmd.add_option("--threads", f.threads, "CPU threads (default: all)");
   cmd.add_option("--cpu-isa", f.cpu_isa, "CPU kernels: avx512, avx2, scalar or avx512-bf16 (default: best exact)");
   cmd.add_flag("--fast-gpu", f.fast_gpu, "GPU: fast kernels instead of batch-invariant ones");
-  cmd.add_option("--kv-memory", f.kv_memory, "KV cache size in GiB (default: 1 on the CPU, 16 on a GPU)");
+  cmd.add_option("--kv-memory", f.kv_memory, "KV cache size in GiB (default: 1 on the CPU; on a GPU, the memory free after the weights, activations and drafts)");
   cmd.add_option("--gpu-memory", f.gpu_memory,
                  "GPU: cap on the device memory pool in GiB (default: the free memory at start)");
   cmd.add_option("--kv-dtype", f.kv_dtype, "GPU KV cache type: bf16, f16 or f32")->capture_default_str();

@@ -23,12 +23,45 @@ std::unique_ptr<KvCache> make_target_cache(const Model& target, const EngineOpti
   int blocks = options.kv_blocks;
   if (blocks <= 0) {
     const int per_row = (c.max_position + 15) / 16 + 1;
-    const int by_memory = KvCache::blocks_for_memory(options.kv_memory, c.num_layers, c.num_kv_heads, c.head_dim,
-                                                     target.backend().kv_dtype());
+    const DType kv_dtype = target.backend().kv_dtype();
+    size_t bytes = options.kv_memory;
+    if (bytes == 0) {
+      const size_t available = target.backend().memory_available();
+      SPECDEC_CHECK(available > 0, "the KV cache's size cannot be taken from the ", target.backend().name(),
+                    " backend's free memory (it sets no bound); give --kv-memory");
+      bytes = auto_kv_memory(available, c, options, kv_dtype);
+    }
+    const int by_memory = KvCache::blocks_for_memory(bytes, c.num_layers, c.num_kv_heads, c.head_dim, kv_dtype);
     blocks = std::max(1, std::min(per_row * options.max_rows, by_memory));
   }
   return target.make_cache(blocks);
 }
+
+}  // namespace
+
+size_t auto_kv_memory(size_t available, const ModelConfig& c, const EngineOptions& options, DType kv_dtype) {
+  // One forward's f32 activations per token: the residual stream and its normed copy, q/k/v and
+  // the attention output, the MLP's gate, up and product; and the logits of every position that
+  // can be verified at once (each row's window of up to 16 tokens, or the whole token budget).
+  const size_t head_dim = static_cast<size_t>(c.head_dim);
+  const size_t per_token = sizeof(float) * (3 * static_cast<size_t>(c.hidden_size) +
+                                            head_dim * (2 * c.num_heads + 2 * c.num_kv_heads) +
+                                            3 * static_cast<size_t>(c.intermediate_size));
+  const size_t tokens = static_cast<size_t>(options.max_batch_tokens) + 16 * static_cast<size_t>(options.max_rows);
+  const size_t logit_rows = std::min(tokens, 16 * static_cast<size_t>(options.max_rows));
+  const size_t activations = 2 * (tokens * per_token + logit_rows * sizeof(float) * static_cast<size_t>(c.vocab_size));
+  const size_t margin = size_t{1} << 30;
+  const size_t needed = activations + options.kv_reserve + margin;
+  const size_t per_block = static_cast<size_t>(2) * c.num_layers * 16 * c.num_kv_heads * head_dim * dtype_size(kv_dtype);
+  const size_t left = available > needed ? (available - needed) / 10 * 9 : 0;
+  SPECDEC_CHECK(left >= per_block, "the device has ", available >> 20, " MiB free after the weights, and the forwards' ",
+                "activations (", activations >> 20, " MiB at --max-batch-tokens ", options.max_batch_tokens,
+                " and --max-rows ", options.max_rows, "), the draft methods (", options.kv_reserve >> 20,
+                " MiB) and a 1 GiB margin leave no room for the KV cache; lower those, or give --kv-memory");
+  return left;
+}
+
+namespace {
 
 TargetView target_view(const Model& target, const EngineOptions& options) {
   TargetView view;

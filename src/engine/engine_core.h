@@ -42,7 +42,12 @@ struct EngineCounters {
 
 struct EngineOptions {
   int kv_blocks = 0;            // 0 = enough for max_rows rows of the full context, capped at kv_memory
+  // Cap on the KV cache's bytes. 0: sized from the backend's memory_available() at start, less
+  // what the forwards' activations and kv_reserve need (auto_kv_memory).
   size_t kv_memory = 1ull << 30;
+  // Device memory to leave free beside the KV cache for what is made after it (the draft
+  // methods' caches and scratch), when kv_memory is 0.
+  size_t kv_reserve = 0;
   int max_rows = 64;            // rows decoding or prefilling at once
   int max_batch_tokens = 512;   // tokens in one target forward (prefill chunks fill what decode leaves)
   // Requests that may wait beyond the rows free at submit time; one more is refused with
@@ -54,6 +59,13 @@ struct EngineOptions {
   // path, for comparisons).
   bool sample_on_backend = true;
 };
+
+// The KV budget when EngineOptions::kv_memory is 0: of `available` device bytes, what remains after
+// the activations of one forward at the options' largest shape (max_batch_tokens tokens, logits of
+// every row's verify window), options.kv_reserve and a margin for the runtime's own allocations,
+// times 0.9 so that fragmentation never turns the last allocation into a failure. Throws, naming
+// --kv-memory, when that leaves less than one block.
+size_t auto_kv_memory(size_t available, const ModelConfig& config, const EngineOptions& options, DType kv_dtype);
 
 class EngineCore {
  public:

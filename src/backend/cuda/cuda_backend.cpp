@@ -125,6 +125,12 @@ class CudaBackend final : public Backend {
 
   Buffer allocate(size_t bytes) override { return memory_->allocate(bytes); }
 
+  // The pool's cap (the free memory at start, or --gpu-memory) less what it has handed out.
+  size_t memory_available() const override {
+    const size_t used = memory_->in_use();
+    return used < memory_->cap() ? memory_->cap() - used : 0;
+  }
+
   void copy(const Tensor& src, const Tensor& dst) override {
     SPECDEC_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel(), "copy: ", src.shape_string(), " to ",
                   dst.shape_string(), " (dtype and element count must match)");
