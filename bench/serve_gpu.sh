@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Serving load on a GPU: starts `specdec serve --device cuda` on MODEL_DIR (with the n-gram
-# drafter loaded) and runs `specdec bench-serve` at concurrency 1, 16, 64 and 256, plain
+# drafter loaded) and runs `specdec bench-serve` at concurrency 1, 16, 64 and 256 (twice as many
+# requests as clients, at least 32), plain
 # (speculative "none") and with n-gram drafts, writing one JSON report per run into OUT_DIR
 # (plus the server's log). Usage: bench/serve_gpu.sh MODEL_DIR OUT_DIR [SPECDEC_BINARY]
 # Extra server flags may be given in SPECDEC_SERVE_FLAGS (e.g. "--kv-memory 40").
@@ -27,7 +28,7 @@ url="http://127.0.0.1:$port"
 "$bin" bench-serve --url "$url" -n 4 -c 4 --max-tokens 16 > /dev/null
 for spec in none ngram; do
   for c in 1 16 64 256; do
-    n=$((c * 4 < 32 ? 32 : c * 4))
+    n=$((c * 2 < 32 ? 32 : c * 2))
     echo "== speculative $spec, concurrency $c, $n requests"
     "$bin" bench-serve --url "$url" -n "$n" -c "$c" --max-tokens 128 --speculative "$spec" \
       --label "gpu c=$c spec=$spec" --json "$out/serve_c${c}_${spec}.json"
