@@ -59,6 +59,21 @@ inline std::vector<uint8_t> encode(const std::vector<float>& values, DType dtype
   return out;
 }
 
+// values rounded to dtype (to nearest even) and widened back: what a 16-bit conversion keeps.
+inline std::vector<float> rounded(const std::vector<float>& values, DType dtype) {
+  std::vector<float> out(values);
+  if (dtype == DType::bf16) {
+    for (auto& v : out) v = bf16_to_f32(f32_to_bf16(v));
+  } else if (dtype == DType::f16) {
+    for (auto& v : out) v = f16_to_f32(f32_to_f16(v));
+  }
+  return out;
+}
+
+// Whether the batch-invariant CUDA linear rounds x to the weights' type for this shape: 16-bit
+// weights and K a multiple of 8 take the tensor-core linear (see cuda_backend.cpp).
+inline bool invariant_rounds_x(DType wt, int64_t K) { return wt != DType::f32 && K % 8 == 0; }
+
 // A tensor owned together with its buffer.
 struct Owned {
   Buffer buffer;
