@@ -13,6 +13,7 @@ std::unique_ptr<Backend> make_gpu(int gemm_tile = 0) {
   BackendOptions o;
   o.device = Device::cuda;
   o.batch_invariant = true;
+  o.cuda.invariant_tensor_cores = true;
   o.cuda.gemm_tile = gemm_tile;
   return make_backend(o);
 }
@@ -75,11 +76,12 @@ TEST(GpuGemm, RowBitsEqualAtEveryM) {
             << what << " tile " << tile << " rows [" << first << ", " << first + M << ")";
       }
     }
-    // Against f64 on the rounded operands (f32 sums: a few units of 2^-24 relative per step).
+    // Against f64 on the rounded operands: the MMA's f32 sums of a k-step do not round like a
+    // chain of fma; a few units of 2^-24 relative per step.
     const int check = 24;
     const auto want = reference(std::vector<float>(x.begin(), x.begin() + size_t(check) * c.K), wv, check, c.N, c.K,
                                 c.wt);
-    EXPECT_LE(rel_error(std::vector<float>(all.begin(), all.begin() + size_t(check) * c.N), want), 1e-5) << what;
+    EXPECT_LE(rel_error(std::vector<float>(all.begin(), all.begin() + size_t(check) * c.N), want), 5e-5) << what;
   }
 }
 
@@ -129,10 +131,10 @@ TEST(GpuGemm, FusedFormsRowBitsAndReference) {
       want_added[size_t(m) * Nq + n] = res[size_t(m) * Nq + n] + q[size_t(m) * Nq + n];
     }
   for (size_t i = 0; i < gd.size(); ++i) want_gated[i] = static_cast<float>(gd[i] / (1.0 + std::exp(-double(gd[i]))) * up[i]);
-  EXPECT_LE(rel_error(all.q, want_q), 1e-5);
-  EXPECT_LE(rel_error(all.k, k), 1e-5);
-  EXPECT_LE(rel_error(all.gated, want_gated), 1e-5);
-  EXPECT_LE(rel_error(all.added, want_added), 1e-5);
+  EXPECT_LE(rel_error(all.q, want_q), 5e-5);
+  EXPECT_LE(rel_error(all.k, k), 5e-5);
+  EXPECT_LE(rel_error(all.gated, want_gated), 5e-5);
+  EXPECT_LE(rel_error(all.added, want_added), 5e-5);
 }
 
 }  // namespace

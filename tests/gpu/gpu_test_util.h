@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -70,9 +71,14 @@ inline std::vector<float> rounded(const std::vector<float>& values, DType dtype)
   return out;
 }
 
-// Whether the batch-invariant CUDA linear rounds x to the weights' type for this shape: 16-bit
-// weights and K a multiple of 8 take the tensor-core linear (see cuda_backend.cpp).
-inline bool invariant_rounds_x(DType wt, int64_t K) { return wt != DType::f32 && K % 8 == 0; }
+// Whether the batch-invariant CUDA linear rounds x to the weights' type for this shape: with
+// CudaTuning::invariant_tensor_cores (or SPECDEC_CUDA_INVARIANT_GEMM), 16-bit weights and K a
+// multiple of 8 take the tensor-core linear (see cuda_backend.cpp).
+inline bool invariant_rounds_x(DType wt, int64_t K) {
+  const char* v = std::getenv("SPECDEC_CUDA_INVARIANT_GEMM");
+  const bool on = v != nullptr ? std::strcmp(v, "0") != 0 : CudaTuning{}.invariant_tensor_cores;
+  return on && wt != DType::f32 && K % 8 == 0;
+}
 
 // A tensor owned together with its buffer.
 struct Owned {

@@ -64,11 +64,6 @@ TEST(GpuTuning, AlternativesComputeTheDefaultsBits) {
   t.overlapped_launches = true;
   t.early_weights = 1;
   alternatives.emplace_back("one early weight vector", t);
-  for (int tile : {1, 2, 3}) {  // every tile of the tensor-core linear
-    t = {};
-    t.gemm_tile = tile;
-    alternatives.emplace_back(str_cat("gemm tile ", tile), t);
-  }
 
   auto defaults = make_gpu(CudaTuning{});
   for (int M : {1, 2, 40}) {

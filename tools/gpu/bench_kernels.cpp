@@ -53,10 +53,11 @@ struct Result {
   double ms = 0, bytes = 0, flops = 0;
 };
 
-std::unique_ptr<Backend> cuda_backend(bool invariant) {
+std::unique_ptr<Backend> cuda_backend(bool invariant, bool tensor_cores = false) {
   BackendOptions o;
   o.device = Device::cuda;
   o.batch_invariant = invariant;
+  o.cuda.invariant_tensor_cores = tensor_cores;
   return make_backend(o);
 }
 
@@ -157,12 +158,13 @@ int run(int argc, char** argv) {
   std::printf("|%s|\n", std::string(150, '-').c_str());
   auto fast = cuda_backend(false);
   if (linears) {
+    auto mma = cuda_backend(true, true);  // batch-invariant on the tensor-core linear
     const int qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
     for (auto [N, K] : {std::pair{qd + 2 * kvd, s.hidden}, std::pair{s.hidden, qd},
                         std::pair{2 * s.intermediate, s.hidden}, std::pair{s.hidden, s.intermediate}}) {
       for (int M : {1, 2, 8, 16, 32, 64, 128, 256, 512, 2048}) {
-        for (auto* be : {inv.get(), fast.get()}) {
-          results.push_back(linear_case(*be, be == inv.get() ? "invariant" : "fast", M, N, K));
+        for (auto* be : {inv.get(), mma.get(), fast.get()}) {
+          results.push_back(linear_case(*be, be == inv.get() ? "invariant" : be == mma.get() ? "inv-mma" : "fast", M, N, K));
           print_row(results.back(), copy_bw);
         }
       }

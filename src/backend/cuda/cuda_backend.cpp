@@ -1,9 +1,11 @@
 // The CUDA backend: checks every call's tensors on the host, then enqueues the kernels of
 // kernels.h (or cuBLASLt) on the backend's stream. Numerics of the two linear modes:
-// - batch_invariant = true: 16-bit weights: every M goes through the tensor-core linear
-//   (gemm.cu): x rounded to the weights' type, f32 sums in MMA k-steps of increasing k, one
-//   order for any M, so a row's result is bit-identical at any M and in any batch. f32 weights:
-//   the row-streaming kernel (linear.cu), f32 fma in an order fixed by K.
+// - batch_invariant = true: every M goes through the row-streaming kernel (linear.cu): x stays
+//   f32, weights are widened to f32, f32 fma in an order fixed by K. Matches an f32 CPU GEMM on
+//   the same weights to rounding, and a row's result is bit-identical at any M. With
+//   CudaTuning::invariant_tensor_cores, 16-bit weights go through the tensor-core linear
+//   (gemm.cu) at every M instead: x rounded to the weights' type, f32 sums in MMA k-steps of
+//   increasing k, one order for any M, so equally batch invariant.
 // - batch_invariant = false: M <= kSmallM uses the same kernel; larger M converts x to
 //   the weight's 16-bit type (round to nearest even) and runs a cuBLASLt GEMM with f32
 //   accumulation (tensor cores). Rounding x to bf16 costs ~3 significant digits in the products;
@@ -84,6 +86,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_FUSED_ATTENTION", tuning.fused_attention);
   set_switch("SPECDEC_CUDA_MERGE_LAUNCH", tuning.merge_launch);
   set_switch("SPECDEC_CUDA_FLASH", tuning.flash_prefill);
+  set_switch("SPECDEC_CUDA_INVARIANT_GEMM", tuning.invariant_tensor_cores);
   set_level("SPECDEC_CUDA_GEMM_TILE", 6, tuning.gemm_tile);
   set_level("SPECDEC_CUDA_FAST_GEMM_MAX_M", 1 << 30, tuning.fast_gemm_max_m);
   return tuning;
@@ -645,12 +648,13 @@ class CudaBackend final : public Backend {
   // it streams the weights fastest) in fast mode.
   bool rows_kernel(const LinearShape& sh) const { return invariant_ || sh.m <= kSmallM || sh.k == 0; }
 
-  // Whether the tensor-core linear serves weights of this type and K, for every M in
-  // batch-invariant mode (one reduction order for every M; the norm is then never folded), and
-  // for 2 < M <= CudaTuning::fast_gemm_max_m in fast mode.
+  // Whether the tensor-core linear serves weights of this type and K: for every M in
+  // batch-invariant mode with CudaTuning::invariant_tensor_cores (one reduction order for every
+  // M; the norm is then never folded), and for 2 < M <= CudaTuning::fast_gemm_max_m in fast mode.
   bool tensor_core_type(const LinearShape& sh) const {
     if (sh.type == ElemType::f32 || sh.k == 0 || sh.k % 8 != 0) return false;
-    return invariant_ || (sh.m > kSmallM && sh.m <= tuning().fast_gemm_max_m);
+    if (invariant_) return tuning().invariant_tensor_cores;
+    return sh.m > kSmallM && sh.m <= tuning().fast_gemm_max_m;
   }
   bool tensor_cores(const LinearShape& sh, std::span<const void* const> weights) const {
     return tensor_core_type(sh) && cuda::gemm_supports(sh.type, sh.k, weights.data(), static_cast<int>(weights.size()));

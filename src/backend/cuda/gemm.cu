@@ -100,11 +100,13 @@ struct Tile {
 
 // Tiles (see launch_gemm for the choice): few rows (decode steps) stream narrow column tiles
 // deep; many rows (prefill chunks) reuse each staged operand across large warp tiles.
-using SmallTile = Tile<16, 32, 16, 8, 64, 8>;
+// The small tile stages 512 bytes of each weight row at a time: with 128-byte pieces of 32 rows
+// a stage, the weight stream reached a quarter of the copy bandwidth whatever the depth.
+using SmallTile = Tile<16, 32, 16, 8, 256, 4>;
 using MidTile = Tile<64, 64, 32, 32, 32, 5>;
 using LargeTile = Tile<128, 128, 64, 32, 32, 3>;
-// Alternatives kept for measurement (CudaTuning::gemm_tile 4..6): a deeper small tile, a
-// narrower one (twice the blocks), and a wider large one.
+// Alternatives kept for measurement (CudaTuning::gemm_tile 4..6): a small tile of 128-byte
+// pieces, deep; a narrower one (twice the blocks); a wider large tile.
 using DeepSmallTile = Tile<16, 32, 16, 8, 64, 12>;
 using NarrowSmallTile = Tile<16, 16, 16, 8, 64, 12>;
 using WideLargeTile = Tile<128, 256, 64, 64, 32, 3>;
@@ -177,7 +179,8 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(LinearRowsArgs a, int 
       if (i >= A_CHUNKS) continue;
       const int r = i / (BK / 4), c = (i % (BK / 4)) * 4;
       const int m = m0 + r, k = k0 + c;
-      const bool ok = m < M && k < K;
+      if (m >= M) continue;  // zeroed once below, never loaded
+      const bool ok = k < K;
       const float* src = ok ? a.x + static_cast<int64_t>(m) * K + k : a.x;
       float* dst = sa + r * T::A_STRIDE + c;
       if (x_aligned) {
@@ -189,6 +192,14 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(LinearRowsArgs a, int 
     }
   };
 
+  // Rows of the tile past M: zero in every stage (their outputs are not stored; an MMA output
+  // depends on its own row of x alone, so they could hold anything, but stay defined).
+  if (m0 + BM > M) {
+    for (int i = tid; i < STAGES * BM * T::A_STRIDE; i += NT) {
+      const int stage = i / (BM * T::A_STRIDE), e = i % (BM * T::A_STRIDE);
+      if (m0 + e / T::A_STRIDE >= M) reinterpret_cast<float*>(smem + stage * T::STAGE_BYTES)[e] = 0.0f;
+    }
+  }
   // Weights are never written by a kernel: the prologue's weight loads go out before the wait
   // for the previous kernel (they join the first stage's group).
 #pragma unroll
@@ -335,6 +346,7 @@ template <typename W, typename T, LinearEpilogue E>
 void launch_tile(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   const auto kernel = gemm_kernel<W, T, E>;
   constexpr size_t smem = T::smem();
+  static_assert(smem <= 227 * 1024, "a block's shared memory");
   static const bool raised = [&] {
     if (smem <= 48 * 1024) return true;
     const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
