@@ -100,13 +100,12 @@ struct Tile {
 
 // Tiles (see launch_gemm for the choice): few rows (decode steps) stream narrow column tiles
 // deep; many rows (prefill chunks) reuse each staged operand across large warp tiles.
-// The small tile stages 512 bytes of each weight row at a time: with 128-byte pieces of 32 rows
-// a stage, the weight stream reached a quarter of the copy bandwidth whatever the depth.
-using SmallTile = Tile<16, 32, 16, 8, 256, 4>;
+using SmallTile = Tile<16, 32, 16, 8, 64, 8>;
 using MidTile = Tile<64, 64, 32, 32, 32, 5>;
 using LargeTile = Tile<128, 128, 64, 32, 32, 3>;
-// Alternatives kept for measurement (CudaTuning::gemm_tile 4..6): a small tile of 128-byte
-// pieces, deep; a narrower one (twice the blocks); a wider large tile.
+// Alternatives kept for measurement (CudaTuning::gemm_tile 4..6): a deeper small tile, a
+// narrower one (twice the blocks), and a wider large one. None streams one row's weights faster
+// than SmallTile (docs/benchmarks.md), nor does a small tile of 512-byte pieces of each row.
 using DeepSmallTile = Tile<16, 32, 16, 8, 64, 12>;
 using NarrowSmallTile = Tile<16, 16, 16, 8, 64, 12>;
 using WideLargeTile = Tile<128, 256, 64, 64, 32, 3>;
