@@ -46,9 +46,6 @@ struct CudaTuning {
   // Tile of the tensor-core linear: 0 chosen from M and N, 1 small, 2 mid, 3 large, 4 deep small,
   // 5 narrow small, 6 wide large (SPECDEC_CUDA_GEMM_TILE). Every tile gives the same bits.
   int gemm_tile = 0;
-  // The fast mode's linears of 2 < M <= fast_gemm_max_m rows run on the tensor-core linear
-  // instead of cuBLASLt (SPECDEC_CUDA_FAST_GEMM_MAX_M; 0: never).
-  int fast_gemm_max_m = 0;
 };
 
 }  // namespace specdec

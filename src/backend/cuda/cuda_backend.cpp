@@ -88,7 +88,6 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_FLASH", tuning.flash_prefill);
   set_switch("SPECDEC_CUDA_INVARIANT_GEMM", tuning.invariant_tensor_cores);
   set_level("SPECDEC_CUDA_GEMM_TILE", 6, tuning.gemm_tile);
-  set_level("SPECDEC_CUDA_FAST_GEMM_MAX_M", 1 << 30, tuning.fast_gemm_max_m);
   return tuning;
 }
 
@@ -98,7 +97,6 @@ void check_tuning(const CudaTuning& t) {
   const int paired = static_cast<int>(t.paired_columns);
   SPECDEC_CHECK(paired >= 0 && paired <= 2, "CudaTuning::paired_columns = ", paired, " must be 0, 1 or 2");
   SPECDEC_CHECK(t.gemm_tile >= 0 && t.gemm_tile <= 6, "CudaTuning::gemm_tile = ", t.gemm_tile, " must be 0 to 6");
-  SPECDEC_CHECK(t.fast_gemm_max_m >= 0, "CudaTuning::fast_gemm_max_m = ", t.fast_gemm_max_m, " must not be negative");
 }
 
 class CudaBackend final : public Backend {
@@ -650,11 +648,10 @@ class CudaBackend final : public Backend {
 
   // Whether the tensor-core linear serves weights of this type and K: for every M in
   // batch-invariant mode with CudaTuning::invariant_tensor_cores (one reduction order for every
-  // M; the norm is then never folded), and for 2 < M <= CudaTuning::fast_gemm_max_m in fast mode.
+  // M; the norm is then never folded). The fast mode keeps cuBLASLt, faster at every M above two.
   bool tensor_core_type(const LinearShape& sh) const {
     if (sh.type == ElemType::f32 || sh.k == 0 || sh.k % 8 != 0) return false;
-    if (invariant_) return tuning().invariant_tensor_cores;
-    return sh.m > kSmallM && sh.m <= tuning().fast_gemm_max_m;
+    return invariant_ && tuning().invariant_tensor_cores;
   }
   bool tensor_cores(const LinearShape& sh, std::span<const void* const> weights) const {
     return tensor_core_type(sh) && cuda::gemm_supports(sh.type, sh.k, weights.data(), static_cast<int>(weights.size()));
