@@ -37,6 +37,15 @@ struct CudaTuning {
   // false keeps the f32 kernel there too (SPECDEC_CUDA_FLASH=0). The one switch here that changes
   // results: within bf16 rounding (q and the probabilities are rounded for the products).
   bool flash_prefill = true;
+  // Batch-invariant mode runs its 16-bit linears on the tensor-core linear (gemm.cu) at every M
+  // instead of the row-streaming kernels (SPECDEC_CUDA_INVARIANT_GEMM=1). Changes results: x is
+  // rounded to the weights' type for the products. Off by default: at one row it streams the
+  // weights at about half the row kernel's rate (docs/benchmarks.md), and one row is the
+  // commonest call. Either way one reduction order serves every M of a backend.
+  bool invariant_tensor_cores = false;
+  // Tile of the tensor-core linear: 0 chosen from M and N, 1 small, 2 mid, 3 large, 4 deep small,
+  // 5 narrow small, 6 wide large (SPECDEC_CUDA_GEMM_TILE). Every tile gives the same bits.
+  int gemm_tile = 0;
 };
 
 }  // namespace specdec

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -57,6 +58,26 @@ inline std::vector<uint8_t> encode(const std::vector<float>& values, DType dtype
     }
   }
   return out;
+}
+
+// values rounded to dtype (to nearest even) and widened back: what a 16-bit conversion keeps.
+inline std::vector<float> rounded(const std::vector<float>& values, DType dtype) {
+  std::vector<float> out(values);
+  if (dtype == DType::bf16) {
+    for (auto& v : out) v = bf16_to_f32(f32_to_bf16(v));
+  } else if (dtype == DType::f16) {
+    for (auto& v : out) v = f16_to_f32(f32_to_f16(v));
+  }
+  return out;
+}
+
+// Whether the batch-invariant CUDA linear rounds x to the weights' type for this shape: with
+// CudaTuning::invariant_tensor_cores (or SPECDEC_CUDA_INVARIANT_GEMM), 16-bit weights and K a
+// multiple of 8 take the tensor-core linear (see cuda_backend.cpp).
+inline bool invariant_rounds_x(DType wt, int64_t K) {
+  const char* v = std::getenv("SPECDEC_CUDA_INVARIANT_GEMM");
+  const bool on = v != nullptr ? std::strcmp(v, "0") != 0 : CudaTuning{}.invariant_tensor_cores;
+  return on && wt != DType::f32 && K % 8 == 0;
 }
 
 // A tensor owned together with its buffer.

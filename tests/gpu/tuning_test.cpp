@@ -66,7 +66,7 @@ TEST(GpuTuning, AlternativesComputeTheDefaultsBits) {
   alternatives.emplace_back("one early weight vector", t);
 
   auto defaults = make_gpu(CudaTuning{});
-  for (int M : {1, 2}) {
+  for (int M : {1, 2, 40}) {
     for (DType wt : {DType::bf16, DType::f32}) {
       const auto want = run_linears(*defaults, M, 512, 256, 64, 704, wt);
       for (const auto& [name, tuning] : alternatives) {

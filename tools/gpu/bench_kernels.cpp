@@ -53,10 +53,11 @@ struct Result {
   double ms = 0, bytes = 0, flops = 0;
 };
 
-std::unique_ptr<Backend> cuda_backend(bool invariant) {
+std::unique_ptr<Backend> cuda_backend(bool invariant, bool tensor_cores = false) {
   BackendOptions o;
   o.device = Device::cuda;
   o.batch_invariant = invariant;
+  o.cuda.invariant_tensor_cores = tensor_cores;
   return make_backend(o);
 }
 
@@ -137,6 +138,9 @@ int run(int argc, char** argv) {
   // --quick: fast mode only, batch-1 linears of every decode shape and the recorded decode
   // steps at batch 1 and 8 (the loop of the decode-speed work, a few seconds).
   const bool quick = argc > 2 && std::string(argv[2]) == "--quick";
+  // --linears: the 8B shape's linears alone at M = 1 .. 2048 rows in both modes (the
+  // batch-invariant mode's tensor-core linear against the fast mode's kernels), then stop.
+  const bool linears = argc > 2 && std::string(argv[2]) == "--linears";
   SPECDEC_CHECK(cuda_available(), "bench: no CUDA device");
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -153,6 +157,21 @@ int run(int argc, char** argv) {
               "tokens", "ms", "ms/token", "tokens/s", "GB", "GB/s", "of copy", "TFLOP/s", "of peak");
   std::printf("|%s|\n", std::string(150, '-').c_str());
   auto fast = cuda_backend(false);
+  if (linears) {
+    auto mma = cuda_backend(true, true);  // batch-invariant on the tensor-core linear
+    const int qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
+    for (auto [N, K] : {std::pair{qd + 2 * kvd, s.hidden}, std::pair{s.hidden, qd},
+                        std::pair{2 * s.intermediate, s.hidden}, std::pair{s.hidden, s.intermediate}}) {
+      for (int M : {1, 2, 8, 16, 32, 64, 128, 256, 512, 2048}) {
+        for (auto* be : {inv.get(), mma.get(), fast.get()}) {
+          results.push_back(linear_case(*be, be == inv.get() ? "invariant" : be == mma.get() ? "inv-mma" : "fast", M, N, K));
+          print_row(results.back(), copy_bw);
+        }
+      }
+    }
+    write_json(json, prop.name, copy_bw, results, {});
+    return 0;
+  }
   if (quick) {
     const int qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
     for (auto [N, K] : {std::pair{qd + 2 * kvd, s.hidden}, std::pair{s.hidden, qd},
@@ -193,7 +212,7 @@ int run(int argc, char** argv) {
       results.push_back(r);
       print_row(r, copy_bw);
     }
-    for (int B : {1, 8}) {  // the same steps replayed as one CUDA graph: launch gaps removed
+    for (int B : {1, 8, 32, 64, 128}) {  // the same steps replayed as one CUDA graph: launch gaps removed
       results.push_back(recorded_decode(*be, mode, s, w, B, context, 2, 7));
       print_row(results.back(), copy_bw);
     }

@@ -2,7 +2,10 @@
 // kernels.h (or cuBLASLt) on the backend's stream. Numerics of the two linear modes:
 // - batch_invariant = true: every M goes through the row-streaming kernel (linear.cu): x stays
 //   f32, weights are widened to f32, f32 fma in an order fixed by K. Matches an f32 CPU GEMM on
-//   the same weights to rounding, and a row's result is bit-identical at any M.
+//   the same weights to rounding, and a row's result is bit-identical at any M. With
+//   CudaTuning::invariant_tensor_cores, 16-bit weights go through the tensor-core linear
+//   (gemm.cu) at every M instead: x rounded to the weights' type, f32 sums in MMA k-steps of
+//   increasing k, one order for any M, so equally batch invariant.
 // - batch_invariant = false: M <= kSmallM uses the same kernel; larger M converts x to
 //   the weight's 16-bit type (round to nearest even) and runs a cuBLASLt GEMM with f32
 //   accumulation (tensor cores). Rounding x to bf16 costs ~3 significant digits in the products;
@@ -83,6 +86,8 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_FUSED_ATTENTION", tuning.fused_attention);
   set_switch("SPECDEC_CUDA_MERGE_LAUNCH", tuning.merge_launch);
   set_switch("SPECDEC_CUDA_FLASH", tuning.flash_prefill);
+  set_switch("SPECDEC_CUDA_INVARIANT_GEMM", tuning.invariant_tensor_cores);
+  set_level("SPECDEC_CUDA_GEMM_TILE", 6, tuning.gemm_tile);
   return tuning;
 }
 
@@ -91,6 +96,7 @@ void check_tuning(const CudaTuning& t) {
                 " must be 0, 1 or 2");
   const int paired = static_cast<int>(t.paired_columns);
   SPECDEC_CHECK(paired >= 0 && paired <= 2, "CudaTuning::paired_columns = ", paired, " must be 0, 1 or 2");
+  SPECDEC_CHECK(t.gemm_tile >= 0 && t.gemm_tile <= 6, "CudaTuning::gemm_tile = ", t.gemm_tile, " must be 0 to 6");
 }
 
 class CudaBackend final : public Backend {
@@ -182,6 +188,10 @@ class CudaBackend final : public Backend {
   void linear(const Tensor& x, const Weight& w, const Tensor* bias, const Tensor& out) override {
     const Tensor& weight = w.dense("linear");
     const LinearShape sh = check_linear("linear", x, weight, bias, out);
+    if (tensor_cores(sh, {&weight.data, 1})) {
+      const cuda::LinearSegment seg{weight.data, sh.bias, out.ptr<float>(), sh.n};
+      return launch_gemm(x, {&seg, 1}, sh, cuda::LinearEpilogue::store, "linear");
+    }
     if (rows_kernel(sh)) {
       const cuda::LinearSegment seg{weight.data, sh.bias, out.ptr<float>(), sh.n};
       launch_rows(x, {&seg, 1}, sh, cuda::LinearEpilogue::store, "linear");
@@ -227,6 +237,13 @@ class CudaBackend final : public Backend {
     const LinearShape up = check_linear(op, x, w_up, nullptr, out);
     SPECDEC_CHECK(up.type == sh.type, op, ": gate ", w_gate.shape_string(), " and up ", w_up.shape_string(),
                   " must share a dtype");
+    const std::array<const void*, 2> ws = {w_gate.data, w_up.data};
+    if (tensor_cores(sh, ws)) {
+      const std::array<cuda::LinearSegment, 2> segs = {
+          cuda::LinearSegment{w_gate.data, nullptr, out.ptr<float>(), sh.n},
+          cuda::LinearSegment{w_up.data, nullptr, nullptr, sh.n}};
+      return launch_gemm(x, segs, sh, cuda::LinearEpilogue::silu_gate, op);
+    }
     if (rows_kernel(sh)) return launch_gated_rows(x, w_gate, w_up, out, sh, op);
     const Tensor tmp = epilogue_scratch(out);
     linear_lt(x, w_gate, sh.type, sh.m, sh.n, sh.k, out);
@@ -238,6 +255,10 @@ class CudaBackend final : public Backend {
     const char* op = "linear_add";
     const Tensor& weight = w.dense(op);
     const LinearShape sh = check_linear(op, x, weight, bias, out);
+    if (tensor_cores(sh, {&weight.data, 1})) {
+      const cuda::LinearSegment seg{weight.data, sh.bias, out.ptr<float>(), sh.n};
+      return launch_gemm(x, {&seg, 1}, sh, cuda::LinearEpilogue::add, op);
+    }
     if (rows_kernel(sh)) {
       const cuda::LinearSegment seg{weight.data, sh.bias, out.ptr<float>(), sh.n};
       launch_rows(x, {&seg, 1}, sh, cuda::LinearEpilogue::add, op);
@@ -631,11 +652,37 @@ class CudaBackend final : public Backend {
   // it streams the weights fastest) in fast mode.
   bool rows_kernel(const LinearShape& sh) const { return invariant_ || sh.m <= kSmallM || sh.k == 0; }
 
+  // Whether the tensor-core linear serves weights of this type and K: for every M in
+  // batch-invariant mode with CudaTuning::invariant_tensor_cores (one reduction order for every
+  // M; the norm is then never folded). The fast mode keeps cuBLASLt, faster at every M above two.
+  bool tensor_core_type(const LinearShape& sh) const {
+    if (sh.type == ElemType::f32 || sh.k == 0 || sh.k % 8 != 0) return false;
+    return invariant_ && tuning().invariant_tensor_cores;
+  }
+  bool tensor_cores(const LinearShape& sh, std::span<const void* const> weights) const {
+    return tensor_core_type(sh) && cuda::gemm_supports(sh.type, sh.k, weights.data(), static_cast<int>(weights.size()));
+  }
+
+  void launch_gemm(const Tensor& x, std::span<const cuda::LinearSegment> segs, const LinearShape& sh,
+                   cuda::LinearEpilogue epilogue, const char* op) {
+    cuda::LinearRowsArgs a;
+    a.x = x.ptr<float>();
+    a.w_type = sh.type;
+    a.M = sh.m;
+    a.K = sh.k;
+    a.segments = static_cast<int>(segs.size());
+    a.epilogue = epilogue;
+    for (size_t j = 0; j < segs.size(); ++j) a.seg[j] = segs[j];
+    cuda::launch_gemm(a, ctx_);
+    check_launch(op, " (tensor-core linear) ", sh.m, "x", sh.k, " by ", sh.n, "x", sh.k, ", ", segs.size(),
+                 " weights");
+  }
+
   // Whether the row-streaming kernel can apply rms_norm(x, norm_weight) itself for this shape: a
   // whole row of x staged at once, and the norm weight of the linear weight's type.
   bool folds_norm(const LinearShape& sh, const Tensor& norm_weight) const {
     if (norm_weight.device != Device::cuda || norm_weight.dtype == DType::i32) return false;
-    return rows_kernel(sh) && sh.m > 0 && sh.k > 0 && elem_type(norm_weight, "rms_norm", "weight") == sh.type &&
+    return !tensor_core_type(sh) && rows_kernel(sh) && sh.m > 0 && sh.k > 0 && elem_type(norm_weight, "rms_norm", "weight") == sh.type &&
            norm_weight.numel() == sh.k && cuda::linear_rows_folds_norm(sh.m, sh.k);
   }
 
@@ -653,13 +700,24 @@ class CudaBackend final : public Backend {
     if (projections.empty() || projections.size() > kMax) return false;
     std::array<LinearShape, kMax> shapes;
     std::array<cuda::LinearSegment, kMax> segs;
+    std::array<const void*, kMax> weights{};
     for (size_t j = 0; j < projections.size(); ++j) {
       const Projection& p = projections[j];
       const Tensor& weight = p.weight.dense("linear_many");
       shapes[j] = check_linear("linear_many", x, weight, p.bias.empty() ? nullptr : &p.bias, p.out);
       segs[j] = {weight.data, shapes[j].bias, p.out.ptr<float>(), shapes[j].n};
-      if (!rows_kernel(shapes[j]) || shapes[j].type != shapes[0].type) return false;
+      weights[j] = weight.data;
+      if (shapes[j].type != shapes[0].type) return false;
     }
+    const size_t count = projections.size();
+    if (tensor_cores(shapes[0], std::span(weights).first(count))) {
+      // The norm is not folded into the tensor-core linear: composed, rms_norm then this.
+      if (norm_weight) return false;
+      launch_gemm(x, std::span(segs).first(count), shapes[0], cuda::LinearEpilogue::store, "linear_many");
+      return true;
+    }
+    for (size_t j = 0; j < count; ++j)
+      if (!rows_kernel(shapes[j])) return false;
     if (norm_weight && !folds_norm(shapes[0], *norm_weight)) return false;
     launch_rows(x, std::span(segs).first(projections.size()), shapes[0], cuda::LinearEpilogue::store, "linear_many",
                 norm_weight ? norm_weight->data : nullptr, eps);

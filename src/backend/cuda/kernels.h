@@ -86,6 +86,15 @@ bool linear_rows_folds_norm(int M, int K);
 // shapes allow it and ctx.tuning.stream_linear is set: how many it has served so far.
 uint64_t linear_stream_launches();
 
+// The tensor-core linear (gemm.cu): the contract of launch_linear_rows without norm_w, for 16-bit
+// weights, with each element of x rounded to the weights' type for the products (f32 sums).
+// Each output takes the MMA k-steps of its row and column in increasing k from zero, one
+// accumulator, whatever M, the tile or the other rows: batch invariant. gemm_supports says
+// whether it applies (weights bf16 or f16, K a multiple of 8, weight rows 16-byte aligned): a
+// function of the weights and K alone, never of M.
+bool gemm_supports(ElemType w_type, int K, const void* const* weights, int count);
+void launch_gemm(const LinearRowsArgs& args, const Context& ctx);
+
 // out[M, N] = x[M, K] · w[N, K]ᵀ (+ bias) with f32 accumulation. Each output is reduced in an
 // order fixed by K alone (lane-strided 16-byte vectors, then a butterfly over the warp), so the
 // result of one row of x never depends on M or on the other rows: batch invariant.
