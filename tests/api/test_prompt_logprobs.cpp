@@ -55,9 +55,12 @@ std::vector<Reference> references() {
   const auto& t = file->tensors();
   std::vector<Reference> out;
   for (int i = 0; i < 2; ++i) {
-    const specdec::Tensor& tokens = t.at("tokens_" + std::to_string(i));
-    const specdec::Tensor& positions = t.at("positions_" + std::to_string(i));
-    const specdec::Tensor& logits = t.at("logits_" + std::to_string(i));
+    // Named keys: a reference from at(temporary) reads as dangling to g++ 13's warning.
+    const std::string suffix = std::to_string(i), tokens_key = "tokens_" + suffix,
+                      positions_key = "positions_" + suffix, logits_key = "logits_" + suffix;
+    const specdec::Tensor& tokens = t.at(tokens_key);
+    const specdec::Tensor& positions = t.at(positions_key);
+    const specdec::Tensor& logits = t.at(logits_key);
     Reference ref;
     ref.tokens.assign(tokens.ptr<int32_t>(), tokens.ptr<int32_t>() + tokens.dim(0));
     ref.positions.assign(positions.ptr<int32_t>(), positions.ptr<int32_t>() + positions.dim(0));

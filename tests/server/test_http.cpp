@@ -150,9 +150,9 @@ TEST(Http, EchoWithLogprobsAndPromptLogprobs) {
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   const json j = json::parse(res->body);
-  const json& c = j["choices"][0];
+  const json c = j["choices"][0];
   const int prompt_tokens = j["usage"]["prompt_tokens"];
-  const json& lp = c["logprobs"];
+  const json lp = c["logprobs"];
   ASSERT_EQ(lp["tokens"].size(), static_cast<size_t>(prompt_tokens) + 6);
   EXPECT_EQ(c["text"], kPrompt + plain["text"].get<std::string>());
   EXPECT_TRUE(lp["token_logprobs"][0].is_null());
@@ -167,7 +167,7 @@ TEST(Http, EchoWithLogprobsAndPromptLogprobs) {
     EXPECT_EQ(lp["tokens"][prompt_tokens + i], plain["logprobs"]["tokens"][i]);
     EXPECT_EQ(lp["token_logprobs"][prompt_tokens + i], plain["logprobs"]["token_logprobs"][i]);
   }
-  const json& pl = c["prompt_logprobs"];
+  const json pl = c["prompt_logprobs"];
   ASSERT_EQ(pl.size(), static_cast<size_t>(prompt_tokens));
   EXPECT_TRUE(pl[0].is_null());
   for (int i = 1; i < prompt_tokens; ++i) {
