@@ -52,6 +52,7 @@ struct TokenLogprob {
   int32_t token = 0;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // the `logprobs` most likely, most likely first (ties: lower id)
+  int rank = 1;                                // 1 + the number of tokens more likely than `token` there
 };
 
 struct GenerationEvent {
@@ -62,6 +63,8 @@ struct GenerationEvent {
   // When the request asked for logprobs: one per new token that is part of the output (an
   // end-of-sequence or stop token that ended the request has none).
   std::vector<TokenLogprob> logprobs = {};
+  // On the request's first event, when it asked for prompt_logprobs: GenerationResult's.
+  std::vector<TokenLogprob> prompt_logprobs = {};
 };
 
 struct GenerationRequest {
@@ -77,6 +80,13 @@ struct GenerationRequest {
   // Unset: no logprobs. k in [0, 20]: each output token's logprob and its position's k most
   // likely tokens (TokenLogprob). Such a request draws its tokens on the host.
   std::optional<int> logprobs;
+  // Unset: none. k in [0, 20]: the logprob of each prompt token after the first (which has no
+  // context) and its position's k most likely tokens, as TokenLogprob defines them with the
+  // prompt before the token as the history (so presence and frequency penalties, which count
+  // generated tokens, do not apply; repetition_penalty and logit_bias do). Prompt P + C scores C
+  // as generating C from P does. They come from the prefill, so such a request shares no cached
+  // prompt prefix: it prefills the whole prompt (in chunks, as any prompt).
+  std::optional<int> prompt_logprobs;
   SpeculativeOptions speculative;
   // Called on the engine's loop thread: keep it short, and do not submit or wait from it
   // (cancel is fine). If it throws, its request ends as cancelled.
@@ -121,6 +131,8 @@ struct GenerationResult {
   std::string text;  // a stop string that ended the request is not included
   std::vector<int32_t> tokens;
   std::vector<TokenLogprob> logprobs;  // one per token, when the request asked for logprobs
+  // prompt tokens - 1 entries, for prompt tokens 1.., when the request asked for prompt_logprobs
+  std::vector<TokenLogprob> prompt_logprobs;
   Finish finish = Finish::none;
   std::string error;  // when finish == Finish::error
   GenerationStats stats;

@@ -52,6 +52,7 @@ Request internal_request(GenerationRequest&& r, std::vector<int32_t> prompt, con
   req.stop.stop_ids = std::move(r.stop_token_ids);
   req.stop.stop_strings = std::move(r.stop);
   req.logprobs = r.logprobs.value_or(-1);
+  req.prompt_logprobs = r.prompt_logprobs.value_or(-1);
   req.spec.method = r.speculative.draft;
   req.spec.max_depth = r.speculative.num_draft_tokens;
   req.spec.adaptive = r.speculative.adaptive;
@@ -64,12 +65,17 @@ Request internal_request(GenerationRequest&& r, std::vector<int32_t> prompt, con
 std::vector<TokenLogprob> public_logprobs(const std::vector<TokenLogprobs>& in) {
   std::vector<TokenLogprob> out;
   out.reserve(in.size());
-  for (const TokenLogprobs& t : in) out.push_back(TokenLogprob{t.token, t.logprob, t.top});
+  for (const TokenLogprobs& t : in) out.push_back(TokenLogprob{t.token, t.logprob, t.top, t.rank});
   return out;
 }
 
 GenerationEvent public_event(const StreamEvent& ev) {
-  return GenerationEvent{ev.id, ev.text, ev.tokens, public_finish(ev.finish), public_logprobs(ev.logprobs)};
+  return GenerationEvent{ev.id,
+                         ev.text,
+                         ev.tokens,
+                         public_finish(ev.finish),
+                         public_logprobs(ev.logprobs),
+                         public_logprobs(ev.prompt_logprobs)};
 }
 
 SpeculativeStats public_stats(const SpecTelemetry& t) {
@@ -108,6 +114,7 @@ GenerationResult public_result(RequestResult&& r) {
   g.text = std::move(r.text);
   g.tokens = std::move(r.tokens);
   g.logprobs = public_logprobs(r.logprobs);
+  g.prompt_logprobs = public_logprobs(r.prompt_logprobs);
   g.finish = public_finish(r.finish);
   g.error = std::move(r.error);
   GenerationStats& s = g.stats;

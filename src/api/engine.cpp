@@ -70,6 +70,11 @@ Request checked_request(const Session& s, EngineLoop& loop, GenerationRequest&& 
                 "give the prompt as text or as token ids, not both");
   SPECDEC_CHECK(request.speculative.num_draft_tokens >= 0, "num_draft_tokens must not be negative, got ",
                 request.speculative.num_draft_tokens);
+  // Set means asked for: -1 would read as "none" inside the engine.
+  SPECDEC_CHECK(!request.logprobs || *request.logprobs >= 0, "logprobs must be from 0 to ", kMaxTopLogprobs, ", got ",
+                *request.logprobs);
+  SPECDEC_CHECK(!request.prompt_logprobs || *request.prompt_logprobs >= 0, "prompt_logprobs must be from 0 to ",
+                kMaxTopLogprobs, ", got ", *request.prompt_logprobs);
   std::vector<int32_t> prompt =
       request.prompt.empty() ? std::move(request.prompt_tokens) : s.tokenizer->encode(request.prompt, true);
   SPECDEC_CHECK(!prompt.empty(), "the prompt is empty");

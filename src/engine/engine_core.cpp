@@ -143,6 +143,8 @@ int64_t EngineCore::submit(Request request) {
     SPECDEC_CHECK(t >= 0 && t < c.vocab_size, "stop token id ", t, " is outside the vocabulary of ", c.vocab_size);
   SPECDEC_CHECK(request.logprobs >= -1 && request.logprobs <= kMaxTopLogprobs, "logprobs must be from 0 to ",
                 kMaxTopLogprobs, ", got ", request.logprobs);
+  SPECDEC_CHECK(request.prompt_logprobs >= -1 && request.prompt_logprobs <= kMaxTopLogprobs,
+                "prompt_logprobs must be from 0 to ", kMaxTopLogprobs, ", got ", request.prompt_logprobs);
   // The queue counts requests beyond the rows that are free now (they are admitted at the next
   // iteration without waiting for anyone).
   const int free_rows = std::max(0, options_.max_rows - static_cast<int>(scheduler_.running().size()));
@@ -216,6 +218,14 @@ ForwardRequest EngineCore::build_forward(const std::vector<ScheduledRow>& batch,
     } else {
       const auto from = row.tokens.begin() + row.prefilled;
       in.tokens.assign(from, from + s.chunk);
+      // Prompt logprobs: logits at the chunk's positions whose next token is a prompt token not
+      // yet scored (a row re-prefilling after preemption scored some already). At most the
+      // chunk's logits exist at once: the token budget bounds them as it bounds verify windows.
+      if (row.needs_prompt_logits()) {
+        const int from_pos = std::max(row.prefilled, static_cast<int>(row.prompt_logprobs.size()));
+        const int to_pos = std::min(row.prefilled + s.chunk, static_cast<int>(row.prompt_len) - 1);
+        for (int p = from_pos; p < to_pos; ++p) in.logits_at.push_back(p - row.prefilled);
+      }
     }
     // A row whose method reads the target's hidden states is tapped at every new position (the
     // prefill chunk, or the window, of which commit hands over the verified part); the forward
@@ -241,7 +251,8 @@ ForwardRequest EngineCore::build_forward(const std::vector<ScheduledRow>& batch,
 
 bool EngineCore::draws_on_backend(const std::vector<ScheduledRow>& batch) const {
   return options_.sample_on_backend && std::all_of(batch.begin(), batch.end(), [](const ScheduledRow& s) {
-           if (!s.decode) return true;
+           // A chunk that returns prompt logits needs them on the host (and draws no token).
+           if (!s.decode) return !s.row->needs_prompt_logits();
            const Row& row = *s.row;
            // Rejection mode weighs p against q, unless there are no drafts or it is greedy
            // (where it is exact matching).
@@ -275,6 +286,7 @@ void EngineCore::verify_and_commit(const std::vector<ScheduledRow>& batch, const
     Row& row = *batch[r].row;
     const std::span<const int> tap_layers = coordinator_.tap_layers(row.spec);
     if (!batch[r].decode) {
+      score_prompt(row, out, r);
       const std::span<const int32_t> chunk(row.tokens.data() + row.prefilled, static_cast<size_t>(batch[r].chunk));
       coordinator_.prefill(row.spec, chunk, tap_context(out, tap_layers, r, batch[r].chunk));
       row.prefilled += batch[r].chunk;
@@ -293,6 +305,23 @@ void EngineCore::verify_and_commit(const std::vector<ScheduledRow>& batch, const
   // Blocks this forward filled become shareable by later requests with the same prefix.
   if (options_.prefix_cache)
     for (const ScheduledRow& s : batch) kv_->cache_full_blocks(s.row->seq, s.row->tokens);
+}
+
+void EngineCore::score_prompt(Row& row, const ForwardResult& out, size_t r) const {
+  const int first = out.row_offsets[r], count = out.row_offsets[r + 1] - first;
+  const size_t vocab = static_cast<size_t>(out.vocab);
+  for (int i = 0; i < count; ++i) {
+    // build_forward asked for consecutive positions from the first prompt token not yet scored.
+    const size_t next = row.prompt_logprobs.size() + 1;  // the prompt token these logits predict
+    SPECDEC_CHECK(next < row.prompt_len, "prompt logits beyond the prompt (token ", next, " of ", row.prompt_len, ")");
+    const std::span<const float> logits(out.logits_row(first + i), vocab);
+    // The history is the prompt before the token: what the request's penalties would read there
+    // had the prompt ended just before it (nothing generated yet).
+    const TokenHistory history{std::span<const int32_t>(row.tokens.data(), next), {}};
+    row.prompt_logprobs.push_back(with_context("target model", [&] {
+      return token_logprobs(logits, row.req.sampling, history, row.tokens[next], row.req.prompt_logprobs);
+    }));
+  }
 }
 
 RoundOutcome EngineCore::verify_row(Row& row, const ForwardResult& out, int first, bool on_backend,

@@ -109,6 +109,8 @@ class EngineCore {
   // the round for its draft group.
   RoundOutcome verify_row(Row& row, const ForwardResult& out, int first, bool on_backend,
                           std::vector<int32_t>& emitted);
+  // Appends the prompt logprobs that batch row r's prefill chunk returned logits for.
+  void score_prompt(Row& row, const ForwardResult& out, size_t r) const;
   // Where this iteration's tokens are drawn: on the backend when every decoding row allows it.
   bool draws_on_backend(const std::vector<ScheduledRow>& batch) const;
   void retire();

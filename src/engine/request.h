@@ -30,6 +30,8 @@ struct StreamEvent {
   std::vector<int32_t> tokens;    // new tokens
   FinishReason finish = FinishReason::none;
   std::vector<TokenLogprobs> logprobs = {};  // when requested: one per new output token
+  // On the request's first event, when it asked for prompt logprobs: Request::prompt_logprobs.
+  std::vector<TokenLogprobs> prompt_logprobs = {};
 };
 
 struct Request {
@@ -38,6 +40,10 @@ struct Request {
   StopCriteria stop;
   SpecOptions spec;
   int logprobs = -1;  // -1: none; k >= 0: each output token's logprob and its position's top k
+  // -1: none; k >= 0: the logprob and top k of each prompt token after the first (which has no
+  // context), as token_logprobs defines them with the prompt before it as the history. Computed
+  // from the prefill's logits, so such a request shares no cached prefix (it prefills it all).
+  int prompt_logprobs = -1;
   std::function<void(const StreamEvent&)> on_event;  // called from the engine's thread
 };
 
@@ -56,6 +62,8 @@ struct RequestResult {
   int64_t id = 0;
   std::vector<int32_t> tokens;  // generated tokens (the stop string's tokens included, text excludes it)
   std::vector<TokenLogprobs> logprobs;  // one per token, when requested
+  // One per prompt token after the first, when requested.
+  std::vector<TokenLogprobs> prompt_logprobs;
   std::string text;
   FinishReason finish = FinishReason::none;
   std::string error;  // when finish == error

@@ -96,7 +96,13 @@ void Row::stream(std::vector<int32_t> new_tokens, std::vector<TokenLogprobs> new
   ev.tokens = std::move(new_tokens);
   ev.logprobs = std::move(new_logprobs);
   ev.finish = finish;
-  if (req.on_event && (!ev.text.empty() || !ev.tokens.empty() || final)) req.on_event(ev);
+  if (!req.on_event || (ev.text.empty() && ev.tokens.empty() && !final)) return;
+  // The prefill has computed them all before the first token streams.
+  if (req.prompt_logprobs >= 0 && !sent_prompt_logprobs_) {
+    ev.prompt_logprobs = prompt_logprobs;
+    sent_prompt_logprobs_ = true;
+  }
+  req.on_event(ev);
 }
 
 RequestResult Row::result() const {
@@ -104,6 +110,7 @@ RequestResult Row::result() const {
   res.id = id;
   res.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(prompt_len), tokens.end());
   res.logprobs = logprobs;
+  res.prompt_logprobs = prompt_logprobs;
   res.text = text_;
   res.finish = finish;
   res.error = error;

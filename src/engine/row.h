@@ -42,12 +42,17 @@ struct Row {
   FinishReason finish = FinishReason::none;
   std::string error;
   std::vector<TokenLogprobs> logprobs;  // per generated token, when the request asked for them
+  // Prompt tokens 1.. so far (Request::prompt_logprobs): position p's logits give token p + 1's.
+  std::vector<TokenLogprobs> prompt_logprobs;
   Clock::time_point submitted, admitted, first_token;
   bool got_first = false;
 
   int generated() const { return static_cast<int>(tokens.size() - prompt_len); }
   bool running() const { return finish == FinishReason::none; }
   bool speculates() const { return !spec.method.empty(); }
+  // The prompt logprobs still missing: the prefill must return logits from position
+  // prompt_logprobs.size() up to the prompt's last but one (and may share no cached prefix).
+  bool needs_prompt_logits() const { return req.prompt_logprobs >= 0 && prompt_logprobs.size() + 1 < prompt_len; }
 
   // Readies the row to (re)start on a fresh KV sequence: everything known but the last token
   // is prefill, the last token is pending.
@@ -73,6 +78,8 @@ struct Row {
   std::string text_;
   size_t streamed_ = 0;  // bytes of text_ sent
   size_t holdback_ = 0;  // bytes a stop string could still claim
+
+  bool sent_prompt_logprobs_ = false;  // the first event carried them
 };
 
 }  // namespace specdec

@@ -41,7 +41,9 @@ void Scheduler::admit() {
     row.start(kv_.create());
     // A row whose method has no room for it decodes plainly rather than wait.
     if (row.speculates() && coordinator_.has_room(row.spec, context)) coordinator_.join(row.spec);
-    if (options_.prefix_cache) share_cached_prefix(row);
+    // Prompt logprobs come from the prefill's logits, which a shared prefix never computes for
+    // this row: such a row prefills everything (as vLLM skips its cache for prompt logprobs).
+    if (options_.prefix_cache && !row.needs_prompt_logits()) share_cached_prefix(row);
     row.admitted = Clock::now();
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();

@@ -308,6 +308,8 @@ TokenLogprobs token_logprobs(std::span<const float> logits, const SamplingParams
   TokenLogprobs out;
   out.token = token;
   out.logprob = logprob(static_cast<size_t>(token));
+  const float own = l[static_cast<size_t>(token)];
+  out.rank = 1 + static_cast<int>(std::count_if(l.begin(), l.end(), [&](float v) { return v > own; }));
   const size_t k = std::min(static_cast<size_t>(top), l.size());
   if (k == 0) return out;
   std::vector<int32_t> ids(l.size());

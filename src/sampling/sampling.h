@@ -106,6 +106,8 @@ struct TokenLogprobs {
   int32_t token = 0;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // most likely first; ties: lower id first
+  // 1 + the number of tokens strictly more likely than `token`.
+  int rank = 1;
 };
 
 // The log-softmax of `logits` after the params' penalties (over `history`) and logit bias, before

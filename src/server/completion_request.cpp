@@ -185,9 +185,12 @@ void read_logit_bias(const json& body, CompletionRequest& r) {
   }
 }
 
-// Chat: logprobs (bool) + top_logprobs (0..20); completions: logprobs (0..20).
+// Chat: logprobs (bool) + top_logprobs (0..20); completions: logprobs (0..20), with echo also the
+// prompt's, and vLLM's prompt_logprobs (0..20).
 void read_logprobs(const json& body, CompletionRequest& r) {
   if (r.endpoint == Endpoint::chat) {
+    if (auto it = body.find("prompt_logprobs"); it != body.end() && !it->is_null())
+      throw invalid_field("prompt_logprobs", "'prompt_logprobs' is supported on /v1/completions only");
     const bool on = read_bool(body, "logprobs").value_or(false);
     const std::optional<int64_t> top = read_int(body, "top_logprobs", 0, kMaxTopLogprobs);
     if (top && !on) throw invalid_field("top_logprobs", "'top_logprobs' needs 'logprobs' set to true");
@@ -195,8 +198,7 @@ void read_logprobs(const json& body, CompletionRequest& r) {
     return;
   }
   if (auto v = read_int(body, "logprobs", 0, kMaxTopLogprobs)) r.logprobs = static_cast<int>(*v);
-  if (r.logprobs && r.echo)
-    throw invalid_field("logprobs", "'logprobs' together with 'echo' (the prompt's logprobs) is not supported");
+  if (auto v = read_int(body, "prompt_logprobs", 0, kMaxTopLogprobs)) r.prompt_logprobs = static_cast<int>(*v);
 }
 
 std::vector<int32_t> read_stop_token_ids(const json& body) {

@@ -39,6 +39,9 @@ struct CompletionRequest {
   // Chat: `logprobs` true gives top_logprobs (default 0) alternatives; completions: `logprobs`
   // is that number. Unset: no logprobs.
   std::optional<int> logprobs;
+  // Completions, vLLM's extension: each prompt token's logprob and this many alternatives, in the
+  // choice's `prompt_logprobs`. Unset: none. (`echo` with `logprobs` scores the prompt too.)
+  std::optional<int> prompt_logprobs;
   std::optional<std::string> spec_method;  // speculative.method: none, ngram or draft
   std::optional<int> num_draft_tokens;     // speculative.num_draft_tokens
 };

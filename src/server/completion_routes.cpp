@@ -37,10 +37,38 @@ void check_result(const GenerationResult& r) {
     throw ApiError(503, "the request was cancelled: the server is shutting down", "server_error");
 }
 
+// The prompt's part of a completions choice: the echoed prompt's logprobs (echo with logprobs)
+// and vLLM's prompt_logprobs, from the engine's scoring of the prompt.
+struct PromptScores {
+  bool echo = false;                   // echo with logprobs: the logprobs object starts with the prompt
+  int echo_top = 0;                    // its alternatives
+  std::optional<int> prompt_logprobs;  // the prompt_logprobs field and its alternatives
+
+  explicit PromptScores(const CompletionRequest& r)
+      : echo(r.echo && r.logprobs), echo_top(r.logprobs.value_or(0)), prompt_logprobs(r.prompt_logprobs) {}
+  bool any() const { return echo || prompt_logprobs; }
+  json echoed(const Engine& engine, int32_t first_token, const std::vector<TokenLogprob>& scored) const {
+    return echo ? echo_logprobs(engine, first_token, scored, echo_top) : json(nullptr);
+  }
+  json field(const Engine& engine, const std::vector<TokenLogprob>& scored) const {
+    return prompt_logprobs ? vllm_prompt_logprobs(engine, scored, *prompt_logprobs) : json(nullptr);
+  }
+};
+
+// Per choice, its prompt's first token (an empty prompt, which the engine refuses, has none).
+std::vector<int32_t> first_prompt_tokens(const GenerationPlan& plan) {
+  std::vector<int32_t> out;
+  for (const PlannedChoice& c : plan.choices)
+    out.push_back(c.request.prompt_tokens.empty() ? 0 : c.request.prompt_tokens.front());
+  return out;
+}
+
 void respond_whole(ServerState& state, const CompletionRequest& r, GenerationPlan plan, const ResponseHead& head,
                    httplib::Response& res) {
   std::vector<std::string> echoes;
   for (const PlannedChoice& c : plan.choices) echoes.push_back(r.echo ? c.prompt_text : std::string());
+  const std::vector<int32_t> first_tokens = first_prompt_tokens(plan);
+  const PromptScores scores(r);
   const Engine& engine = state.loaded_engine();
   Submission sub(state.loaded_engine(), state.admission, state.metrics, engine_requests(plan), nullptr);
   std::vector<ChoiceOutput> outputs;
@@ -55,7 +83,13 @@ void respond_whole(ServerState& state, const CompletionRequest& r, GenerationPla
       logprobs = r.endpoint == Endpoint::chat ? chat_logprobs(engine, result.logprobs)
                                               : completion_logprobs(engine, result.logprobs, offset);
     }
-    outputs.push_back({echoes[i] + result.text, result.finish, std::move(logprobs)});
+    if (scores.echo) {
+      json all = scores.echoed(engine, first_tokens[i], result.prompt_logprobs);
+      append_logprobs(all, logprobs);
+      logprobs = std::move(all);
+    }
+    outputs.push_back(
+        {echoes[i] + result.text, result.finish, std::move(logprobs), scores.field(engine, result.prompt_logprobs)});
   }
   res.set_content(full_response(head, outputs, plan.prompt_tokens, completion_tokens)
                       .dump(-1, ' ', false, json::error_handler_t::replace),
@@ -70,6 +104,10 @@ struct Stream {
   bool logprobs = false;             // the request asked for them
   std::vector<size_t> text_offsets;  // per choice: completions' text_offset so far
   std::vector<std::string> echoes;   // per choice: the prompt text to send first, or empty
+  // Prompt scores, when asked for, wait for the choice's first event: its echo chunk goes then.
+  std::optional<PromptScores> scores;
+  std::vector<int32_t> first_tokens;  // per choice: its prompt's first token
+  std::vector<bool> head_pending;     // per choice: the echo / prompt_logprobs chunk is still to send
   std::shared_ptr<EventQueue> events = std::make_shared<EventQueue>();
   std::unique_ptr<Submission> submission;
   int prompt_tokens = 0, completion_tokens = 0;
@@ -87,6 +125,7 @@ bool Stream::start(httplib::DataSink& sink) {
   started = true;
   for (size_t i = 0; i < echoes.size(); ++i) {
     const bool chat = head.endpoint == Endpoint::chat;
+    if (head_pending[i]) continue;
     if ((chat || !echoes[i].empty()) &&
         !write(sink, sse_data(choice_chunk(head, int(i), echoes[i], Finish::none, chat, include_usage))))
       return false;
@@ -111,6 +150,14 @@ bool Stream::pump(httplib::DataSink& sink) {
   if (!started) return start(sink);
   std::optional<ChoiceEvent> e = events->pop(kPollInterval);
   if (!e) return sink.is_writable();
+  const auto i = static_cast<size_t>(e->index);
+  if (head_pending[i]) {
+    head_pending[i] = false;
+    json chunk = choice_chunk(head, e->index, echoes[i], Finish::none, false, include_usage,
+                              scores->echoed(*engine, first_tokens[i], e->prompt_logprobs));
+    if (scores->prompt_logprobs) chunk["choices"][0]["prompt_logprobs"] = scores->field(*engine, e->prompt_logprobs);
+    if (!write(sink, sse_data(chunk))) return false;
+  }
   json logprobs = nullptr;
   if (this->logprobs && !e->logprobs.empty())
     logprobs = head.endpoint == Endpoint::chat
@@ -141,6 +188,10 @@ void respond_stream(ServerState& state, const CompletionRequest& r, GenerationPl
   stream->prompt_tokens = plan.prompt_tokens;
   for (const PlannedChoice& c : plan.choices) stream->echoes.push_back(r.echo ? c.prompt_text : std::string());
   for (const std::string& echo : stream->echoes) stream->text_offsets.push_back(echo.size());
+  const PromptScores scores(r);
+  if (scores.any()) stream->scores = scores;
+  stream->first_tokens = first_prompt_tokens(plan);
+  stream->head_pending.assign(plan.choices.size(), scores.any());
   stream->submission = std::make_unique<Submission>(state.loaded_engine(), state.admission, state.metrics,
                                                     engine_requests(plan), stream->events);
   res.set_header("Cache-Control", "no-cache");

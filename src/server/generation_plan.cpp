@@ -1,6 +1,7 @@
 // plan_generation: what the engine needs that the body alone cannot say.
 #include "server/generation_plan.h"
 
+#include <algorithm>
 #include <random>
 
 #include "server/api_error.h"
@@ -122,6 +123,11 @@ GenerationPlan plan_generation(const CompletionRequest& r, const Engine& engine,
         g.stop_token_ids.insert(g.stop_token_ids.end(), end_of_turn.begin(), end_of_turn.end());
       g.ignore_eos = r.ignore_eos;
       g.logprobs = r.logprobs;
+      // The echoed prompt's logprobs and vLLM's prompt_logprobs come from one scoring, with the
+      // larger number of alternatives; each response field keeps its own.
+      const int echo_top = r.echo && r.logprobs ? *r.logprobs : -1;
+      const int prompt_top = std::max(echo_top, r.prompt_logprobs.value_or(-1));
+      if (prompt_top >= 0) g.prompt_logprobs = prompt_top;
       g.speculative = spec;
       choice.prompt_index = static_cast<int>(p);
       choice.prompt_text = text;

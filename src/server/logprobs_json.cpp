@@ -1,6 +1,7 @@
 // Logprobs JSON: one token's text and bytes, then the two response shapes built from them.
 #include "server/logprobs_json.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -78,6 +79,42 @@ json completion_logprobs(const Engine& engine, const std::vector<TokenLogprob>& 
     out["top_logprobs"].push_back(top);
     out["text_offset"].push_back(offset);
     offset += p.size;
+  }
+  return out;
+}
+
+json echo_logprobs(const Engine& engine, int32_t first_token, const std::vector<TokenLogprob>& scored, int top) {
+  size_t offset = 0;
+  const Piece first = piece(engine, first_token);
+  json out = {{"tokens", json::array({first.text})},
+              {"token_logprobs", json::array({nullptr})},
+              {"top_logprobs", json::array({nullptr})},
+              {"text_offset", json::array({offset})}};
+  offset += first.size;
+  std::vector<TokenLogprob> cut = scored;
+  for (TokenLogprob& t : cut) t.top.resize(std::min(t.top.size(), static_cast<size_t>(std::max(top, 0))));
+  append_logprobs(out, completion_logprobs(engine, cut, offset));
+  return out;
+}
+
+void append_logprobs(json& into, const json& more) {
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (const json& v : more.at(key)) into.at(key).push_back(v);
+}
+
+json vllm_prompt_logprobs(const Engine& engine, const std::vector<TokenLogprob>& scored, int top) {
+  json out = json::array({nullptr});
+  for (const TokenLogprob& t : scored) {
+    json entry = json::object();
+    const size_t k = std::min(t.top.size(), static_cast<size_t>(std::max(top, 0)));
+    for (size_t i = 0; i < k; ++i) {
+      const auto& [id, logprob] = t.top[i];
+      entry[std::to_string(id)] = {
+          {"logprob", logprob}, {"rank", static_cast<int>(i) + 1}, {"decoded_token", piece(engine, id).text}};
+    }
+    entry[std::to_string(t.token)] = {
+        {"logprob", t.logprob}, {"rank", t.rank}, {"decoded_token", piece(engine, t.token).text}};
+    out.push_back(std::move(entry));
   }
   return out;
 }

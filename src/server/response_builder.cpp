@@ -77,6 +77,7 @@ json full_response(const ResponseHead& head, const std::vector<ChoiceOutput>& ch
       c["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
     else
       c["text"] = choices[i].text;
+    if (!choices[i].prompt_logprobs.is_null()) c["prompt_logprobs"] = choices[i].prompt_logprobs;
     list.push_back(std::move(c));
   }
   j["choices"] = std::move(list);

@@ -25,7 +25,8 @@ ResponseHead response_head(Endpoint endpoint, std::string model);
 struct ChoiceOutput {
   std::string text;
   Finish finish = Finish::none;
-  nlohmann::json logprobs;  // null, or the endpoint's logprobs object (logprobs_json.h)
+  nlohmann::json logprobs;         // null, or the endpoint's logprobs object (logprobs_json.h)
+  nlohmann::json prompt_logprobs;  // completions, when asked for: vLLM's prompt_logprobs list
 };
 
 // "stop" (a stop string or the end of sequence), "length"; null while running.

@@ -30,7 +30,7 @@ Submission::Submission(Engine& engine, Admission& admission, Metrics& metrics, s
   if (events)
     for (int i = 0; i < n; ++i)
       requests[i].on_event = [events, i](const GenerationEvent& e) {
-        events->push({i, e.text, static_cast<int>(e.tokens.size()), e.finish, e.logprobs});
+        events->push({i, e.text, static_cast<int>(e.tokens.size()), e.finish, e.logprobs, e.prompt_logprobs});
       };
   try {
     ids_ = engine_.submit_all(std::move(requests));

@@ -26,6 +26,7 @@ struct ChoiceEvent {
   int tokens = 0;
   Finish finish = Finish::none;
   std::vector<TokenLogprob> logprobs;
+  std::vector<TokenLogprob> prompt_logprobs;  // on the choice's first event, when asked for
 };
 
 class EventQueue {

@@ -1,5 +1,5 @@
 // The official `openai` Node client against `specdec serve`: completions and chat, streamed and
-// not, n=2, stop strings, seed, logprobs and logit_bias. Texts are compared with
+// not, n=2, stop strings, seed, logprobs (with echo, the prompt's too) and logit_bias. Texts are compared with
 // `specdec generate` for the same request (its own process, its own engine).
 // Usage: node openai_client.cjs BASE_URL API_KEY SPECDEC_BINARY SOURCE_DIR
 'use strict';
@@ -163,6 +163,67 @@ const code = 'def parse_args(argv=None):\n    parser = argparse.ArgumentParser(d
     const biased = await client.completions.create({
       prompt: code, max_tokens: 12, temperature: 0, logit_bias: { [bestId]: -100 }, logprobs: 1 });
     assert.strictEqual(biased.choices[0].logprobs.tokens[0], ranked[1]);
+  });
+
+  await check('completions: echo with logprobs scores the prompt; streamed equals whole', async () => {
+    const req = { prompt: code, max_tokens: 8, temperature: 0, logprobs: 2 };
+    const plain = (await client.completions.create(req)).choices[0].logprobs;
+    const r = await client.completions.create({ ...req, echo: true });
+    const text = r.choices[0].text, lp = r.choices[0].logprobs;
+    const promptTokens = r.usage.prompt_tokens;
+    assert.ok(text.startsWith(code));
+    assert.strictEqual(lp.tokens.length, promptTokens + r.usage.completion_tokens);
+    assert.strictEqual(lp.tokens.join(''), text);
+    // The first prompt token has no context: null, as OpenAI writes it.
+    assert.strictEqual(lp.token_logprobs[0], null);
+    assert.strictEqual(lp.top_logprobs[0], null);
+    let offset = 0;
+    for (let i = 0; i < lp.tokens.length; i++) {
+      assert.strictEqual(lp.text_offset[i], offset);
+      offset += Buffer.byteLength(lp.tokens[i]);
+      if (i === 0) continue;
+      assert.ok(lp.token_logprobs[i] <= 0);
+      const top = Object.values(lp.top_logprobs[i]);
+      assert.ok(top.length >= 1 && top.length <= 2);
+      assert.ok(Math.max(...top) >= lp.token_logprobs[i] - 1e-6);
+    }
+    // The completion's part is what the request without echo gave.
+    assert.deepStrictEqual(lp.tokens.slice(promptTokens), plain.tokens);
+    for (let i = 0; i < plain.tokens.length; i++)
+      assert.ok(Math.abs(lp.token_logprobs[promptTokens + i] - plain.token_logprobs[i]) < 1e-4);
+    // Scoring prompt + completion as a prompt gives the completion's logprobs (the token ids
+    // through /tokenize, so that no re-tokenization intervenes).
+    const promptIds = (await post('/tokenize', { content: code })).tokens;
+    assert.strictEqual(promptIds.length, promptTokens);
+    const completionIds = [];
+    for (const piece of plain.tokens) completionIds.push(...(await post('/tokenize', { content: piece })).tokens);
+    assert.strictEqual(completionIds.length, plain.tokens.length, 'a completion piece is not one token alone');
+    const scored = await client.completions.create({
+      prompt: promptIds.concat(completionIds), max_tokens: 1, temperature: 0, logprobs: 2, echo: true });
+    const slp = scored.choices[0].logprobs;
+    for (let i = 0; i < plain.tokens.length; i++) {
+      assert.strictEqual(slp.tokens[promptTokens + i], plain.tokens[i]);
+      assert.ok(Math.abs(slp.token_logprobs[promptTokens + i] - plain.token_logprobs[i]) < 1e-4,
+        `token ${i}: scored ${slp.token_logprobs[promptTokens + i]}, generated ${plain.token_logprobs[i]}`);
+    }
+    // Streamed: the echo chunk carries the prompt's logprobs, then the tokens follow.
+    const stream = await client.completions.create({ ...req, echo: true, stream: true });
+    let streamed = '';
+    const tokens = [], values = [], offsets = [];
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) {
+        streamed += c.text || '';
+        if (!c.logprobs) continue;
+        tokens.push(...c.logprobs.tokens);
+        values.push(...c.logprobs.token_logprobs);
+        offsets.push(...c.logprobs.text_offset);
+      }
+    }
+    assert.strictEqual(streamed, text);
+    assert.deepStrictEqual(tokens, lp.tokens);
+    assert.deepStrictEqual(offsets, lp.text_offset);
+    assert.strictEqual(values[0], null);
+    for (let i = 1; i < values.length; i++) assert.ok(Math.abs(values[i] - lp.token_logprobs[i]) < 1e-4);
   });
 
   console.log(`openai client: ${passed} checks passed`);

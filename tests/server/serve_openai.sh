@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end test of `specdec serve` on a free loopback port: the official `openai` Node client
 # (installed with npm into a cache under the build folder) drives completions and chat, streamed
-# and not, n=2, stop strings, seed and logprobs, and compares texts with `specdec generate`;
-# curl checks every error status; then 64 concurrent streaming clients with random disconnects
-# (three rounds: solo-equal texts, KV back to zero, flat RSS) and identity through HTTP.
+# and not, n=2, stop strings, seed and logprobs (with echo, the prompt's too), and compares texts
+# with `specdec generate`; curl checks every error status and vLLM's prompt_logprobs; then 64
+# concurrent streaming clients with random disconnects (three rounds: solo-equal texts, KV back
+# to zero, flat RSS) and identity through HTTP.
 # Usage: serve_openai.sh SPECDEC_BINARY SOURCE_DIR CACHE_DIR
 set -euo pipefail
 bin="$1"
@@ -81,6 +82,10 @@ check_status "400 bad temperature" 400 temperature "${auth[@]}" -d '{"prompt":"a
 check_status "400 bad max_tokens" 400 max_tokens "${auth[@]}" -d '{"prompt":"a","max_tokens":"x"}' "$base/v1/completions"
 check_status "400 bad top_logprobs" 400 top_logprobs "${auth[@]}" \
   -d '{"messages":[{"role":"user","content":"a"}],"logprobs":true,"top_logprobs":50}' "$base/v1/chat/completions"
+check_status "400 negative prompt_logprobs" 400 prompt_logprobs "${auth[@]}" -d '{"prompt":"a","prompt_logprobs":-1}' \
+  "$base/v1/completions"
+check_status "400 prompt_logprobs beyond 20" 400 prompt_logprobs "${auth[@]}" -d '{"prompt":"a","prompt_logprobs":21}' \
+  "$base/v1/completions"
 check_status "400 bad logit_bias" 400 logit_bias "${auth[@]}" -d '{"prompt":"a","logit_bias":{"a":1}}' "$base/v1/completions"
 check_status "400 bad messages" 400 messages "${auth[@]}" -d '{"messages":[]}' "$base/v1/chat/completions"
 check_status "400 bad stop" 400 stop "${auth[@]}" -d '{"prompt":"a","stop":[1]}' "$base/v1/completions"
@@ -95,6 +100,34 @@ check_status "404 unknown route" 404 null "${auth[@]}" "$base/v1/nothing"
 check_status "404 unknown model" 404 model "${auth[@]}" -d '{"prompt":"a","model":"gpt-9"}' "$base/v1/completions"
 head -c 100000 /dev/zero | tr '\0' 'a' | sed 's/^/{"prompt":"/; s/$/"}/' > "$work/big.json"
 check_status "413 body too large" 413 null "${auth[@]}" --data-binary "@$work/big.json" "$base/v1/completions"
+
+# --- vLLM's prompt_logprobs through curl: null first, then the prompt token and its top N, the
+# same numbers as the echoed prompt's logprobs of the same request ----------------------------------
+code=$(curl -s -o "$work/prompt_logprobs.json" -w '%{http_code}' "${auth[@]}" \
+  -d '{"prompt":"def main():\n    return 1\n","max_tokens":2,"temperature":0,"prompt_logprobs":2,"echo":true,"logprobs":1}' \
+  "$base/v1/completions")
+if [ "$code" = 200 ] && node -e '
+  const assert = require("assert");
+  const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  const c = r.choices[0], pl = c.prompt_logprobs, lp = c.logprobs;
+  assert.strictEqual(pl.length, r.usage.prompt_tokens);
+  assert.strictEqual(pl[0], null);
+  for (let i = 1; i < pl.length; i++) {
+    const entries = Object.entries(pl[i]);
+    assert.ok(entries.length >= 2 && entries.length <= 3, JSON.stringify(pl[i]));
+    const own = entries.find(([, v]) => v.decoded_token === lp.tokens[i]);
+    assert.ok(own, "position " + i + " lacks its own token");
+    assert.ok(Math.abs(own[1].logprob - lp.token_logprobs[i]) < 1e-6);
+    for (const [id, v] of entries) {
+      assert.ok(/^[0-9]+$/.test(id) && v.logprob <= 0 && Number.isInteger(v.rank) && v.rank >= 1);
+      if (v.rank === 1) assert.ok(entries.every(([, w]) => w.logprob <= v.logprob + 1e-6));
+    }
+  }' "$work/prompt_logprobs.json"; then
+  echo "ok   prompt_logprobs through curl"
+else
+  echo "FAIL prompt_logprobs through curl: status $code: $(head -c 300 "$work/prompt_logprobs.json")"
+  fail=1
+fi
 
 # --- 64 concurrent streaming clients, disconnects, identity through HTTP -----------------------
 node "$here/concurrent_streams.cjs" "$base" sk-test "$main_pid" || fail=1

@@ -1,7 +1,7 @@
 // The server in-process on an ephemeral loopback port, driven with httplib's client: greedy
-// completions equal `specdec generate`, streamed chunks concatenate to the whole text, n=2, stop
-// strings, chat through a test renderer, error statuses with OpenAI's error JSON, the API key, a
-// body over the limit, a disconnect that cancels, and concurrent clients that match solo runs.
+// completions equal `specdec generate`, streamed chunks concatenate to the whole text, echo with
+// logprobs and prompt_logprobs, n=2, stop strings, chat through a test renderer, error statuses with OpenAI's error
+// JSON, the API key, a body over the limit, a disconnect that cancels, and concurrent clients that match solo runs.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <stdio.h>
@@ -135,6 +135,74 @@ TEST(Http, StreamedChunksConcatenateToTheWholeText) {
   EXPECT_EQ(text, whole);
 }
 
+// Echo with logprobs: the prompt's tokens first (the first one null), their pieces spelling the
+// prompt, then the completion's own logprobs; vLLM's prompt_logprobs holds the same numbers; a
+// stream sends the echo chunk with the prompt's logprobs before the tokens.
+TEST(Http, EchoWithLogprobsAndPromptLogprobs) {
+  Served s;
+  json plain_body = greedy(6);
+  plain_body["logprobs"] = 2;
+  const json plain = json::parse(s.post("/v1/completions", plain_body)->body)["choices"][0];
+  json body = plain_body;
+  body["echo"] = true;
+  body["prompt_logprobs"] = 1;
+  auto res = s.post("/v1/completions", body);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json j = json::parse(res->body);
+  const json c = j["choices"][0];
+  const int prompt_tokens = j["usage"]["prompt_tokens"];
+  const json lp = c["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), static_cast<size_t>(prompt_tokens) + 6);
+  EXPECT_EQ(c["text"], kPrompt + plain["text"].get<std::string>());
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  std::string spelled;
+  for (size_t i = 0; i < lp["tokens"].size(); ++i) {
+    EXPECT_EQ(lp["text_offset"][i], spelled.size());
+    spelled += lp["tokens"][i].get<std::string>();
+  }
+  EXPECT_EQ(spelled, c["text"]);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(lp["tokens"][prompt_tokens + i], plain["logprobs"]["tokens"][i]);
+    EXPECT_EQ(lp["token_logprobs"][prompt_tokens + i], plain["logprobs"]["token_logprobs"][i]);
+  }
+  const json pl = c["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), static_cast<size_t>(prompt_tokens));
+  EXPECT_TRUE(pl[0].is_null());
+  for (int i = 1; i < prompt_tokens; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_LE(lp["top_logprobs"][i].size(), 2u);
+    bool own = false;
+    for (const auto& [id, v] : pl[i].items()) {
+      EXPECT_GE(v["rank"].get<int>(), 1);
+      if (v["decoded_token"] == lp["tokens"][i]) {
+        own = true;
+        EXPECT_EQ(v["logprob"], lp["token_logprobs"][i]);
+      }
+    }
+    EXPECT_TRUE(own);
+  }
+  body["stream"] = true;
+  auto streamed = s.post("/v1/completions", body);
+  ASSERT_TRUE(streamed);
+  const std::vector<std::string> events = sse_events(streamed->body);
+  ASSERT_GE(events.size(), 2u);
+  const json first = json::parse(events[0])["choices"][0];
+  EXPECT_EQ(first["text"], kPrompt);
+  EXPECT_EQ(first["prompt_logprobs"], pl);
+  json tokens = json::array();
+  std::string text;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json e = json::parse(events[i])["choices"][0];
+    text += e["text"].get<std::string>();
+    if (!e["logprobs"].is_null())
+      for (const json& t : e["logprobs"]["tokens"]) tokens.push_back(t);
+  }
+  EXPECT_EQ(text, c["text"]);
+  EXPECT_EQ(tokens, lp["tokens"]);
+}
+
 TEST(Http, TwoChoicesAndStopStrings) {
   Served s;
   json body = greedy();
@@ -183,6 +251,8 @@ TEST(Http, ErrorsAreOpenAiJsonWithTheirStatus) {
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"model", "nope"}}), 404, "model");
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 100000}}), 400, "max_tokens");
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"logprobs", 30}}), 400, "logprobs");
+  expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"prompt_logprobs", -1}}), 400, "prompt_logprobs");
+  expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"prompt_logprobs", 21}}), 400, "prompt_logprobs");
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"logit_bias", {{"99999999", 1}}}}), 400, "logit_bias");
   expect_error(s.post("/v1/completions", {{"prompt", "x"}, {"speculative", {{"method", "draft"}}}}), 400,
                "speculative.method");

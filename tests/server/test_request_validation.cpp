@@ -33,8 +33,9 @@ const Bad kBad[] = {
     {R"({"prompt": "a", "presence_penalty": 2.5})", "presence_penalty",
      "'presence_penalty' must be between -2 and 2, got 2.5"},
     {R"({"prompt": "a", "logprobs": 21})", "logprobs", "'logprobs' must be at most 20, got 21"},
-    {R"({"prompt": "a", "logprobs": 2, "echo": true})", "logprobs",
-     "'logprobs' together with 'echo' (the prompt's logprobs) is not supported"},
+    {R"({"prompt": "a", "prompt_logprobs": -1})", "prompt_logprobs", "'prompt_logprobs' must be at least 0, got -1"},
+    {R"({"prompt": "a", "prompt_logprobs": 21})", "prompt_logprobs", "'prompt_logprobs' must be at most 20, got 21"},
+    {R"({"prompt": "a", "prompt_logprobs": true})", "prompt_logprobs", "'prompt_logprobs' must be an integer"},
     {R"({"prompt": "a", "logit_bias": [1]})", "logit_bias", "'logit_bias' must be an object of token id: bias"},
     {R"({"prompt": "a", "logit_bias": {"x5": 1}})", "logit_bias", "'logit_bias' keys must be token ids, got 'x5'"},
     {R"({"prompt": "a", "logit_bias": {"5": 101}})", "logit_bias",
@@ -125,6 +126,18 @@ TEST(RequestValidation, LogprobsLogitBiasAndStopTokenIdsAreRead) {
     ADD_FAILURE() << "top_logprobs without logprobs was accepted";
   } catch (const ApiError& e) {
     EXPECT_EQ(e.body()["error"]["param"], "top_logprobs");
+  }
+  // Completions: echo with logprobs scores the prompt too; prompt_logprobs is vLLM's own field.
+  const auto echoed = parse_completion_request(
+      json::parse(R"({"prompt": "a", "echo": true, "logprobs": 2, "prompt_logprobs": 0})"), Endpoint::completions, {});
+  EXPECT_TRUE(echoed.echo);
+  EXPECT_EQ(echoed.logprobs, 2);
+  EXPECT_EQ(echoed.prompt_logprobs, 0);
+  try {
+    parse_completion_request({{"messages", messages}, {"prompt_logprobs", 1}}, Endpoint::chat, render);
+    ADD_FAILURE() << "prompt_logprobs on chat was accepted";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.body()["error"]["param"], "prompt_logprobs");
   }
 }
 
