@@ -136,8 +136,7 @@ class LazyTaps : public ::testing::TestWithParam<const char*> {
     c.at += accepted + 1;
   }
 
-  DraftProposal draft(DraftRows& rows, const Cursor& c, const Taps& t, const SamplingParams& sampling,
-                      bool want_q) {
+  DraftProposal draft(DraftRows& rows, const Cursor& c, const Taps& t, const SamplingParams& sampling, bool want_q) {
     DraftRequestRow ask{c.row, t.tokens[static_cast<size_t>(c.at)], depth_, c.at, &sampling, want_q};
     auto got = rows.draft(std::span<const DraftRequestRow>(&ask, 1));
     return got.at(0);
@@ -169,7 +168,9 @@ class LazyTaps : public ::testing::TestWithParam<const char*> {
         double worst = 0;
         for (size_t v = 0; v < x.q[i].size(); ++v)
           worst = std::max(worst, std::abs(static_cast<double>(x.q[i][v]) - y.q[i][v]));
-        EXPECT_LE(worst, test_on_gpu() ? 1e-5 : 0.0) << what << ", draft " << i << "'s distribution";
+        // The CPU computes a position the same however many come in one call; a GPU's kernels
+        // may split a call of many positions differently from one of a few.
+        EXPECT_LE(worst, test_on_gpu() ? 1e-4 : 0.0) << what << ", draft " << i << "'s distribution";
       }
     }
   }
@@ -272,7 +273,7 @@ TEST_P(LazyTaps, LongPausesStayBounded) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Methods, LazyTaps, ::testing::Values("eagle3", "dflash"),
+INSTANTIATE_TEST_SUITE_P(Eagle3AndDflash, LazyTaps, ::testing::Values("eagle3", "dflash"),
                          [](const auto& info) { return std::string(info.param); });
 
 }  // namespace

@@ -215,8 +215,8 @@ class DflashRows final : public DraftRows {
       r.waiting.clear();
       return;
     }
-    SPECDEC_CHECK(context.taps.size() == w_->fc.size() && context.positions() == positions, "DFlash: ",
-                  context.taps.size(), " tapped layers x ", context.positions(), " positions, expected ",
+    SPECDEC_CHECK(context.taps.size() == w_->fc.size() && context.positions() == positions,
+                  "DFlash: ", context.taps.size(), " tapped layers x ", context.positions(), " positions, expected ",
                   w_->fc.size(), " x ", positions);
     for (size_t j = 0; j < w_->fc.size(); ++j) {
       const Tensor& tap = context.taps[j];
@@ -320,8 +320,7 @@ class DflashRows final : public DraftRows {
     for (size_t i = 0; i < asks.size(); ++i) {
       auto& r = rows_.at(static_cast<size_t>(asks[i].row));
       if (r.lost || asks[i].depth <= 0 || r.waiting.empty()) continue;
-      out[i].caught_up =
-          static_cast<int>(std::max<int64_t>(0, r.waiting.size() - std::max<int64_t>(1, r.last_round)));
+      out[i].caught_up = static_cast<int>(std::max<int64_t>(0, r.waiting.size() - std::max<int64_t>(1, r.last_round)));
       behind.push_back(&r);
     }
     catch_up(behind);
@@ -496,8 +495,8 @@ class DflashRows final : public DraftRows {
     r.known = cp.tokens;
     r.lost = cp.metadata.is_object() && cp.metadata.value("lost", false);
     const int64_t waiting = cp.metadata.is_object() ? cp.metadata.value("waiting", int64_t{0}) : 0;
-    SPECDEC_CHECK(waiting >= 0 && waiting <= static_cast<int64_t>(cp.tokens.size()), "DFlash checkpoint: ",
-                  waiting, " waiting positions of ", cp.tokens.size());
+    SPECDEC_CHECK(waiting >= 0 && waiting <= static_cast<int64_t>(cp.tokens.size()), "DFlash checkpoint: ", waiting,
+                  " waiting positions of ", cp.tokens.size());
     const int n = static_cast<int>(static_cast<int64_t>(cp.tokens.size()) - waiting);
     const int64_t kw = kv_width();
     if (waiting > 0 && !r.lost) {

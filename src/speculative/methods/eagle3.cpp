@@ -28,9 +28,9 @@ constexpr int64_t kMaxWaiting = 512;
 struct Eagle3RowState {
   std::vector<int32_t> known;
   KvCache::SeqId seq = 0;
-  int64_t base = 0;      // target position of head position 0 (a restored row starts late)
-  int64_t fed = 0;       // real head positions
-  PendingTaps waiting;   // the taps of target positions base+fed .., not fed yet
+  int64_t base = 0;        // target position of head position 0 (a restored row starts late)
+  int64_t fed = 0;         // real head positions
+  PendingTaps waiting;     // the taps of target positions base+fed .., not fed yet
   int64_t last_round = 0;  // positions the last commit delivered (a round's usual feed)
 };
 

@@ -331,7 +331,8 @@ Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, std::span<cons
   const int64_t width = fused ? 3 * int64_t{config_.target_hidden} : config_.layer.hidden_size;
   SPECDEC_CHECK(static_cast<int64_t>(inputs.size()) % width == 0, "EAGLE-3 head forward: ", inputs.size(),
                 " input floats are no whole number of rows of width ", width);
-  const Tensor host(const_cast<float*>(inputs.data()), DType::f32, {static_cast<int64_t>(inputs.size()) / width, width});
+  const Tensor host(const_cast<float*>(inputs.data()), DType::f32,
+                    {static_cast<int64_t>(inputs.size()) / width, width});
   return forward(rows, host, fused, embedding, cache);
 }
 

@@ -70,8 +70,7 @@ class Eagle3Head {
   // head's own earlier outputs), in host memory or the backend's (there read by the queued calls,
   // in order before anything queued later). `embedding` is the target's table [vocab, hidden],
   // used when the head has none. Each row's KV must be reserved for its new tokens.
-  Output forward(std::span<const Row> rows, const Tensor& inputs, bool fused, const Tensor* embedding,
-                 KvCache& cache);
+  Output forward(std::span<const Row> rows, const Tensor& inputs, bool fused, const Tensor* embedding, KvCache& cache);
   // The same with inputs in host memory.
   Output forward(std::span<const Row> rows, std::span<const float> inputs, bool fused, const Tensor* embedding,
                  KvCache& cache);

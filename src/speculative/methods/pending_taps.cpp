@@ -17,11 +17,11 @@ void PendingTaps::append(Backend& backend, const TargetContext& context) {
     taps_ = taps;
     width_ = width;
   }
-  SPECDEC_CHECK(taps == taps_ && width == width_, "pending taps: ", taps, " taps of width ", width,
-                " appended to ", taps_, " of width ", width_);
+  SPECDEC_CHECK(taps == taps_ && width == width_, "pending taps: ", taps, " taps of width ", width, " appended to ",
+                taps_, " of width ", width_);
   for (const Tensor& t : context.taps)
-    SPECDEC_CHECK(t.rank == 2 && t.dim(0) == n && t.dim(1) == width_ && t.dtype == DType::f32,
-                  "pending taps: tap ", t.shape_string(), ", expected f32[", n, ", ", width_, "]");
+    SPECDEC_CHECK(t.rank == 2 && t.dim(0) == n && t.dim(1) == width_ && t.dtype == DType::f32, "pending taps: tap ",
+                  t.shape_string(), ", expected f32[", n, ", ", width_, "]");
   if (n == 0) return;
   reserve(backend, size() + n);
   for (int j = 0; j < taps_; ++j) backend.copy(context.taps[static_cast<size_t>(j)], tap_rows(j, end_, n));
@@ -74,8 +74,8 @@ void PendingTaps::reserve(Backend& backend, int64_t positions) {
 std::vector<float> PendingTaps::read(Backend& backend) const {
   std::vector<float> host(static_cast<size_t>(int64_t{taps_} * size() * width_));
   for (int j = 0; j < taps_ && size() > 0; ++j)
-    backend.copy(tap(j, 0, size()), Tensor(host.data() + static_cast<size_t>(int64_t{j} * size() * width_),
-                                           DType::f32, {size(), width_}));
+    backend.copy(tap(j, 0, size()),
+                 Tensor(host.data() + static_cast<size_t>(int64_t{j} * size() * width_), DType::f32, {size(), width_}));
   // Copies to the host memory of a device backend may still be under way when copy returns.
   backend.synchronize();
   return host;
@@ -85,8 +85,7 @@ void PendingTaps::restore(Backend& backend, int taps, int64_t width, const std::
   clear();
   if (host.empty()) return;
   SPECDEC_CHECK(taps > 0 && width > 0 && host.size() % static_cast<size_t>(int64_t{taps} * width) == 0,
-                "pending taps: ", host.size(), " floats are no whole number of positions of ", taps, " taps x ",
-                width);
+                "pending taps: ", host.size(), " floats are no whole number of positions of ", taps, " taps x ", width);
   const int64_t n = static_cast<int64_t>(host.size()) / (int64_t{taps} * width);
   SPECDEC_CHECK(taps_ == 0 || (taps_ == taps && width_ == width), "pending taps: restoring ", taps, " x ", width,
                 " into ", taps_, " x ", width_);
@@ -94,9 +93,9 @@ void PendingTaps::restore(Backend& backend, int taps, int64_t width, const std::
   width_ = width;
   reserve(backend, n);
   for (int j = 0; j < taps_; ++j)
-    backend.copy(Tensor(const_cast<float*>(host.data()) + static_cast<size_t>(int64_t{j} * n * width), DType::f32,
-                        {n, width}),
-                 tap_rows(j, 0, n));
+    backend.copy(
+        Tensor(const_cast<float*>(host.data()) + static_cast<size_t>(int64_t{j} * n * width), DType::f32, {n, width}),
+        tap_rows(j, 0, n));
   end_ = n;
 }
 
