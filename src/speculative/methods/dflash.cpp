@@ -29,7 +29,7 @@ namespace {
 
 // Waiting positions past which a commit projects them without waiting for a draft call: a row
 // that drafts nothing for long holds that many positions' taps at most.
-constexpr int64_t kMaxWaiting = 512;
+constexpr int64_t kMaxWaiting = 128;
 
 struct DflashRow {
   KvCache::SeqId seq = 0;
@@ -227,6 +227,7 @@ class DflashRows final : public DraftRows {
     if (r.waiting.size() > kMaxWaiting) {
       DflashRow* one = &r;
       catch_up(std::span<DflashRow* const>(&one, 1));
+      r.waiting.trim(backend_, 2 * kMaxWaiting);
     }
   }
 

@@ -23,7 +23,7 @@ namespace {
 
 // Waiting positions past which a commit feeds them into the head without waiting for a draft
 // call: a row that drafts nothing for long holds that many positions' taps at most.
-constexpr int64_t kMaxWaiting = 512;
+constexpr int64_t kMaxWaiting = 128;
 
 struct Eagle3RowState {
   std::vector<int32_t> known;
@@ -119,7 +119,10 @@ class Eagle3Rows : public DraftRows {
     SPECDEC_CHECK(context.taps.size() == 3 && context.positions() == positions, "EAGLE-3 head: expected 3 taps x ",
                   positions, " positions, got ", context.taps.size(), " x ", context.positions());
     r.waiting.append(backend(), context);
-    if (r.waiting.size() > kMaxWaiting) feed_known(r);
+    if (r.waiting.size() > kMaxWaiting) {
+      feed_known(r);
+      r.waiting.trim(backend(), 2 * kMaxWaiting);
+    }
   }
 
   // Feeds a row's waiting positions but the last into the head (their next tokens are known; the

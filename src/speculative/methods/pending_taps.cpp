@@ -48,19 +48,21 @@ void PendingTaps::consume(int64_t count) {
   if (begin_ == end_) begin_ = end_ = 0;
 }
 
-// Room for `positions` held positions: the held ones move to the front of a buffer of at least
-// that capacity. The old buffer may go before the copies out of it ran: a device backend frees
-// memory in stream order, after the work queued on it.
+// Room for `positions` held positions. Consumed positions at the front make room without growing
+// (moved through a new buffer: the copies may not overlap).
 void PendingTaps::reserve(Backend& backend, int64_t positions) {
   if (begin_ + positions <= capacity_) return;
+  move_to(backend, positions <= capacity_ ? capacity_ : std::max<int64_t>({positions, 2 * capacity_, 16}));
+}
+
+void PendingTaps::trim(Backend& backend, int64_t capacity) {
+  if (capacity_ > capacity && size() <= capacity) move_to(backend, capacity);
+}
+
+// The old buffer may go before the copies out of it ran: a device backend frees memory in
+// stream order, after the work queued on it.
+void PendingTaps::move_to(Backend& backend, int64_t capacity) {
   const int64_t held = size();
-  if (positions <= capacity_ && begin_ > 0 && held == 0) {
-    begin_ = end_ = 0;
-    return;
-  }
-  // Consumed positions at the front make room without growing (moved through a new buffer: the
-  // copies may not overlap).
-  const int64_t capacity = positions <= capacity_ ? capacity_ : std::max<int64_t>({positions, 2 * capacity_, 16});
   Buffer next = backend.allocate(static_cast<size_t>(int64_t{taps_} * capacity * width_) * sizeof(float));
   const Tensor to = next.view(DType::f32, {int64_t{taps_} * capacity, width_});
   for (int j = 0; j < taps_ && held > 0; ++j)

@@ -33,6 +33,9 @@ class PendingTaps {
   // Forgets the oldest `count` positions (the drafter consumed them).
   void consume(int64_t count);
   void clear() { begin_ = end_ = 0; }
+  // Gives back the memory past `capacity` positions while no more are held (after a long
+  // prompt went through).
+  void trim(Backend& backend, int64_t capacity);
 
   // The held positions on the host, tap-major ([taps][size][width]), for a checkpoint.
   std::vector<float> read(Backend& backend) const;
@@ -41,6 +44,7 @@ class PendingTaps {
 
  private:
   void reserve(Backend& backend, int64_t positions);
+  void move_to(Backend& backend, int64_t capacity);         // the held positions to the front of a new buffer
   Tensor tap_rows(int j, int64_t at, int64_t count) const;  // storage rows, not held positions
 
   Buffer buffer_;
