@@ -1,8 +1,10 @@
 // DflashRows: per row, the tokens before its pending one (`known`) and, in the group's paged KV,
-// each drafter layer's K/V of the projected target context of every one of them. A prefill block
-// or a verified round appends its positions' context (projected once, never recomputed); a draft
-// call writes the block's own K/V after the context, attends, and truncates them away again, so
-// the KV always lines up with the target's accepted prefix.
+// each drafter layer's K/V of the projected target context of the first of them; the target's
+// taps of the rest wait in the backend's memory. A prefill block or a verified round only adds its
+// positions' taps to the waiting ones; a draft call first projects every waiting position of its
+// rows into their context (once, never recomputed: one batched pass however many rounds a row
+// did not draft in), then writes the block's own K/V after the context, attends, and truncates
+// them away again, so the KV always lines up with a prefix of the target's accepted tokens.
 #include "speculative/methods/dflash.h"
 
 #include <algorithm>
@@ -17,21 +19,28 @@
 #include "model/model.h"
 #include "model/scratch.h"
 #include "sampling/sampling.h"
-#include "speculative/methods/kv_rows.h"
 #include "speculative/methods/dspark.h"
+#include "speculative/methods/kv_rows.h"
+#include "speculative/methods/pending_taps.h"
 
 namespace specdec {
 
 namespace {
 
+// Waiting positions past which a commit projects them without waiting for a draft call: a row
+// that drafts nothing for long holds that many positions' taps at most.
+constexpr int64_t kMaxWaiting = 128;
+
 struct DflashRow {
   KvCache::SeqId seq = 0;
-  std::vector<int32_t> known;  // tokens before the pending one; the KV holds the context of each
+  std::vector<int32_t> known;  // tokens before the pending one; KV context, then waiting taps, of each
+  PendingTaps waiting;         // taps of the positions after the KV context, not projected yet
   bool lost = false;           // the KV could not take its context: the row drafts nothing more
+  int64_t last_round = 0;      // positions the last commit delivered (a round's usual catch-up)
 };
 
-// Host arrays of one call's ragged batch, uploaded into scratch; kept as members so that they
-// outlive asynchronous copies until the call synchronizes.
+// Host arrays of one call's ragged batch, uploaded into scratch (a copy from host memory has
+// read it when it returns); kept as members so that a round allocates nothing for them.
 struct BatchArrays {
   std::vector<int32_t> positions, rope_positions, slots, row_starts, row_lens, table;
   int max_blocks = 1, max_row_len = 0;
@@ -59,7 +68,6 @@ class DflashRows final : public DraftRows {
     inv_freq_buffer_ = backend_.allocate(inv.size() * sizeof(float));
     inv_freq_ = inv_freq_buffer_.view(DType::f32, {static_cast<int64_t>(inv.size())});
     backend_.copy(Tensor(const_cast<float*>(inv.data()), DType::f32, {static_cast<int64_t>(inv.size())}), inv_freq_);
-    backend_.synchronize();
     rope_scaling_ = rope_attention_scaling(rc);
     attn_scale_ = 1.0f / std::sqrt(static_cast<float>(c_.head_dim));
   }
@@ -81,7 +89,7 @@ class DflashRows final : public DraftRows {
         if (cp) check_checkpoint(*cp, ns_);
         DflashRow row;
         row.seq = cache_->create();
-        added->push_back(row);
+        added->push_back(std::move(row));
         if (cp) restore(added->back(), *cp);
       }
     } catch (...) {
@@ -96,7 +104,8 @@ class DflashRows final : public DraftRows {
   void prefill(int row, std::span<const int32_t> tokens, const TargetContext& context) override {
     auto& r = rows_.at(static_cast<size_t>(row));
     r.known.insert(r.known.end(), tokens.begin(), tokens.end());
-    append_context(r, context);
+    keep_context(r, context, static_cast<int64_t>(tokens.size()));
+    r.last_round = 0;
   }
 
   void commit(std::span<const RowCommit> commits) override {
@@ -104,7 +113,8 @@ class DflashRows final : public DraftRows {
       auto& r = rows_.at(static_cast<size_t>(c.row));
       r.known.push_back(c.pending);
       r.known.insert(r.known.end(), c.emitted.begin(), c.emitted.end() - 1);
-      append_context(r, c.context);
+      keep_context(r, c.context, 1 + static_cast<int64_t>(c.accepted));
+      r.last_round = 1 + static_cast<int64_t>(c.accepted);
     }
   }
 
@@ -124,6 +134,12 @@ class DflashRows final : public DraftRows {
       cp.tensors[str_cat("k.", l)] = read_kv(cache_->k_pool(l), r.seq, n);
       cp.tensors[str_cat("v.", l)] = read_kv(cache_->v_pool(l), r.seq, n);
     }
+    // The positions after the KV context are kept as their taps, to be projected when the
+    // restored row drafts.
+    if (!r.waiting.empty()) {
+      cp.metadata["waiting"] = r.waiting.size();
+      cp.tensors["waiting_taps"] = r.waiting.read(backend_);
+    }
     return cp;
   }
 
@@ -131,10 +147,9 @@ class DflashRows final : public DraftRows {
   int64_t kv_width() const { return int64_t{c_.num_kv_heads} * c_.head_dim; }
 
   Carver scratch(size_t bytes) {
-    if (scratch_.bytes() < bytes) {
-      backend_.synchronize();  // the old buffer may still be read by queued calls
-      scratch_ = backend_.allocate(bytes + bytes / 2);
-    }
+    // Queued calls may still read the old buffer: a device backend frees it in stream order,
+    // after them, so there is nothing to wait for.
+    if (scratch_.bytes() < bytes) scratch_ = backend_.allocate(bytes + bytes / 2);
     return Carver::of(scratch_);
   }
 
@@ -192,60 +207,107 @@ class DflashRows final : public DraftRows {
     return b;
   }
 
-  // Projects the target's hidden states of `context.positions()` new positions (fc per tapped
-  // layer, summed, then hidden_norm) and writes every layer's K (k_proj, k_norm, RoPE at the
-  // position) and V (v_proj) of them after the row's cached context.
-  void append_context(DflashRow& r, const TargetContext& context) {
-    const int n = static_cast<int>(context.positions());
-    if (n == 0 || r.lost) return;
-    SPECDEC_CHECK(context.taps.size() == w_->fc.size(), "DFlash: ", context.taps.size(), " tapped layers, expected ",
-                  w_->fc.size());
-    const int p0 = cache_->length(r.seq);
-    if (!cache_->reserve(r.seq, p0 + n)) {
-      r.lost = true;  // a full drafter KV pauses this row's drafting, it never fails the round
+  // Keeps the taps of `positions` new target positions (device copies, nothing waited for).
+  void keep_context(DflashRow& r, const TargetContext& context, int64_t positions) {
+    if (r.lost || positions == 0) return;
+    if (context.empty()) {
+      r.lost = true;  // positions without taps: the context has a gap, so the row drafts no more
+      r.waiting.clear();
       return;
     }
-    const int64_t H = c_.hidden_size, kw = kv_width();
-    Carver measure = Carver::measure();
-    lay(measure, n, H, kw);
-    Carver c = scratch(measure.size() + 4096 + static_cast<size_t>(6 * n + 64) * 256);
-    const auto [ctx, k, v] = lay(c, n, H, kw);
+    SPECDEC_CHECK(context.taps.size() == w_->fc.size() && context.positions() == positions,
+                  "DFlash: ", context.taps.size(), " tapped layers x ", context.positions(), " positions, expected ",
+                  w_->fc.size(), " x ", positions);
     for (size_t j = 0; j < w_->fc.size(); ++j) {
       const Tensor& tap = context.taps[j];
-      SPECDEC_CHECK(tap.rank == 2 && tap.dim(0) == n && tap.dim(1) == w_->fc[j].cols(), "DFlash: tap ", j, " is ",
-                    tap.shape_string(), ", expected [", n, ", ", w_->fc[j].cols(), "]");
-      if (j == 0)
-        backend_.linear(tap, w_->fc[j], nullptr, ctx);
-      else
-        backend_.linear_add(tap, w_->fc[j], nullptr, ctx);
+      SPECDEC_CHECK(tap.rank == 2 && tap.dim(1) == w_->fc[j].cols(), "DFlash: tap ", j, " is ", tap.shape_string(),
+                    ", expected [", positions, ", ", w_->fc[j].cols(), "]");
     }
-    backend_.rms_norm(ctx, w_->hidden_norm, c_.rms_norm_eps, ctx);
-    const std::array<KvCache::SeqId, 1> seqs{r.seq};
-    const std::array<int, 1> from{p0}, count{n};
+    r.waiting.append(backend_, context);
+    if (r.waiting.size() > kMaxWaiting) {
+      DflashRow* one = &r;
+      catch_up(std::span<DflashRow* const>(&one, 1));
+      r.waiting.trim(backend_, 2 * kMaxWaiting);
+    }
+  }
+
+  // Projects the waiting taps of `rows` (fc per tapped layer, summed, then hidden_norm) and
+  // writes every drafter layer's K (k_proj, k_norm, RoPE at the position) and V (v_proj) of them
+  // after each row's cached context: one pass over all their positions. A row whose KV cannot
+  // take them is lost.
+  void catch_up(std::span<DflashRow* const> rows) {
+    std::vector<DflashRow*> go;
+    std::vector<KvCache::SeqId> seqs;
+    std::vector<int> from, count;
+    for (DflashRow* r : rows) {
+      const int n = static_cast<int>(r->waiting.size());
+      if (n == 0 || r->lost) continue;
+      const int p0 = cache_->length(r->seq);
+      if (!cache_->reserve(r->seq, p0 + n)) {
+        r->lost = true;  // a full drafter KV pauses this row's drafting, it never fails the round
+        r->waiting.clear();
+        continue;
+      }
+      go.push_back(r);
+      seqs.push_back(r->seq);
+      from.push_back(p0);
+      count.push_back(n);
+    }
+    if (go.empty()) return;
+    int64_t n = 0;
+    int most = 0;
+    for (const int k : count) {
+      n += k;
+      most = std::max(most, k);
+    }
+    const int64_t H = c_.hidden_size, kw = kv_width(), Ht = go.front()->waiting.width();
+    const auto layout = [&](Carver& c) {
+      struct {
+        Tensor ctx, k, v, tap;
+      } t{c.take(DType::f32, {n, H}), c.take(DType::f32, {n, kw}), c.take(DType::f32, {n, kw}),
+          c.take(DType::f32, {n, Ht})};
+      return t;
+    };
     lay_out(
-        append_arrays_, seqs, from, count, [&](size_t, int k) { return p0 + k; },
-        [&](size_t, int k) { return p0 + k; });
+        append_arrays_, seqs, from, count, [&](size_t i, int k) { return from[i] + k; },
+        [&](size_t i, int k) { return from[i] + k; });
+    Carver measure = Carver::measure();
+    layout(measure);
+    Carver c = scratch(measure.size() + 4096 + static_cast<size_t>(6 * n + 64) * 256 +
+                       append_arrays_.table.size() * sizeof(int32_t));
+    const auto t = layout(c);
+    // Tap j of every row's waiting positions, one after another, then through its fc.
+    for (size_t j = 0; j < w_->fc.size(); ++j) {
+      int64_t at = 0;
+      for (const DflashRow* r : go) {
+        backend_.copy(r->waiting.tap(static_cast<int>(j), 0, r->waiting.size()), t.tap.rows(at, r->waiting.size()));
+        at += r->waiting.size();
+      }
+      if (j == 0)
+        backend_.linear(t.tap, w_->fc[j], nullptr, t.ctx);
+      else
+        backend_.linear_add(t.tap, w_->fc[j], nullptr, t.ctx);
+    }
+    backend_.rms_norm(t.ctx, w_->hidden_norm, c_.rms_norm_eps, t.ctx);
     Tensor rope_pos;
-    const AttentionBatch batch = upload_batch(c, append_arrays_, n, &rope_pos);
+    const AttentionBatch batch = upload_batch(c, append_arrays_, most, &rope_pos);
     const int64_t nkv = c_.num_kv_heads, hd = c_.head_dim;
     for (int l = 0; l < c_.num_layers; ++l) {
       const auto& L = w_->layers[static_cast<size_t>(l)];
-      const std::array<Projection, 2> kv = {Projection{L.k_proj, {}, k}, Projection{L.v_proj, {}, v}};
-      backend_.linear_many(ctx, kv);
-      const Tensor kh = k.reshape({n * nkv, hd});
+      const std::array<Projection, 2> kv = {Projection{L.k_proj, {}, t.k}, Projection{L.v_proj, {}, t.v}};
+      backend_.linear_many(t.ctx, kv);
+      const Tensor kh = t.k.reshape({n * nkv, hd});
       backend_.rms_norm(kh, L.k_norm, c_.rms_norm_eps, kh);
-      backend_.rope(k.reshape({n, nkv, hd}), rope_pos, inv_freq_, rope_scaling_);
-      backend_.kv_write(k.reshape({n, nkv, hd}), v.reshape({n, nkv, hd}), cache_->k_pool(l), cache_->v_pool(l), batch);
+      backend_.rope(t.k.reshape({n, nkv, hd}), rope_pos, inv_freq_, rope_scaling_);
+      backend_.kv_write(t.k.reshape({n, nkv, hd}), t.v.reshape({n, nkv, hd}), cache_->k_pool(l), cache_->v_pool(l),
+                        batch);
     }
-    cache_->set_length(r.seq, p0 + n);
-    backend_.synchronize();  // the host arrays are rewritten by the next call
-  }
-
-  static std::array<Tensor, 3> lay(Carver& c, int64_t n, int64_t H, int64_t kw) {
-    Tensor ctx = c.take(DType::f32, {n, H});
-    Tensor k = c.take(DType::f32, {n, kw});
-    Tensor v = c.take(DType::f32, {n, kw});
-    return {ctx, k, v};
+    // No wait: the host arrays were read when they were copied, and every later call that reads
+    // this scratch or these KV blocks is queued after these.
+    for (size_t i = 0; i < go.size(); ++i) {
+      cache_->set_length(go[i]->seq, from[i] + count[i]);
+      go[i]->waiting.clear();
+    }
   }
 
   std::vector<DraftProposal> draft_rows(std::span<const DraftRequestRow> asks) {
@@ -254,6 +316,15 @@ class DflashRows final : public DraftRows {
     std::vector<size_t> live;
     std::vector<KvCache::SeqId> seqs;
     std::vector<int> from, count, depth;
+    // The rows that draft first project the positions they have been given since they last did.
+    std::vector<DflashRow*> behind;
+    for (size_t i = 0; i < asks.size(); ++i) {
+      auto& r = rows_.at(static_cast<size_t>(asks[i].row));
+      if (r.lost || asks[i].depth <= 0 || r.waiting.empty()) continue;
+      out[i].caught_up = static_cast<int>(std::max<int64_t>(0, r.waiting.size() - std::max<int64_t>(1, r.last_round)));
+      behind.push_back(&r);
+    }
+    catch_up(behind);
     for (size_t i = 0; i < asks.size(); ++i) {
       auto& r = rows_.at(static_cast<size_t>(asks[i].row));
       const int ctx = cache_->length(r.seq);
@@ -332,6 +403,8 @@ class DflashRows final : public DraftRows {
     }
     const float* logits = host_view(s.logits, host_logits_);
     const float* hidden = cut_ ? host_view(s.sel, host_hidden_) : nullptr;
+    // The drafts are drawn on the host from these logits, and a device backend's copy to the
+    // host may still be under way when copy returns.
     backend_.synchronize();
     for (const KvCache::SeqId seq : seqs) cache_->truncate(seq, cache_->length(seq));  // the block's K/V go
 
@@ -401,26 +474,39 @@ class DflashRows final : public DraftRows {
     for (int b = 0; b * bs < n; ++b) {
       const Tensor block = pool.rows(table.at(static_cast<size_t>(b)), 1);
       const int rows = std::min(bs, n - b * bs);
+      // Read on the host at once, and a device backend's copy to the host may still be under
+      // way when copy returns.
       if (pool.dtype == DType::f32) {
         backend_.copy(block, Tensor(full.data(), DType::f32, {1, bs, c_.num_kv_heads, c_.head_dim}));
+        backend_.synchronize();
       } else {
         backend_.copy(block, Tensor(half.data(), pool.dtype, {1, bs, c_.num_kv_heads, c_.head_dim}));
         backend_.synchronize();
         for (size_t e = 0; e < half.size(); ++e)
           full[e] = pool.dtype == DType::bf16 ? bf16_to_f32(half[e]) : f16_to_f32(half[e]);
       }
-      backend_.synchronize();
       std::copy(full.begin(), full.begin() + rows * kw, out.begin() + b * bs * kw);
     }
     return out;
   }
 
-  // Rebuilds a captured row: its tokens and every layer's K/V (already rotated) into new blocks.
+  // Rebuilds a captured row: its tokens, every layer's K/V (already rotated) into new blocks,
+  // and the taps of the positions after them.
   void restore(DflashRow& r, const Checkpoint& cp) {
     r.known = cp.tokens;
     r.lost = cp.metadata.is_object() && cp.metadata.value("lost", false);
-    const int n = static_cast<int>(cp.tokens.size());
+    const int64_t waiting = cp.metadata.is_object() ? cp.metadata.value("waiting", int64_t{0}) : 0;
+    SPECDEC_CHECK(waiting >= 0 && waiting <= static_cast<int64_t>(cp.tokens.size()), "DFlash checkpoint: ", waiting,
+                  " waiting positions of ", cp.tokens.size());
+    const int n = static_cast<int>(static_cast<int64_t>(cp.tokens.size()) - waiting);
     const int64_t kw = kv_width();
+    if (waiting > 0 && !r.lost) {
+      auto it = cp.tensors.find("waiting_taps");
+      const int64_t taps = static_cast<int64_t>(w_->fc.size()), width = c_.target_hidden_size;
+      SPECDEC_CHECK(it != cp.tensors.end() && static_cast<int64_t>(it->second.size()) == waiting * taps * width,
+                    "DFlash checkpoint lacks the taps of its ", waiting, " waiting positions");
+      r.waiting.restore(backend_, static_cast<int>(taps), width, it->second);
+    }
     for (int l = 0; l < c_.num_layers; ++l)
       for (const char* kind : {"k.", "v."}) {
         auto it = cp.tensors.find(str_cat(kind, l));
@@ -445,8 +531,8 @@ class DflashRows final : public DraftRows {
       const std::vector<float>& vh = cp.tensors.at(v_name);
       backend_.copy(Tensor(const_cast<float*>(kh.data()), DType::f32, {n, c_.num_kv_heads, c_.head_dim}), k);
       backend_.copy(Tensor(const_cast<float*>(vh.data()), DType::f32, {n, c_.num_kv_heads, c_.head_dim}), v);
+      // The next layer's copies into k and v are queued after this write: no wait.
       backend_.kv_write(k, v, cache_->k_pool(l), cache_->v_pool(l), batch);
-      backend_.synchronize();
     }
     cache_->set_length(r.seq, n);
   }

@@ -1,30 +1,37 @@
 // Eagle3Rows: per row, `known` = the tokens in the target's KV before the pending one, and a head
 // KV whose first `fed` positions are real: head position j holds the pair (token at target
 // position base+j+1, fused taps of target position base+j). The taps of the positions after them
-// wait in `features` until a draft call feeds them, together with the tokens that follow them
-// (the last of which is the pending token). Positions past `fed` are the previous round's chained
-// guesses and are cut off before anything is fed: rollback, never recompute.
+// wait in the backend's memory until a draft call feeds them, together with the tokens that follow
+// them (the last of which is the pending token): a row the depth policy keeps from drafting pays
+// one device copy per tap and round, and catches up on all its waiting positions in one forward
+// when it drafts again. Positions past `fed` are the previous round's chained guesses and are cut
+// off before anything is fed: rollback, never recompute.
 #include "speculative/methods/eagle3.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 
 #include "core/error.h"
 #include "sampling/sampling.h"
 #include "speculative/methods/kv_rows.h"
+#include "speculative/methods/pending_taps.h"
 
 namespace specdec {
 
 namespace {
 
+// Waiting positions past which a commit feeds them into the head without waiting for a draft
+// call: a row that drafts nothing for long holds that many positions' taps at most.
+constexpr int64_t kMaxWaiting = 128;
+
 struct Eagle3RowState {
   std::vector<int32_t> known;
   KvCache::SeqId seq = 0;
-  int64_t base = 0;             // target position of head position 0 (a restored row starts late)
-  int64_t fed = 0;              // real head positions
-  std::vector<float> features;  // [waiting positions, 3 * target_hidden], fused order
-  bool broken = false;          // a block arrived without taps: no draft until the next reset
-  int64_t last_round = 0;       // positions the last commit delivered (a round's usual feed)
+  int64_t base = 0;        // target position of head position 0 (a restored row starts late)
+  int64_t fed = 0;         // real head positions
+  PendingTaps waiting;     // the taps of target positions base+fed .., not fed yet
+  int64_t last_round = 0;  // positions the last commit delivered (a round's usual feed)
 };
 
 class Eagle3Rows : public DraftRows {
@@ -96,37 +103,79 @@ class Eagle3Rows : public DraftRows {
   }
 
  private:
-  // Copies the taps of `positions` new target positions to the host, fused in fc's order.
+  Backend& backend() const { return head_->backend(); }
+
+  // Keeps the taps of `positions` new target positions (device copies, nothing waited for).
   void take_features(Eagle3RowState& r, const TargetContext& context, int64_t positions) {
     if (context.empty()) {
-      // No taps for these positions (a prefix restored from elsewhere): restart the head after
-      // them; it drafts again once a round brings taps.
-      r.broken = true;
+      // No taps for these positions (a prefix restored from elsewhere): the head starts over
+      // after them; it drafts again once a round brings taps.
+      cache_->truncate(r.seq, 0);
+      r.base = static_cast<int64_t>(r.known.size());
+      r.fed = 0;
+      r.waiting.clear();
       return;
     }
     SPECDEC_CHECK(context.taps.size() == 3 && context.positions() == positions, "EAGLE-3 head: expected 3 taps x ",
                   positions, " positions, got ", context.taps.size(), " x ", context.positions());
-    const size_t h = width_ / 3;
-    staging_.resize(static_cast<size_t>(positions) * h);
-    const size_t old = r.features.size();
-    r.features.resize(old + static_cast<size_t>(positions) * width_);
-    for (size_t j = 0; j < 3; ++j) {
-      head_->backend().copy(context.taps[j], Tensor(staging_.data(), DType::f32, {positions, static_cast<int64_t>(h)}));
-      head_->backend().synchronize();
-      for (int64_t p = 0; p < positions; ++p)
-        std::copy_n(staging_.data() + static_cast<size_t>(p) * h, h,
-                    r.features.data() + old + static_cast<size_t>(p) * width_ + j * h);
+    r.waiting.append(backend(), context);
+    if (r.waiting.size() > kMaxWaiting) {
+      feed_known(r);
+      r.waiting.trim(backend(), 2 * kMaxWaiting);
     }
   }
 
-  // A row whose taps have a gap starts over at its current end: the next round's taps open it.
-  void reset_if_broken(Eagle3RowState& r) {
-    if (!r.broken) return;
-    cache_->truncate(r.seq, 0);
-    r.base = static_cast<int64_t>(r.known.size());
-    r.fed = 0;
-    r.features.clear();
-    r.broken = false;
+  // Feeds a row's waiting positions but the last into the head (their next tokens are known; the
+  // last one's is the pending token, which a draft call brings). Bounds what a row that does not
+  // draft holds; a head KV that cannot take them restarts the row after them instead.
+  void feed_known(Eagle3RowState& r) {
+    const int64_t n = r.waiting.size() - 1;
+    cache_->truncate(r.seq, static_cast<int>(r.fed));
+    if (r.fed + n + 1 > head_->config().layer.max_position || !cache_->reserve(r.seq, static_cast<int>(r.fed + n))) {
+      cache_->truncate(r.seq, 0);
+      r.base = static_cast<int64_t>(r.known.size()) - 1;
+      r.fed = 0;
+      r.waiting.consume(n);
+      return;
+    }
+    Eagle3Head::Row row;
+    row.seq = r.seq;
+    row.tokens.assign(r.known.begin() + (r.base + r.fed + 1), r.known.begin() + (r.base + r.fed + 1 + n));
+    const std::array<Eagle3RowState*, 1> rows{&r};
+    const std::array<int64_t, 1> counts{n};
+    head_->forward(std::span<const Eagle3Head::Row>(&row, 1), fuse(rows, counts), true, embedding_, *cache_);
+    r.fed += n;
+    r.waiting.consume(n);
+  }
+
+  // The first counts[i] waiting positions of rows[i], one after another, as the [positions,
+  // 3 * target_hidden] fused input fc reads (each position's three taps side by side), gathered
+  // in the backend's memory.
+  Tensor fuse(std::span<Eagle3RowState* const> rows, std::span<const int64_t> counts) {
+    const int64_t h = static_cast<int64_t>(width_ / 3);
+    int64_t total = 0;
+    gather_index_.clear();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (int64_t p = 0; p < counts[i]; ++p)
+        for (int j = 0; j < 3; ++j) gather_index_.push_back(static_cast<int32_t>(rows[i]->waiting.row_of(j, p)));
+      total += counts[i];
+    }
+    const size_t index_bytes = (gather_index_.size() * sizeof(int32_t) + 255) / 256 * 256;
+    const size_t input_bytes = static_cast<size_t>(total) * width_ * sizeof(float);
+    // An outgrown buffer may go at once: a device backend frees it after the queued calls.
+    if (gather_buffer_.bytes() < index_bytes + input_bytes)
+      gather_buffer_ = backend().allocate(2 * (index_bytes + input_bytes));
+    const Tensor index = gather_buffer_.view(DType::i32, {static_cast<int64_t>(gather_index_.size())});
+    const Tensor fused(static_cast<char*>(gather_buffer_.data()) + index_bytes, DType::f32, {3 * total, h},
+                       gather_buffer_.device());
+    backend().copy(Tensor(gather_index_.data(), DType::i32, {static_cast<int64_t>(gather_index_.size())}), index);
+    int64_t at = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      backend().gather_rows(rows[i]->waiting.storage(), index.rows(3 * at, 3 * counts[i]),
+                            fused.rows(3 * at, 3 * counts[i]));
+      at += counts[i];
+    }
+    return fused.reshape({total, 3 * h});
   }
 
   std::vector<DraftProposal> draft_rows(std::span<const DraftRequestRow> asks) {
@@ -136,12 +185,12 @@ class Eagle3Rows : public DraftRows {
     // with their waiting taps.
     std::vector<size_t> live;
     std::vector<Eagle3Head::Row> step_rows;
-    std::vector<float> inputs;
+    std::vector<Eagle3RowState*> feeding;
+    std::vector<int64_t> counts;
     for (size_t i = 0; i < asks.size(); ++i) {
       auto& r = rows_.at(static_cast<size_t>(asks[i].row));
-      reset_if_broken(r);
       cache_->truncate(r.seq, static_cast<int>(r.fed));
-      const int64_t waiting = static_cast<int64_t>(r.features.size() / width_);
+      const int64_t waiting = r.waiting.size();
       const int64_t known = static_cast<int64_t>(r.known.size());
       if (asks[i].depth <= 0 || waiting == 0) continue;  // the taps before the pending token are not there yet
       SPECDEC_CHECK(r.base + r.fed + waiting == known, "row ", asks[i].row, ": ", waiting,
@@ -157,12 +206,17 @@ class Eagle3Rows : public DraftRows {
       // prompt, or rounds the row did not draft in).
       out[i].caught_up = static_cast<int>(std::max<int64_t>(0, waiting - std::max<int64_t>(1, r.last_round)));
       step_rows.push_back(std::move(row));
-      inputs.insert(inputs.end(), r.features.begin(), r.features.end());
+      feeding.push_back(&r);
+      counts.push_back(waiting);
       live.push_back(i);
     }
+    if (live.empty()) return out;
+    Tensor inputs = fuse(feeding, counts);
+    std::vector<float> chained;
     bool fused = true;
     for (int step = 0; !live.empty(); ++step) {
-      const Eagle3Head::Output res = head_->forward(step_rows, inputs, fused, embedding_, *cache_);
+      const Eagle3Head::Output res = fused ? head_->forward(step_rows, inputs, true, embedding_, *cache_)
+                                           : head_->forward(step_rows, chained, false, embedding_, *cache_);
       const size_t vd = static_cast<size_t>(head_->config().draft_vocab);
       const size_t h = static_cast<size_t>(head_->config().layer.hidden_size);
       std::vector<size_t> next;
@@ -173,7 +227,7 @@ class Eagle3Rows : public DraftRows {
         auto& r = rows_[static_cast<size_t>(asks[i].row)];
         if (step == 0) {
           r.fed += static_cast<int64_t>(step_rows[j].tokens.size());
-          r.features.clear();
+          r.waiting.clear();
         }
         const std::span<const float> logits(res.logits.data() + j * vd, vd);
         const int32_t token = draw(asks[i], r, logits, out[i], step);
@@ -188,7 +242,7 @@ class Eagle3Rows : public DraftRows {
       }
       live = std::move(next);
       step_rows = std::move(next_rows);
-      inputs = std::move(next_inputs);
+      chained = std::move(next_inputs);
       fused = false;
     }
     return out;
@@ -220,7 +274,9 @@ class Eagle3Rows : public DraftRows {
   std::vector<Eagle3RowState> rows_;
   size_t width_ = 0;  // floats of one position's fused taps
   size_t vocab_ = 0;
-  std::vector<float> staging_, full_;
+  std::vector<float> full_;
+  std::vector<int32_t> gather_index_;  // host side of the last fuse()'s gather (the copy reads it at once)
+  Buffer gather_buffer_;               // that gather's index and fused inputs, in the backend's memory
 };
 
 }  // namespace

@@ -282,7 +282,8 @@ std::unique_ptr<KvCache> Eagle3Head::make_cache(int num_blocks) const {
 
 void Eagle3Head::ensure(Buffer& buffer, size_t bytes) {
   if (buffer.bytes() >= bytes && buffer.data()) return;
-  backend_.synchronize();  // queued kernels may still read the old buffer
+  // Queued kernels may still read the old buffer: a device backend frees it in stream order,
+  // after them, so there is nothing to wait for.
   buffer = Buffer();
   buffer = backend_.allocate(std::max(bytes, buffer.bytes() + buffer.bytes() / 2));
 }
@@ -327,6 +328,16 @@ void put(const std::vector<int32_t>& src, const Tensor& dst) { std::copy(src.beg
 
 Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, std::span<const float> inputs, bool fused,
                                        const Tensor* embedding, KvCache& cache) {
+  const int64_t width = fused ? 3 * int64_t{config_.target_hidden} : config_.layer.hidden_size;
+  SPECDEC_CHECK(static_cast<int64_t>(inputs.size()) % width == 0, "EAGLE-3 head forward: ", inputs.size(),
+                " input floats are no whole number of rows of width ", width);
+  const Tensor host(const_cast<float*>(inputs.data()), DType::f32,
+                    {static_cast<int64_t>(inputs.size()) / width, width});
+  return forward(rows, host, fused, embedding, cache);
+}
+
+Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, const Tensor& inputs, bool fused,
+                                       const Tensor* embedding, KvCache& cache) {
   const ModelConfig& l = config_.layer;
   const Tensor& embed = has_embedding() ? own_embed_ : (embedding ? *embedding : own_embed_);
   SPECDEC_CHECK(!embed.empty(), "the EAGLE-3 head has no embed_tokens and was given no target embedding");
@@ -335,8 +346,8 @@ Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, std::span<cons
   const ForwardPlan plan = plan_forward(request, cache, l);
   const int64_t T = plan.tokens, N = plan.outputs, H = l.hidden_size;
   const int64_t width = fused ? 3 * int64_t{config_.target_hidden} : H;
-  SPECDEC_CHECK(static_cast<int64_t>(inputs.size()) == T * width, "EAGLE-3 head forward: ", inputs.size(),
-                " input floats for ", T, " tokens of width ", width);
+  SPECDEC_CHECK(inputs.dtype == DType::f32 && inputs.numel() == T * width, "EAGLE-3 head forward: inputs ",
+                inputs.shape_string(), " for ", T, " tokens of width ", width);
 
   // Metadata, staged on the host in the device layout, uploaded in one copy.
   const auto meta_of = [&](Carver& m) { return Meta(m, plan); };
@@ -387,12 +398,14 @@ Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, std::span<cons
   const float eps = l.rms_norm_eps;
   const int64_t nh = l.num_heads, nkv = l.num_kv_heads, hd = l.head_dim;
   // x: the hidden the layer's residual starts from (fc of the taps, or the head's own output).
-  const Tensor host_inputs(const_cast<float*>(inputs.data()), DType::f32, {T, width});
+  // Inputs already in the backend's memory are read where they are.
+  const Tensor in = inputs.reshape({T, width});
   if (fused) {
-    backend_.copy(host_inputs, s.input);
-    backend_.linear(s.input, fc_, nullptr, s.x);
+    const bool here = in.device == backend_.device();
+    if (!here) backend_.copy(in, s.input);
+    backend_.linear(here ? in : s.input, fc_, nullptr, s.x);
   } else {
-    backend_.copy(host_inputs, s.x);
+    backend_.copy(in, s.x);
   }
   const Tensor embeds = s.parts.rows(0, T), hiddens = s.parts.rows(T, T);
   backend_.embedding(embed, m.ids, embeds);
@@ -420,8 +433,10 @@ Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, std::span<cons
     out.logits.resize(static_cast<size_t>(N) * static_cast<size_t>(config_.draft_vocab));
     backend_.copy(g, Tensor(out.hidden.data(), DType::f32, {N, H}));
     backend_.copy(logits, Tensor(out.logits.data(), DType::f32, {N, config_.draft_vocab}));
+    // The caller reads the logits on the host at once (they choose the drafts), and a device
+    // backend's copy to the host may still be under way when copy returns.
+    backend_.synchronize();
   }
-  backend_.synchronize();
   for (size_t r = 0; r < rows.size(); ++r) cache.set_length(rows[r].seq, plan.row_lens[r]);
   return out;
 }

@@ -66,9 +66,12 @@ class Eagle3Head {
     std::vector<float> hidden;  // [outputs, hidden]: the layer's output before the final norm,
                                 // the next chained step's hidden input
   };
-  // inputs: host [tokens, 3 * target_hidden] fused taps when `fused`, else [tokens, hidden]
-  // (the head's own earlier outputs). `embedding` is the target's table [vocab, hidden], used
-  // when the head has none. Each row's KV must be reserved for its new tokens.
+  // inputs: f32 [tokens, 3 * target_hidden] fused taps when `fused`, else [tokens, hidden] (the
+  // head's own earlier outputs), in host memory or the backend's (there read by the queued calls,
+  // in order before anything queued later). `embedding` is the target's table [vocab, hidden],
+  // used when the head has none. Each row's KV must be reserved for its new tokens.
+  Output forward(std::span<const Row> rows, const Tensor& inputs, bool fused, const Tensor* embedding, KvCache& cache);
+  // The same with inputs in host memory.
   Output forward(std::span<const Row> rows, std::span<const float> inputs, bool fused, const Tensor* embedding,
                  KvCache& cache);
 
