@@ -42,7 +42,7 @@ prefix=()
 run configure 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
 (python3 tools/gpu/make_llama8b_shape.py "$model8b" > "$out/make_8b.log" 2>&1) &
 maker=$!
-run build 300 cmake --build "$build" -j"$(nproc)" --target specdec test_gpu test_engine
+run build 300 cmake --build "$build" -j"$(nproc)" --target specdec_cli test_gpu test_engine
 spec=$build/specdec
 
 run test_gpu 200 "$build/test_gpu"
