@@ -4,6 +4,9 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <stdexcept>
 #include <thread>
 
@@ -37,6 +40,7 @@ struct HttpServer::Impl {
 
   ServerState state;
   httplib::Server http;
+  int listen_socket = -1;  // the listening socket, once bound (set by the socket-options hook)
   std::thread thread;  // start(): the listening thread
 };
 
@@ -108,6 +112,21 @@ void HttpServer::Impl::add_auth() {
   });
 }
 
+namespace {
+
+void widen_accept_queue(int sock, const ServerOptions& o) {
+  // httplib listens with an accept queue of 5 connections. When more clients connect at once
+  // than the queue holds, the kernel drops their handshakes and the clients see failed reads;
+  // a queue as long as the connections the server admits keeps a burst of clients whole. A
+  // second listen() on a listening socket only changes its queue length.
+  const int wanted = std::max(SOMAXCONN, o.max_rows + std::max(o.max_queue, 0) + 8);
+  if (sock >= 0 && ::listen(sock, wanted) != 0)
+    throw std::runtime_error("cannot set the accept queue of " + o.host + " to " + std::to_string(wanted) +
+                             " connections");
+}
+
+}  // namespace
+
 HttpServer::HttpServer(ServerOptions options, PromptRenderer render) {
   if (options.served_model_name.empty()) options.served_model_name = "default";
   impl_ = std::make_unique<Impl>(std::move(options), std::move(render));
@@ -118,6 +137,13 @@ HttpServer::HttpServer(ServerOptions options, PromptRenderer render) {
   // httplib owns the queue it gets from this factory (it deletes it when listening ends).
   impl_->http.new_task_queue = [threads] { return std::make_unique<httplib::ThreadPool>(threads).release(); };
   impl_->http.set_payload_max_length(o.max_body_bytes);
+  // httplib's own option (address reuse, so a restarted server can bind at once), and the socket
+  // kept so that bind() can widen its accept queue.
+  impl_->http.set_socket_options([impl = impl_.get()](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    impl->listen_socket = sock;
+  });
   impl_->add_routes();
   impl_->add_error_handling();
   impl_->add_auth();
@@ -130,15 +156,16 @@ HttpServer::~HttpServer() {
 
 int HttpServer::bind() {
   const ServerOptions& o = impl_->state.options;
-  if (o.port == 0) {
-    const int port = impl_->http.bind_to_any_port(o.host);
+  int port = o.port;
+  if (port == 0) {
+    port = impl_->http.bind_to_any_port(o.host);
     if (port <= 0) throw std::runtime_error("cannot listen on " + o.host + ": no free port");
-    return port;
-  }
-  if (!impl_->http.bind_to_port(o.host, o.port))
+  } else if (!impl_->http.bind_to_port(o.host, o.port)) {
     throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(o.port) +
                              " (is the port in use, or the host not local?)");
-  return o.port;
+  }
+  widen_accept_queue(impl_->listen_socket, o);
+  return port;
 }
 
 void HttpServer::run() { impl_->http.listen_after_bind(); }

@@ -132,6 +132,21 @@ fi
 # --- 64 concurrent streaming clients, disconnects, identity through HTTP -----------------------
 node "$here/concurrent_streams.cjs" "$base" sk-test "$main_pid" || fail=1
 
+# --- 256 clients connecting at once, three rounds: every one is answered (the accept queue holds
+# the burst; with httplib's queue of 5, some rounds lost dozens of clients to failed reads) ----------
+start_server burst --max-rows 64 --max-queue 512
+for round in 1 2 3; do
+  "$bin" bench-serve --url "http://127.0.0.1:$PORT" -n 256 -c 256 --max-tokens 2 --json "$work/burst.json" \
+    > "$work/burst.txt" 2>&1
+  if node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    process.exit(r.completed === 256 && r.errors === 0 ? 0 : 1)' "$work/burst.json" 2> /dev/null; then
+    echo "ok   256 clients connecting at once all complete (round $round)"
+  else
+    echo "FAIL 256 clients connecting at once, round $round: $(grep -E 'completed|failed|refused' "$work/burst.txt" | tr '\n' ' ')"
+    fail=1
+  fi
+done
+
 # --- 429: one row and no waiting place ----------------------------------------------------------
 start_server busy --max-rows 1 --max-queue 0
 busy="http://127.0.0.1:$PORT"
