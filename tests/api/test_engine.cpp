@@ -174,7 +174,6 @@ TEST(Engine, CancelEndsARequestMidStream) {
 
 TEST(Engine, ACallbackMayCancelItsRequestAndAThrowingOneEndsOnlyItsOwn) {
   specdec::Engine engine(config());
-  std::atomic<int64_t> self{0};
   specdec::GenerationRequest a = greedy(fixture().prompts[0], 1500);
   a.on_event = [&](const specdec::GenerationEvent& ev) {
     if (ev.tokens.size() && ev.finish == specdec::Finish::none) engine.cancel(ev.request_id);
@@ -272,7 +271,8 @@ TEST(Engine, RefusalsFromTheEngineThreadReachEachCallerWhole) {
   std::thread other(refuse, 1 << 20, 200);
   refuse(1 << 21, 200);
   other.join();
-  EXPECT_EQ(engine.wait(engine.submit(greedy(fixture().prompts[4], kTokens))).tokens, first(fixture().greedy[4], kTokens));
+  EXPECT_EQ(engine.wait(engine.submit(greedy(fixture().prompts[4], kTokens))).tokens,
+            first(fixture().greedy[4], kTokens));
 }
 
 TEST(Engine, DestructionCancelsRequestsInFlight) {
