@@ -9,8 +9,7 @@ build="${SPECDEC_BUILD_DIR:-$root/build-test}"
 "$root/scripts/deps.sh"
 stage_start=$(date +%s)
 # Ninja and ccache when present (a CI that keeps ccache's folder between runs rebuilds only what
-# changed); paths relative to the checkout, so that any clone of it shares the cache; precompiled
-# headers (SPECDEC_PCH), which ccache takes with the sloppiness below.
+# changed); paths relative to the checkout, so that any clone of it shares the cache.
 generator=()
 if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja > /dev/null; then generator=(-G Ninja); fi
 launcher=()
@@ -20,9 +19,7 @@ export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 # is compiled and tested where a device is, by `scripts/test.sh --gpu`.
 cuda=()
 if [ "${CI:-}" = true ] && [ "${1:-}" != --gpu ] && ! nvidia-smi -L > /dev/null 2>&1; then cuda=(-DSPECDEC_CUDA=OFF); fi
-export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 cmake -S "$root" -B "$build" "${generator[@]}" "${launcher[@]}" "${cuda[@]}" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_TESTS=ON \
-  -DSPECDEC_PCH=ON \
   ${SPECDEC_CMAKE_ARGS:-} > /dev/null
 cmake --build "$build" -j"$(nproc)"
 echo "stage release build: $(($(date +%s) - stage_start)) s"
