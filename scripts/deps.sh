@@ -7,8 +7,9 @@ set -euo pipefail
 # official openai client with npm).
 SPECDEC_PACKAGES=(build-essential cmake pkg-config nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcli11-dev
   libgtest-dev libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev curl)
-# CI also runs the libFuzzer targets (scripts/ci_sanitizers.sh), which need clang and its runtime.
-if [ "${CI:-}" = true ]; then SPECDEC_PACKAGES+=(clang-14 libclang-rt-14-dev); fi
+# CI also builds the sanitizer stages and libFuzzer targets (scripts/ci_sanitizers.sh) with clang and
+# its runtime, and builds with Ninja and ccache (scripts/test.sh uses them when present).
+if [ "${CI:-}" = true ]; then SPECDEC_PACKAGES+=(clang-14 libclang-rt-14-dev ninja-build ccache); fi
 missing=()
 for p in "${SPECDEC_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,7 +5,8 @@
 # leak or sanitizer report, leaving the reproducer and the log in the work folder.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]   (default: 60 s, every target; a target is e.g. config)
 # Environment: SPECDEC_FUZZ_BUILD_DIR (build-fuzz), SPECDEC_FUZZ_WORK (/tmp/specdec-fuzz),
-# CXX_FUZZ (clang++-14 or clang++), SPECDEC_FUZZ_NO_BUILD=1 to use the targets already built.
+# CXX_FUZZ (clang++-14 or clang++), SPECDEC_FUZZ_NO_BUILD=1 to use the targets already built (CI
+# builds them with its ASan/UBSan suite), SPECDEC_FUZZ_JOBS (1): how many targets run at once.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${1:-60}"
@@ -23,18 +24,17 @@ if [ "${SPECDEC_FUZZ_NO_BUILD:-0}" != 1 ]; then
   if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
   if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja > /dev/null; then launcher+=(-G Ninja); fi
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$cxx" \
-    "${launcher[@]}" -DSPECDEC_FUZZ=ON -DSPECDEC_TESTS=OFF -DSPECDEC_SERVER=OFF -DSPECDEC_CUDA=OFF > /dev/null
+    "${launcher[@]}" -DSPECDEC_FUZZ=ON -DSPECDEC_TESTS=OFF -DSPECDEC_CUDA=OFF > /dev/null
   cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 fi
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
-status=0
-for t in "${targets[@]}"; do
+fuzz_one() {  # fuzz_one TARGET: runs it and prints its line; fails on a finding
+  local t="$1" log start elapsed execs corp rc=0
   mkdir -p "$work/$t/corpus" "$work/$t/artifacts"
   log="$work/$t/fuzz.log"
   start=$(date +%s)
-  rc=0
   "$build/fuzz_$t" "$work/$t/corpus" "$root/tests/fuzz/corpus/$t" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/$t/artifacts/" > "$log" 2>&1 || rc=$?
   elapsed=$(($(date +%s) - start))
@@ -45,7 +45,21 @@ for t in "${targets[@]}"; do
   else
     echo "fuzz $t: FAILED (exit $rc) after ${elapsed} s; log $log, reproducer in $work/$t/artifacts/"
     grep -m5 -E 'ERROR|runtime error|deadly signal|timeout|out-of-memory' "$log" || true
-    status=1
+    return 1
   fi
+}
+
+# Up to SPECDEC_FUZZ_JOBS targets at once; every target runs, and any finding fails the script.
+jobs_max="${SPECDEC_FUZZ_JOBS:-1}"
+status=0
+pids=()
+for t in "${targets[@]}"; do
+  if ((${#pids[@]} >= jobs_max)); then
+    wait "${pids[0]}" || status=1
+    pids=("${pids[@]:1}")
+  fi
+  fuzz_one "$t" &
+  pids+=($!)
 done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
 exit $status

@@ -86,28 +86,35 @@ template <typename Fn>
 auto EngineLoop::call(Fn&& fn) -> std::invoke_result_t<Fn&, EngineCore&> {
   using R = std::invoke_result_t<Fn&, EngineCore&>;
   SPECDEC_CHECK(!on_loop_thread(), "the engine cannot be waited on from its own thread (an event callback)");
-  std::promise<R> done;
-  std::future<R> result = done.get_future();
-  // fn and done are referenced, not copied: this call waits until the task has run or been
+  // The task leaves its value or exception in these, and `done` only says that it has run. Not
+  // promise::set_exception: libstdc++ copies the exception_ptr into the shared state and drops
+  // its parameter only after the caller is woken, so the loop thread may release the last
+  // reference and destroy the exception after the caller has read it. That is ordered by the
+  // exception's atomic reference count, but inside uninstrumented libstdc++, so ThreadSanitizer
+  // reports the caller's read of what() and the loop thread's delete as a data race. Here the
+  // loop thread has let go of everything before it signals: the caller alone ends the exception.
+  std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> value{};
+  std::exception_ptr error;
+  std::promise<void> done;
+  std::future<void> ran = done.get_future();
+  // fn and the slots are referenced, not copied: this call waits until the task has run or been
   // rejected, and a rejected task is never run afterwards.
-  enqueue([&fn, &done](EngineCore* core) {
-    std::exception_ptr error;
+  enqueue([&](EngineCore* core) {
     try {
       SPECDEC_CHECK(core != nullptr, "the engine is shutting down");
       if constexpr (std::is_void_v<R>) {
         fn(*core);
-        done.set_value();
       } else {
-        done.set_value(fn(*core));
+        value.emplace(fn(*core));
       }
     } catch (...) {
       error = std::current_exception();
     }
-    // Set after the catch block has ended, so that this thread holds no reference to the
-    // exception once the caller can see it: the caller alone ends its life.
-    if (error) done.set_exception(std::move(error));
+    done.set_value();
   });
-  return result.get();
+  ran.get();
+  if (error) std::rethrow_exception(error);
+  if constexpr (!std::is_void_v<R>) return std::move(*value);
 }
 
 }  // namespace specdec

@@ -174,7 +174,6 @@ TEST(Engine, CancelEndsARequestMidStream) {
 
 TEST(Engine, ACallbackMayCancelItsRequestAndAThrowingOneEndsOnlyItsOwn) {
   specdec::Engine engine(config());
-  std::atomic<int64_t> self{0};
   specdec::GenerationRequest a = greedy(fixture().prompts[0], 1500);
   a.on_event = [&](const specdec::GenerationEvent& ev) {
     if (ev.tokens.size() && ev.finish == specdec::Finish::none) engine.cancel(ev.request_id);
@@ -247,6 +246,33 @@ TEST(Engine, BadRequestsThrowAndLeaveOthersUnharmed) {
   EXPECT_THROW(engine.add_draft(specdec::DraftSpec::ngram()), std::runtime_error);  // the id "ngram" is taken
   EXPECT_EQ(engine.wait(running).tokens, first(fx.greedy[3], 48));
   EXPECT_EQ(engine.wait(engine.submit(greedy(fx.prompts[4], kTokens))).tokens, first(fx.greedy[4], kTokens));
+}
+
+// A refusal found on the engine's thread (here a prompt token outside the vocabulary) is an
+// exception made there and handed to the caller, who reads it and ends its life. Many in a row,
+// from two callers at once, each arrive whole with their own message (CI also runs this under
+// ThreadSanitizer, which checks the hand-off).
+TEST(Engine, RefusalsFromTheEngineThreadReachEachCallerWhole) {
+  specdec::Engine engine(config());
+  auto refuse = [&engine](int32_t first_id, int n) {
+    for (int32_t id = first_id; id < first_id + n; ++id) {
+      specdec::GenerationRequest r = greedy("", 4);
+      r.prompt_tokens = {1, 2, id};
+      try {
+        engine.submit(std::move(r));
+        ADD_FAILURE() << "token " << id << " was accepted";
+      } catch (const std::runtime_error& e) {
+        EXPECT_NE(std::string(e.what()).find("prompt token id " + std::to_string(id) + " is outside the vocabulary"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  };
+  std::thread other(refuse, 1 << 20, 200);
+  refuse(1 << 21, 200);
+  other.join();
+  EXPECT_EQ(engine.wait(engine.submit(greedy(fixture().prompts[4], kTokens))).tokens,
+            first(fixture().greedy[4], kTokens));
 }
 
 TEST(Engine, DestructionCancelsRequestsInFlight) {

@@ -14,13 +14,14 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cpu_features.h"
 
 namespace specdec::test {
 
 // "scalar" always; "avx2" and "avx512" when this CPU has them.
 inline std::vector<std::string> cpu_isas() {
   std::vector<std::string> isas{"scalar"};
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && specdec::test::cpu_has_f16c();
   if (avx2) isas.push_back("avx2");
   if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {

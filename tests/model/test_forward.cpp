@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cpu_features.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "sampling/sampling.h"
@@ -27,7 +28,7 @@ using model_test::model_dir;
 using model_test::tokens_for;
 
 bool cpu_has(const std::string& isa) {
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && specdec::test::cpu_has_f16c();
   if (isa == "avx2") return avx2;
   if (isa == "avx512-bf16") return cpu_has("avx512") && __builtin_cpu_supports("avx512bf16");
   if (isa == "avx512")

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cpu_features.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "test_device.h"
@@ -21,8 +22,7 @@ namespace {
 const std::string kFixtures = std::string(SPECDEC_SOURCE_DIR) + "/tests/fixtures";
 
 bool cpu_has(const std::string& isa) {
-  const bool avx2 =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && specdec::test::cpu_has_f16c();
   if (isa == "avx2") return avx2;
   if (isa == "avx512")
     return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -3,6 +3,8 @@
 // validated kernels in cpu_ops.h.
 #include "backend/cpu/cpu_backend.h"
 
+#include <cpuid.h>
+
 #include <cstring>
 #include <vector>
 
@@ -11,9 +13,12 @@
 namespace specdec {
 namespace {
 
-bool cpu_has_avx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+// F16C is read from CPUID leaf 1 (ECX bit 29): clang does not take "f16c" in __builtin_cpu_supports.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
 }
+bool cpu_has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c(); }
 bool cpu_has_avx512() {
   return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
