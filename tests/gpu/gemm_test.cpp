@@ -31,15 +31,6 @@ std::vector<float> reference(const std::vector<float>& x, const std::vector<floa
   return out;
 }
 
-// Rows [first, first + M) of x through g.linear.
-std::vector<float> rows_of(Backend& g, const std::vector<float>& x, const Owned& w, int first, int M, int N, int K) {
-  std::vector<float> xm(x.begin() + size_t(first) * K, x.begin() + size_t(first + M) * K);
-  Owned xt = upload(g, xm, DType::f32, {M, K});
-  Owned o = empty(g, DType::f32, {M, N});
-  g.linear(xt.tensor, Weight(w.tensor), nullptr, o.tensor);
-  return download(g, o.tensor);
-}
-
 TEST(GpuGemm, RowBitsEqualAtEveryM) {
   SPECDEC_REQUIRE_GPU();
   auto g = make_gpu();
@@ -53,16 +44,16 @@ TEST(GpuGemm, RowBitsEqualAtEveryM) {
     const auto x = random_floats(size_t(big) * c.K, 700 + c.K);
     const auto wv = random_floats(size_t(c.N) * c.K, 701 + c.N);
     Owned w = upload(*g, wv, c.wt, {c.N, c.K});
-    const auto all = rows_of(*g, x, w, 0, big, c.N, c.K);
+    const auto all = linear_rows(*g, x, w, 0, big, c.N, c.K);
     const std::string what = str_cat("N=", c.N, " K=", c.K, " ", dtype_name(c.wt));
     // A prefix of the batch at M = 1, 3, 16, 100, and windows at other offsets.
     for (int M : {1, 3, 16, 100}) {
-      const auto part = rows_of(*g, x, w, 0, M, c.N, c.K);
+      const auto part = linear_rows(*g, x, w, 0, M, c.N, c.K);
       EXPECT_TRUE(bit_equal(part.data(), all.data(), size_t(M) * c.N)) << what << " rows [0, " << M << ")";
     }
     for (auto [first, M] : {std::pair{517, 1}, std::pair{998, 2}, std::pair{131, 3}, std::pair{500, 17},
                             std::pair{777, 200}}) {
-      const auto part = rows_of(*g, x, w, first, M, c.N, c.K);
+      const auto part = linear_rows(*g, x, w, first, M, c.N, c.K);
       EXPECT_TRUE(bit_equal(part.data(), all.data() + size_t(first) * c.N, size_t(M) * c.N))
           << what << " rows [" << first << ", " << first + M << ")";
     }
@@ -71,7 +62,7 @@ TEST(GpuGemm, RowBitsEqualAtEveryM) {
       auto gt = make_gpu(tile);
       Owned wt = upload(*gt, wv, c.wt, {c.N, c.K});
       for (auto [first, M] : {std::pair{0, 1}, std::pair{40, 60}, std::pair{0, big}}) {
-        const auto part = rows_of(*gt, x, wt, first, M, c.N, c.K);
+        const auto part = linear_rows(*gt, x, wt, first, M, c.N, c.K);
         EXPECT_TRUE(bit_equal(part.data(), all.data() + size_t(first) * c.N, size_t(M) * c.N))
             << what << " tile " << tile << " rows [" << first << ", " << first + M << ")";
       }

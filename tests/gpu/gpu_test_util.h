@@ -140,6 +140,16 @@ inline double rel_error(const std::vector<float>& got, const std::vector<float>&
   return scale > 0 ? diff / scale : diff;
 }
 
+// Rows [first, first + M) of x (rows of K) through b.linear with the [N, K] weight w.
+inline std::vector<float> linear_rows(Backend& b, const std::vector<float>& x, const Owned& w, int first, int M, int N,
+                                      int K) {
+  std::vector<float> xm(x.begin() + static_cast<size_t>(first) * K, x.begin() + static_cast<size_t>(first + M) * K);
+  Owned xt = upload(b, xm, DType::f32, {M, K});
+  Owned o = empty(b, DType::f32, {M, N});
+  b.linear(xt.tensor, Weight(w.tensor), nullptr, o.tensor);
+  return download(b, o.tensor);
+}
+
 // Bitwise equality of two f32 vectors (so -0 vs +0 or NaN payloads would count as different).
 inline bool bit_equal(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 

@@ -80,15 +80,6 @@ TEST(GpuLinear, FastModeMatchesCpu) {
   for (const auto& [c, tol] : cases) EXPECT_LE(compare_with_cpu(b, c, seed += 3), tol) << describe(c);
 }
 
-// Runs rows [0, M) of x through the linear at once and returns out[M, N].
-std::vector<float> linear_rows(Backend& be, const std::vector<float>& x, const Owned& w, int M, int N, int K) {
-  std::vector<float> xm(x.begin(), x.begin() + static_cast<size_t>(M) * K);
-  Owned xt = upload(be, xm, DType::f32, {M, K});
-  Owned o = empty(be, DType::f32, {M, N});
-  be.linear(xt.tensor, Weight(w.tensor), nullptr, o.tensor);
-  return download(be, o.tensor);
-}
-
 TEST(GpuLinear, InvariantModeIsBatchInvariant) {
   SPECDEC_REQUIRE_GPU();
   Backends b = make_backends(true);
@@ -96,18 +87,18 @@ TEST(GpuLinear, InvariantModeIsBatchInvariant) {
     const int N = 72, maxM = 33;
     const auto x = random_floats(static_cast<size_t>(maxM) * K, 300 + static_cast<uint32_t>(K));
     Owned w = upload(*b.gpu, random_floats(static_cast<size_t>(N) * K, 301), DType::bf16, {N, K});
-    const auto out33 = linear_rows(*b.gpu, x, w, 33, N, K);
-    const auto out8 = linear_rows(*b.gpu, x, w, 8, N, K);
+    const auto out33 = linear_rows(*b.gpu, x, w, 0, 33, N, K);
+    const auto out8 = linear_rows(*b.gpu, x, w, 0, 8, N, K);
     for (int r : {0, 5, 7}) {
       // Row r alone (M = 1) vs inside M = 8 and M = 33.
       std::vector<float> xr(x.begin() + static_cast<size_t>(r) * K, x.begin() + static_cast<size_t>(r + 1) * K);
-      const auto alone = linear_rows(*b.gpu, xr, w, 1, N, K);
+      const auto alone = linear_rows(*b.gpu, xr, w, 0, 1, N, K);
       EXPECT_TRUE(bit_equal(alone.data(), out8.data() + r * N, N)) << "row " << r << " K=" << K << " M=8";
       EXPECT_TRUE(bit_equal(alone.data(), out33.data() + r * N, N)) << "row " << r << " K=" << K << " M=33";
     }
     for (int r : {16, 32}) {
       std::vector<float> xr(x.begin() + static_cast<size_t>(r) * K, x.begin() + static_cast<size_t>(r + 1) * K);
-      const auto alone = linear_rows(*b.gpu, xr, w, 1, N, K);
+      const auto alone = linear_rows(*b.gpu, xr, w, 0, 1, N, K);
       EXPECT_TRUE(bit_equal(alone.data(), out33.data() + r * N, N)) << "row " << r << " K=" << K << " M=33";
     }
   }

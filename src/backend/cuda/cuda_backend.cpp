@@ -663,8 +663,9 @@ class CudaBackend final : public Backend {
     return tensor_core_type(sh) && cuda::gemm_supports(sh.type, sh.k, weights.data(), static_cast<int>(weights.size()));
   }
 
-  void launch_gemm(const Tensor& x, std::span<const cuda::LinearSegment> segs, const LinearShape& sh,
-                   cuda::LinearEpilogue epilogue, const char* op) {
+  // The arguments both linear kernels take: x, the weights' segments and the epilogue.
+  static cuda::LinearRowsArgs linear_args(const Tensor& x, std::span<const cuda::LinearSegment> segs,
+                                          const LinearShape& sh, cuda::LinearEpilogue epilogue) {
     cuda::LinearRowsArgs a;
     a.x = x.ptr<float>();
     a.w_type = sh.type;
@@ -673,7 +674,12 @@ class CudaBackend final : public Backend {
     a.segments = static_cast<int>(segs.size());
     a.epilogue = epilogue;
     for (size_t j = 0; j < segs.size(); ++j) a.seg[j] = segs[j];
-    cuda::launch_gemm(a, ctx_);
+    return a;
+  }
+
+  void launch_gemm(const Tensor& x, std::span<const cuda::LinearSegment> segs, const LinearShape& sh,
+                   cuda::LinearEpilogue epilogue, const char* op) {
+    cuda::launch_gemm(linear_args(x, segs, sh, epilogue), ctx_);
     check_launch(op, " (tensor-core linear) ", sh.m, "x", sh.k, " by ", sh.n, "x", sh.k, ", ", segs.size(),
                  " weights");
   }
@@ -735,16 +741,9 @@ class CudaBackend final : public Backend {
 
   void launch_rows(const Tensor& x, std::span<const cuda::LinearSegment> segs, const LinearShape& sh,
                    cuda::LinearEpilogue epilogue, const char* op, const void* norm_w = nullptr, float eps = 0.0f) {
-    cuda::LinearRowsArgs a;
-    a.x = x.ptr<float>();
-    a.w_type = sh.type;
-    a.M = sh.m;
-    a.K = sh.k;
-    a.segments = static_cast<int>(segs.size());
-    a.epilogue = epilogue;
+    cuda::LinearRowsArgs a = linear_args(x, segs, sh, epilogue);
     a.norm_w = norm_w;
     a.norm_eps = eps;
-    for (size_t j = 0; j < segs.size(); ++j) a.seg[j] = segs[j];
     cuda::launch_linear_rows(a, ctx_);
     check_launch(op, " (row-streaming kernel) ", sh.m, "x", sh.k, " by ", sh.n, "x", sh.k, ", ", segs.size(),
                  " weights");
