@@ -51,8 +51,8 @@ TEST(GpuGemm, RowBitsEqualAtEveryM) {
       const auto part = linear_rows(*g, x, w, 0, M, c.N, c.K);
       EXPECT_TRUE(bit_equal(part.data(), all.data(), size_t(M) * c.N)) << what << " rows [0, " << M << ")";
     }
-    for (auto [first, M] : {std::pair{517, 1}, std::pair{998, 2}, std::pair{131, 3}, std::pair{500, 17},
-                            std::pair{777, 200}}) {
+    for (auto [first, M] :
+         {std::pair{517, 1}, std::pair{998, 2}, std::pair{131, 3}, std::pair{500, 17}, std::pair{777, 200}}) {
       const auto part = linear_rows(*g, x, w, first, M, c.N, c.K);
       EXPECT_TRUE(bit_equal(part.data(), all.data() + size_t(first) * c.N, size_t(M) * c.N))
           << what << " rows [" << first << ", " << first + M << ")";
@@ -70,8 +70,8 @@ TEST(GpuGemm, RowBitsEqualAtEveryM) {
     // Against f64 on the rounded operands: the MMA's f32 sums of a k-step do not round like a
     // chain of fma; a few units of 2^-24 relative per step.
     const int check = 24;
-    const auto want = reference(std::vector<float>(x.begin(), x.begin() + size_t(check) * c.K), wv, check, c.N, c.K,
-                                c.wt);
+    const auto want =
+        reference(std::vector<float>(x.begin(), x.begin() + size_t(check) * c.K), wv, check, c.N, c.K, c.wt);
     EXPECT_LE(rel_error(std::vector<float>(all.begin(), all.begin() + size_t(check) * c.N), want), 5e-5) << what;
   }
 }
@@ -121,7 +121,8 @@ TEST(GpuGemm, FusedFormsRowBitsAndReference) {
       want_q[size_t(m) * Nq + n] = q[size_t(m) * Nq + n] + bq[n];
       want_added[size_t(m) * Nq + n] = res[size_t(m) * Nq + n] + q[size_t(m) * Nq + n];
     }
-  for (size_t i = 0; i < gd.size(); ++i) want_gated[i] = static_cast<float>(gd[i] / (1.0 + std::exp(-double(gd[i]))) * up[i]);
+  for (size_t i = 0; i < gd.size(); ++i)
+    want_gated[i] = static_cast<float>(gd[i] / (1.0 + std::exp(-double(gd[i]))) * up[i]);
   EXPECT_LE(rel_error(all.q, want_q), 5e-5);
   EXPECT_LE(rel_error(all.k, k), 5e-5);
   EXPECT_LE(rel_error(all.gated, want_gated), 5e-5);

@@ -138,8 +138,8 @@ TEST(GpuLinear, SingleRowEqualsItsRowInAPairBits) {
       const auto plain1 = download(g, o1.tensor), plain2 = download(g, o2.tensor);
       EXPECT_TRUE(bit_equal(plain1.data(), plain2.data(), c.N)) << what << " linear";
       const std::vector<float> x_row(x.begin(), x.begin() + c.K);
-      const auto cpu = run_linear(*b.cpu, rounds_x ? rounded(x_row, c.wt) : x_row, wa_values, nullptr,
-                                  {1, c.N, c.K, c.wt, false});
+      const auto cpu =
+          run_linear(*b.cpu, rounds_x ? rounded(x_row, c.wt) : x_row, wa_values, nullptr, {1, c.N, c.K, c.wt, false});
       EXPECT_LE(rel_error(plain1, cpu), rounds_x ? kMmaTol : 1e-5) << what << " against the CPU";
 
       g.gated_linear(x1.tensor, Weight(wa.tensor), Weight(wb.tensor), o1.tensor);

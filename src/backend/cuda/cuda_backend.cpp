@@ -680,16 +680,16 @@ class CudaBackend final : public Backend {
   void launch_gemm(const Tensor& x, std::span<const cuda::LinearSegment> segs, const LinearShape& sh,
                    cuda::LinearEpilogue epilogue, const char* op) {
     cuda::launch_gemm(linear_args(x, segs, sh, epilogue), ctx_);
-    check_launch(op, " (tensor-core linear) ", sh.m, "x", sh.k, " by ", sh.n, "x", sh.k, ", ", segs.size(),
-                 " weights");
+    check_launch(op, " (tensor-core linear) ", sh.m, "x", sh.k, " by ", sh.n, "x", sh.k, ", ", segs.size(), " weights");
   }
 
   // Whether the row-streaming kernel can apply rms_norm(x, norm_weight) itself for this shape: a
   // whole row of x staged at once, and the norm weight of the linear weight's type.
   bool folds_norm(const LinearShape& sh, const Tensor& norm_weight) const {
     if (norm_weight.device != Device::cuda || norm_weight.dtype == DType::i32) return false;
-    return !tensor_core_type(sh) && rows_kernel(sh) && sh.m > 0 && sh.k > 0 && elem_type(norm_weight, "rms_norm", "weight") == sh.type &&
-           norm_weight.numel() == sh.k && cuda::linear_rows_folds_norm(sh.m, sh.k);
+    return !tensor_core_type(sh) && rows_kernel(sh) && sh.m > 0 && sh.k > 0 &&
+           elem_type(norm_weight, "rms_norm", "weight") == sh.type && norm_weight.numel() == sh.k &&
+           cuda::linear_rows_folds_norm(sh.m, sh.k);
   }
 
   void check_normed(const char* op, const Tensor& x, const Tensor& normed) {
