@@ -74,6 +74,8 @@ class Backend {
   // backend sets no bound of its own (host memory).
   virtual size_t memory_available() const { return 0; }
   // Copies src to dst (same dtype and element count); either may be host memory (Device::cpu).
+  // Returns once a host source has been read (the caller may reuse it at once) and once a host
+  // destination holds the data; a device-to-device copy may still be queued on return.
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   virtual void synchronize() = 0;
 
