@@ -403,9 +403,6 @@ class DflashRows final : public DraftRows {
     }
     const float* logits = host_view(s.logits, host_logits_);
     const float* hidden = cut_ ? host_view(s.sel, host_hidden_) : nullptr;
-    // The drafts are drawn on the host from these logits, and a device backend's copy to the
-    // host may still be under way when copy returns.
-    backend_.synchronize();
     for (const KvCache::SeqId seq : seqs) cache_->truncate(seq, cache_->length(seq));  // the block's K/V go
 
     for (int64_t i = 0; i < R; ++i) {
@@ -474,14 +471,10 @@ class DflashRows final : public DraftRows {
     for (int b = 0; b * bs < n; ++b) {
       const Tensor block = pool.rows(table.at(static_cast<size_t>(b)), 1);
       const int rows = std::min(bs, n - b * bs);
-      // Read on the host at once, and a device backend's copy to the host may still be under
-      // way when copy returns.
       if (pool.dtype == DType::f32) {
         backend_.copy(block, Tensor(full.data(), DType::f32, {1, bs, c_.num_kv_heads, c_.head_dim}));
-        backend_.synchronize();
       } else {
         backend_.copy(block, Tensor(half.data(), pool.dtype, {1, bs, c_.num_kv_heads, c_.head_dim}));
-        backend_.synchronize();
         for (size_t e = 0; e < half.size(); ++e)
           full[e] = pool.dtype == DType::bf16 ? bf16_to_f32(half[e]) : f16_to_f32(half[e]);
       }

@@ -433,9 +433,6 @@ Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, const Tensor& 
     out.logits.resize(static_cast<size_t>(N) * static_cast<size_t>(config_.draft_vocab));
     backend_.copy(g, Tensor(out.hidden.data(), DType::f32, {N, H}));
     backend_.copy(logits, Tensor(out.logits.data(), DType::f32, {N, config_.draft_vocab}));
-    // The caller reads the logits on the host at once (they choose the drafts), and a device
-    // backend's copy to the host may still be under way when copy returns.
-    backend_.synchronize();
   }
   for (size_t r = 0; r < rows.size(); ++r) cache.set_length(rows[r].seq, plan.row_lens[r]);
   return out;

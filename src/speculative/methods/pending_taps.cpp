@@ -78,8 +78,6 @@ std::vector<float> PendingTaps::read(Backend& backend) const {
   for (int j = 0; j < taps_ && size() > 0; ++j)
     backend.copy(tap(j, 0, size()),
                  Tensor(host.data() + static_cast<size_t>(int64_t{j} * size() * width_), DType::f32, {size(), width_}));
-  // Copies to the host memory of a device backend may still be under way when copy returns.
-  backend.synchronize();
   return host;
 }
 
