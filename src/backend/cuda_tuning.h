@@ -43,8 +43,9 @@ struct CudaTuning {
   // weights at about half the row kernel's rate (docs/benchmarks.md), and one row is the
   // commonest call. Either way one reduction order serves every M of a backend.
   bool invariant_tensor_cores = false;
-  // Tile of the tensor-core linear: 0 chosen from M and N, 1 small, 2 mid, 3 large, 4 deep small,
-  // 5 narrow small, 6 wide large (SPECDEC_CUDA_GEMM_TILE). Every tile gives the same bits.
+  // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
+  // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
+  // gives the same bits.
   int gemm_tile = 0;
 };
 

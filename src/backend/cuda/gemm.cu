@@ -3,12 +3,20 @@
 // f32 in memory; each element is rounded to the weight's type (round to nearest even) as it is
 // read into an MMA fragment, and products are summed in f32 by mma.sync m16n8k16.
 //
-// Reduction order: an output (m, n) is one f32 accumulator that starts at zero and takes the
-// MMA k-steps k = 0, 16, 32, ... < K in that order, each step adding the 16 products of that step
-// as the tensor core does (a function of the step's 16 pairs and the accumulator alone). No
-// split of K, no exchange between threads before the epilogue. Which rows share a tile, the tile
-// sizes, the pipeline depth and the grid shape change which thread computes an output, never
-// its operations: a row's bits are the same at any M, in any batch, for any tile config.
+// Reduction order, a function of K alone: K is cut into slices of slice_len(K) (a multiple of
+// 64). Within a slice an output (m, n) is one f32 accumulator that starts at zero and takes the
+// MMA k-steps of the slice in increasing k, each step adding its 16 products as the tensor core
+// does (a function of the step's 16 pairs and the accumulator alone). The output is then
+// 0 + p_0 + p_1 + ... over the slices' sums, left to right. Which rows share a tile, the tile
+// sizes, the pipeline depth, the grid shape and which warp sums a slice change which thread
+// computes an output, never its operations: a row's bits are the same at any M, in any batch,
+// for any kernel here.
+//
+// Two kernels share that order. The tiled kernel (many rows: verify windows, prefill chunks,
+// large batches) walks K in order in every block and folds each slice's accumulator into a
+// running sum as it leaves the slice. The stream kernel (a few rows: decode steps) gives each
+// (8-column tile, slice) pair to one warp, so that a step has the thousands of independent
+// weight streams that keep the memory busy, then sums the slices in a block.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -98,17 +106,21 @@ struct Tile {
   static_assert(WN == 8 || WN % 16 == 0, "B fragments in pairs of n8 tiles, or one");
 };
 
-// Tiles (see launch_gemm for the choice): few rows (decode steps) stream narrow column tiles
-// deep; many rows (prefill chunks) reuse each staged operand across large warp tiles.
+// Tiles of the tiled kernel (see tile_for for the choice): many rows (prefill chunks) reuse each
+// staged operand across large warp tiles. SmallTile serves few rows only when forced (the stream
+// kernel reads their weights faster).
 using SmallTile = Tile<16, 32, 16, 8, 64, 8>;
 using MidTile = Tile<64, 64, 32, 32, 32, 5>;
 using LargeTile = Tile<128, 128, 64, 32, 32, 3>;
-// Alternatives kept for measurement (CudaTuning::gemm_tile 4..6): a deeper small tile, a
-// narrower one (twice the blocks), and a wider large one. None streams one row's weights faster
-// than SmallTile (docs/benchmarks.md), nor does a small tile of 512-byte pieces of each row.
-using DeepSmallTile = Tile<16, 32, 16, 8, 64, 12>;
-using NarrowSmallTile = Tile<16, 16, 16, 8, 64, 12>;
-using WideLargeTile = Tile<128, 256, 64, 64, 32, 3>;
+
+// The slice length of K (see the top of this file): about eight slices per 4,096 of K, so that a
+// decode step's weights split into enough streams, each a multiple of 64 (the stream kernel's
+// chunk; a whole number of every tile's BK).
+__host__ __device__ constexpr int slice_len(int K) {
+  const int target = 8 * ((K + 4095) / 4096);
+  const int len = ((K + target - 1) / target + 63) / 64 * 64;
+  return len < 64 ? 64 : len;
+}
 
 // Weight row r of a block's BN virtual rows: the row (or nullptr past the end) whose dot
 // products fill column r of the tile. silu_gate tiles hold BN/2 gate rows, then the same BN/2
@@ -131,9 +143,37 @@ __device__ __forceinline__ const W* weight_row(const LinearRowsArgs& a, int n_to
   }
 }
 
+// Output (m, n) of the epilogue E from its dot product v (and, for silu_gate, the up row's
+// product up): the row kernel's arithmetic (linear.cu), so the two agree where they compute the
+// same dot product. n counts the columns of all segments consecutively.
+template <LinearEpilogue E>
+__device__ __forceinline__ void store_output(const LinearRowsArgs& a, int m, int n, int n_total, float v, float up) {
+  if constexpr (E == LinearEpilogue::silu_gate) {
+    a.seg[0].out[static_cast<int64_t>(m) * n_total + n] = v / (1.0f + expf(-v)) * up;
+  } else {
+    LinearSegment sg = a.seg[0];
+    if (a.segments > 1 && n >= a.seg[0].n) {
+      n -= a.seg[0].n;
+      sg = a.seg[1];
+      if (a.segments > 2 && n >= a.seg[1].n) {
+        n -= a.seg[1].n;
+        sg = a.seg[2];
+      }
+    }
+    const float b = sg.bias ? sg.bias[n] : 0.0f;
+    float* o = sg.out + static_cast<int64_t>(m) * sg.n + n;
+    if constexpr (E == LinearEpilogue::add) {
+      *o = *o + (v + b);
+    } else {
+      *o = v + b;
+    }
+  }
+}
+
 template <typename W, typename T, LinearEpilogue E>
 __global__ void __launch_bounds__(T::THREADS) gemm_kernel(LinearRowsArgs a, int n_total, int x_aligned) {
   constexpr int BM = T::BM, BN = T::BN, BK = T::BK, STAGES = T::STAGES, NT = T::THREADS;
+  static_assert(64 % BK == 0, "slices hold whole k-tiles");
   constexpr int MI = T::WM / 16, NI = T::WN / 8;
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
@@ -212,16 +252,30 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(LinearRowsArgs a, int 
     commit_group();
   }
 
-  float acc[MI][NI][4];
+  // acc: the current slice's sums; sum: 0 + the finished slices' sums, left to right.
+  float acc[MI][NI][4], sum[MI][NI][4];
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int j = 0; j < NI; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = sum[i][j][e] = 0.0f;
+  const auto fold = [&] {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NI; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sum[i][j][e] += acc[i][j][e];
+          acc[i][j][e] = 0.0f;
+        }
+  };
+  const int tiles_per_slice = slice_len(K) / BK;
 
   const int g = lane / 4, t = lane % 4;
   for (int kt = 0; kt < k_tiles; ++kt) {
+    if (kt > 0 && kt % tiles_per_slice == 0) fold();
     wait_group<STAGES - 2>();
     __syncthreads();  // stage kt has landed for all threads; stage kt - 1 is consumed by all
     {
@@ -273,6 +327,7 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(LinearRowsArgs a, int 
         for (int j = 0; j < NI; ++j) Mma<W>::run(acc[i][j], af[i], bf[j][0], bf[j][1]);
     }
   }
+  fold();
   wait_group<0>();
   __syncthreads();  // the pipeline's shared memory becomes the output tile
 
@@ -282,50 +337,165 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(LinearRowsArgs a, int 
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       const int r = warp_m * T::WM + i * 16 + g, c = warp_n * T::WN + j * 8 + 2 * t;
-      sc[r * T::C_STRIDE + c] = acc[i][j][0];
-      sc[r * T::C_STRIDE + c + 1] = acc[i][j][1];
-      sc[(r + 8) * T::C_STRIDE + c] = acc[i][j][2];
-      sc[(r + 8) * T::C_STRIDE + c + 1] = acc[i][j][3];
+      sc[r * T::C_STRIDE + c] = sum[i][j][0];
+      sc[r * T::C_STRIDE + c + 1] = sum[i][j][1];
+      sc[(r + 8) * T::C_STRIDE + c] = sum[i][j][2];
+      sc[(r + 8) * T::C_STRIDE + c + 1] = sum[i][j][3];
     }
   __syncthreads();
 
-  // The epilogue's arithmetic is the row kernel's (linear.cu), so the two agree where they
-  // compute the same dot product.
-  if constexpr (E == LinearEpilogue::silu_gate) {
-    constexpr int H = BN / 2;
-    float* out = a.seg[0].out;
-    for (int i = tid; i < BM * H; i += NT) {
-      const int r = i / H, c = i % H;
-      const int m = m0 + r, n = tile_n * H + c;
-      if (m >= M || n >= n_total) continue;
-      const float gv = sc[r * T::C_STRIDE + c], up = sc[r * T::C_STRIDE + H + c];
-      out[static_cast<int64_t>(m) * n_total + n] = gv / (1.0f + expf(-gv)) * up;
+  constexpr int H = E == LinearEpilogue::silu_gate ? BN / 2 : BN;
+  for (int i = tid; i < BM * H; i += NT) {
+    const int r = i / H, c = i % H;
+    const int m = m0 + r, n = tile_n * H + c;
+    if (m >= M || n >= n_total) continue;
+    const float up = E == LinearEpilogue::silu_gate ? sc[r * T::C_STRIDE + H + c] : 0.0f;
+    store_output<E>(a, m, n, n_total, sc[r * T::C_STRIDE + c], up);
+  }
+}
+
+// Warps of a stream kernel block, and the 64-wide K chunks each keeps in flight.
+constexpr int kStreamWarps = 8;
+constexpr int kStreamDepth = 6;
+constexpr int kStreamRowStride = 64 + 8;  // 16-bit elements per staged weight row (ldmatrix)
+constexpr int kStreamMaxM = 16;           // rows of x: one MMA tile
+
+// The stream kernel (few rows). A block owns 8 output columns (for silu_gate their 8 gate and 8
+// up rows, two 8-column tiles), i.e. NTILE weight tiles of 8 rows. Its units are (tile, slice)
+// pairs; warp w takes units w, w + kStreamWarps, ... and streams their weights in 64-wide chunks
+// through its own cp.async ring, one chunk after another across its units, so a warp's loads
+// never drain between units. A unit's slice sum goes to shared memory; the block then adds the
+// slices of each output in order. x (at most 16 rows) is read straight from global memory (it
+// is small and shared by every block, so it stays in cache) and rounded as the tiled kernel
+// rounds it; weight fragments come from the ring by the tiled kernel's ldmatrix. Rows of the MMA
+// tile past M are zero.
+template <typename W, LinearEpilogue E>
+__global__ void __launch_bounds__(kStreamWarps * 32) gemm_stream_kernel(LinearRowsArgs a, int n_total, int x_aligned) {
+  constexpr int NTILE = E == LinearEpilogue::silu_gate ? 2 : 1, ROWS = 8 * NTILE;
+  constexpr int CHUNK = 8 * kStreamRowStride;  // elements of one staged chunk
+  extern __shared__ float4 smem4[];
+  const int M = a.M, K = a.K;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int len = slice_len(K), slices = (K + len - 1) / len;
+  const int units = NTILE * slices;
+  W* ring = reinterpret_cast<W*>(smem4) + warp * kStreamDepth * CHUNK;
+  float* part = reinterpret_cast<float*>(smem4) + kStreamWarps * kStreamDepth * CHUNK * sizeof(W) / sizeof(float);
+
+  // This warp's chunks, numbered across its units: unit u = warp + q * kStreamWarps holds
+  // chunks_of(u) chunks. Every slice but the last holds len / 64.
+  const int full = len / 64, last = (K - (slices - 1) * len + 63) / 64;
+  const auto chunks_of = [&](int u) { return u % slices == slices - 1 ? last : full; };
+  int total = 0;
+  for (int u = warp; u < units; u += kStreamWarps) total += chunks_of(u);
+
+  // Lane l copies the 16-byte pieces l and l + 32 of a chunk (row = piece / 8, 8 pieces a row).
+  const W* wrow[NTILE][2];
+#pragma unroll
+  for (int j = 0; j < NTILE; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) wrow[j][e] = weight_row<W, ROWS, E>(a, n_total, blockIdx.x, j * 8 + (lane + 32 * e) / 8);
+  // Producer position: the unit and chunk the next load is for.
+  int pu = warp, pc = 0;
+  const auto load_next = [&](int slot) {
+    if (pu < units) {
+      const int j = pu / slices, k0 = (pu % slices) * len + pc * 64;
+      W* dst = ring + slot * CHUNK;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int piece = lane + 32 * e, r = piece / 8, c = (piece % 8) * 8;
+        const int k = k0 + c;
+        const bool ok = wrow[j][e] != nullptr && k < K;
+        cp_async_16(dst + r * kStreamRowStride + c, ok ? static_cast<const void*>(wrow[j][e] + k) : a.seg[0].w,
+                    ok ? 16 : 0);
+      }
+      if (++pc == chunks_of(pu)) {
+        pc = 0;
+        pu += kStreamWarps;
+      }
     }
-  } else {
-    for (int i = tid; i < BM * BN; i += NT) {
-      const int r = i / BN, c = i % BN;
-      const int m = m0 + r;
-      int n = tile_n * BN + c;
-      if (m >= M || n >= n_total) continue;
-      const float v = sc[r * T::C_STRIDE + c];
-      LinearSegment sg = a.seg[0];
-      if (a.segments > 1 && n >= a.seg[0].n) {
-        n -= a.seg[0].n;
-        sg = a.seg[1];
-        if (a.segments > 2 && n >= a.seg[1].n) {
-          n -= a.seg[1].n;
-          sg = a.seg[2];
+    commit_group();
+  };
+  // Weights are never written by a kernel: the first loads go out before the wait for the
+  // previous kernel.
+#pragma unroll
+  for (int s = 0; s < kStreamDepth - 1; ++s) load_next(s);
+  allow_dependents();
+  grid_dependency_wait();
+
+  const int g = lane / 4, t = lane % 4;
+  const float* x0 = a.x + static_cast<int64_t>(g) * K;
+  const float* x1 = a.x + static_cast<int64_t>(g + 8) * K;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int cu = warp, cc = 0;  // consumer position
+  for (int q = 0; q < total; ++q) {
+    wait_group<kStreamDepth - 2>();
+    __syncwarp();  // chunk q has landed for every lane; chunk q - 1 is consumed by every lane
+    load_next((q + kStreamDepth - 1) % kStreamDepth);
+    const W* sb = ring + (q % kStreamDepth) * CHUNK;
+    const int k0 = (cu % slices) * len + cc * 64;
+#pragma unroll
+    for (int ks = 0; ks < 64; ks += 16) {
+      const int k = k0 + ks;
+      if (k >= K) break;  // the tiled kernel's k-steps: none starts past K
+      uint32_t af[4];
+      float2 v[4] = {};
+      const int kk = k + 2 * t;  // and kk + 8: whole pairs, as K is a multiple of 8
+      const bool high = k + 8 < K;  // the step's upper 8 columns exist (else zero, as staged)
+      if (x_aligned) {
+        if (g < M) {
+          v[0] = __ldg(reinterpret_cast<const float2*>(x0 + kk));
+          if (high) v[2] = __ldg(reinterpret_cast<const float2*>(x0 + kk + 8));
+        }
+        if (g + 8 < M) {
+          v[1] = __ldg(reinterpret_cast<const float2*>(x1 + kk));
+          if (high) v[3] = __ldg(reinterpret_cast<const float2*>(x1 + kk + 8));
+        }
+      } else {
+        if (g < M) {
+          v[0] = make_float2(x0[kk], x0[kk + 1]);
+          if (high) v[2] = make_float2(x0[kk + 8], x0[kk + 9]);
+        }
+        if (g + 8 < M) {
+          v[1] = make_float2(x1[kk], x1[kk + 1]);
+          if (high) v[3] = make_float2(x1[kk + 8], x1[kk + 9]);
         }
       }
-      const float b = sg.bias ? sg.bias[n] : 0.0f;
-      float* o = sg.out + static_cast<int64_t>(m) * sg.n + n;
-      if constexpr (E == LinearEpilogue::add) {
-        *o = *o + (v + b);
-      } else {
-        *o = v + b;
-      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) af[e] = Mma<W>::pack(v[e].x, v[e].y);
+      uint32_t bf[2];
+      ldmatrix_x2(bf, sb + (lane & 7) * kStreamRowStride + ks + ((lane >> 3) & 1) * 8);
+      Mma<W>::run(acc, af, bf[0], bf[1]);
+    }
+    if (++cc == chunks_of(cu)) {  // the unit's slice is summed: to shared memory, rows < M
+      float* p = part + cu * (kStreamMaxM * 8);
+      if (g < M) p[g * 8 + 2 * t] = acc[0], p[g * 8 + 2 * t + 1] = acc[1];
+      if (g + 8 < M) p[(g + 8) * 8 + 2 * t] = acc[2], p[(g + 8) * 8 + 2 * t + 1] = acc[3];
+      acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+      cc = 0;
+      cu += kStreamWarps;
     }
   }
+  wait_group<0>();
+  __syncthreads();
+
+  // 0 + the slices' sums left to right, as the tiled kernel's fold; then its epilogue.
+  constexpr int H = E == LinearEpilogue::silu_gate ? 8 : ROWS;
+  for (int i = threadIdx.x; i < M * H; i += kStreamWarps * 32) {
+    const int m = i / H, c = i % H, n = blockIdx.x * H + c;
+    if (n >= n_total) continue;
+    float v = 0.0f, up = 0.0f;
+    for (int sl = 0; sl < slices; ++sl) v += part[sl * (kStreamMaxM * 8) + m * 8 + c];
+    if constexpr (E == LinearEpilogue::silu_gate)
+      for (int sl = 0; sl < slices; ++sl) up += part[(slices + sl) * (kStreamMaxM * 8) + m * 8 + c];
+    store_output<E>(a, m, n, n_total, v, up);
+  }
+}
+
+size_t stream_smem(int K, LinearEpilogue e, size_t w_bytes) {
+  const int len = slice_len(K), slices = (K + len - 1) / len;
+  const int units = (e == LinearEpilogue::silu_gate ? 2 : 1) * slices;
+  return size_t(kStreamWarps) * kStreamDepth * 8 * kStreamRowStride * w_bytes +
+         size_t(units) * kStreamMaxM * 8 * sizeof(float);
 }
 
 int sm_count() {
@@ -360,12 +530,30 @@ void launch_tile(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   launch(kernel, grid, dim3(T::THREADS), smem, ctx, a, n_total, x_aligned);
 }
 
-// Which tile serves M rows: the small tile while a step reads each weight once for at most 16
-// rows; the large tile once its blocks fill the device; the mid tile between. The choice changes
-// no result (see the top of this file); CudaTuning::gemm_tile forces one.
+template <typename W, LinearEpilogue E>
+bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
+  const auto kernel = gemm_stream_kernel<W, E>;
+  const size_t smem = stream_smem(a.K, E, sizeof(W));
+  if (a.M > kStreamMaxM || smem > 227 * 1024) return false;
+  static const bool raised = [&] {
+    const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024) == cudaSuccess;
+    if (!ok) cudaGetLastError();
+    return ok;
+  }();
+  (void)raised;  // a failure shows as the launch's error
+  const int x_aligned = reinterpret_cast<uintptr_t>(a.x) % 8 == 0 ? 1 : 0;
+  launch(kernel, dim3(static_cast<unsigned>((n_total + 7) / 8)), dim3(kStreamWarps * 32), smem, ctx, a, n_total,
+         x_aligned);
+  return true;
+}
+
+// Which kernel serves M rows: the stream kernel while a step reads each weight once for at most
+// 16 rows; then the tiled kernel, on its large tile once those blocks fill the device and its
+// mid tile below. The choice changes no result (see the top of this file); CudaTuning::gemm_tile
+// forces one (1 small, 2 mid, 3 large, 4 stream; the stream kernel takes at most 16 rows).
 int tile_for(int M, int n_total, int forced) {
-  if (forced >= 1 && forced <= 6) return forced;
-  if (M <= 16) return 1;
+  if (forced >= 1 && forced <= 4) return forced == 4 && M > kStreamMaxM ? 1 : forced;
+  if (M <= kStreamMaxM) return 4;
   const int64_t large_blocks = int64_t{(M + 127) / 128} * ((n_total + 127) / 128);
   if (large_blocks >= 2 * sm_count()) return 3;
   return 2;
@@ -374,16 +562,13 @@ int tile_for(int M, int n_total, int forced) {
 template <typename W, LinearEpilogue E>
 void launch_for(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   switch (tile_for(a.M, E == LinearEpilogue::silu_gate ? 2 * n_total : n_total, ctx.tuning.gemm_tile)) {
+    case 4:
+      if (launch_stream<W, E>(a, n_total, ctx)) return;
+      [[fallthrough]];
     case 1:
       return launch_tile<W, SmallTile, E>(a, n_total, ctx);
     case 2:
       return launch_tile<W, MidTile, E>(a, n_total, ctx);
-    case 4:
-      return launch_tile<W, DeepSmallTile, E>(a, n_total, ctx);
-    case 5:
-      return launch_tile<W, NarrowSmallTile, E>(a, n_total, ctx);
-    case 6:
-      return launch_tile<W, WideLargeTile, E>(a, n_total, ctx);
     default:
       return launch_tile<W, LargeTile, E>(a, n_total, ctx);
   }
