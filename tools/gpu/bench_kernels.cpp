@@ -53,11 +53,12 @@ struct Result {
   double ms = 0, bytes = 0, flops = 0;
 };
 
-std::unique_ptr<Backend> cuda_backend(bool invariant, bool tensor_cores = false) {
+std::unique_ptr<Backend> cuda_backend(bool invariant, bool tensor_cores = false, int gemm_tile = 0) {
   BackendOptions o;
   o.device = Device::cuda;
   o.batch_invariant = invariant;
   o.cuda.invariant_tensor_cores = tensor_cores;
+  o.cuda.gemm_tile = gemm_tile;
   return make_backend(o);
 }
 
@@ -141,6 +142,10 @@ int run(int argc, char** argv) {
   // --linears: the 8B shape's linears alone at M = 1 .. 2048 rows in both modes (the
   // batch-invariant mode's tensor-core linear against the fast mode's kernels), then stop.
   const bool linears = argc > 2 && std::string(argv[2]) == "--linears";
+  // --gemm-kernels: the tensor-core linear's kernels side by side on the 8B shape's linears: the
+  // stream kernels (CudaTuning::gemm_tile 4, 5, 6) against the row kernel at 1-16 rows, the
+  // default choice at 64 and 256 rows, the two large tiles (3, 7) against the fast mode at 2,048.
+  const bool gemm_kernels = argc > 2 && std::string(argv[2]) == "--gemm-kernels";
   SPECDEC_CHECK(cuda_available(), "bench: no CUDA device");
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -157,6 +162,32 @@ int run(int argc, char** argv) {
               "tokens", "ms", "ms/token", "tokens/s", "GB", "GB/s", "of copy", "TFLOP/s", "of peak");
   std::printf("|%s|\n", std::string(150, '-').c_str());
   auto fast = cuda_backend(false);
+  if (gemm_kernels) {
+    const int qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
+    std::vector<std::pair<std::string, std::unique_ptr<Backend>>> tc;
+    for (int tile : {0, 3, 4, 5, 6, 7}) tc.emplace_back("mma-" + std::to_string(tile), cuda_backend(true, true, tile));
+    const auto backend = [&](int tile) -> Backend& {
+      for (auto& [name, be] : tc)
+        if (name == "mma-" + std::to_string(tile)) return *be;
+      return *inv;
+    };
+    for (auto [N, K] : {std::pair{qd + 2 * kvd, s.hidden}, std::pair{s.hidden, qd},
+                        std::pair{2 * s.intermediate, s.hidden}, std::pair{s.hidden, s.intermediate}}) {
+      const auto add = [&](Backend& be, const std::string& mode, int M) {
+        results.push_back(linear_case(be, mode.c_str(), M, N, K));
+        print_row(results.back(), copy_bw);
+      };
+      for (int M : {1, 8, 16}) {
+        add(*inv, "invariant", M);
+        for (int tile : {4, 5, 6}) add(backend(tile), "mma-" + std::to_string(tile), M);
+      }
+      for (int M : {64, 256}) add(backend(0), "mma-0", M), add(*fast, "fast", M);
+      for (int tile : {3, 7}) add(backend(tile), "mma-" + std::to_string(tile), 2048);
+      add(*fast, "fast", 2048);
+    }
+    write_json(json, prop.name, copy_bw, results, {});
+    return 0;
+  }
   if (linears) {
     auto mma = cuda_backend(true, true);  // batch-invariant on the tensor-core linear
     const int qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;

@@ -112,14 +112,16 @@ struct Tile {
 using SmallTile = Tile<16, 32, 16, 8, 64, 8>;
 using MidTile = Tile<64, 64, 32, 32, 32, 5>;
 using LargeTile = Tile<128, 128, 64, 32, 32, 3>;
+// The large tile with 16 warps of 32 x 32 (half the registers a thread holds; tile 7).
+using LargeTile16 = Tile<128, 128, 32, 32, 32, 3>;
 
 // The slice length of K (see the top of this file): about eight slices per 4,096 of K, so that a
-// decode step's weights split into enough streams, each a multiple of 64 (the stream kernel's
-// chunk; a whole number of every tile's BK).
+// decode step's weights split into enough streams, each a multiple of 256 (the stream kernel's
+// widest chunk; a whole number of every tile's BK).
 __host__ __device__ constexpr int slice_len(int K) {
   const int target = 8 * ((K + 4095) / 4096);
-  const int len = ((K + target - 1) / target + 63) / 64 * 64;
-  return len < 64 ? 64 : len;
+  const int len = ((K + target - 1) / target + 255) / 256 * 256;
+  return len < 256 ? 256 : len;
 }
 
 // Weight row r of a block's BN virtual rows: the row (or nullptr past the end) whose dot
@@ -173,7 +175,7 @@ __device__ __forceinline__ void store_output(const LinearRowsArgs& a, int m, int
 template <typename W, typename T, LinearEpilogue E>
 __global__ void __launch_bounds__(T::THREADS) gemm_kernel(LinearRowsArgs a, int n_total, int x_aligned) {
   constexpr int BM = T::BM, BN = T::BN, BK = T::BK, STAGES = T::STAGES, NT = T::THREADS;
-  static_assert(64 % BK == 0, "slices hold whole k-tiles");
+  static_assert(256 % BK == 0, "slices hold whole k-tiles");
   constexpr int MI = T::WM / 16, NI = T::WN / 8;
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
@@ -354,63 +356,72 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(LinearRowsArgs a, int 
   }
 }
 
-// Warps of a stream kernel block, and the 64-wide K chunks each keeps in flight.
-constexpr int kStreamWarps = 8;
-constexpr int kStreamDepth = 6;
-constexpr int kStreamRowStride = 64 + 8;  // 16-bit elements per staged weight row (ldmatrix)
-constexpr int kStreamMaxM = 16;           // rows of x: one MMA tile
+// A stream kernel configuration: WARPS a block, each keeping DEPTH - 1 chunks of CK columns of K
+// (8 weight rows each) in flight.
+template <int WARPS_, int DEPTH_, int CK_>
+struct Stream {
+  static constexpr int WARPS = WARPS_, DEPTH = DEPTH_, CK = CK_;
+  static constexpr int ROW_STRIDE = CK + 8;       // 16-bit elements per staged weight row (ldmatrix)
+  static constexpr int CHUNK = 8 * ROW_STRIDE;    // elements of one staged chunk
+  static constexpr int PER = CK / 32;             // 16-byte pieces a lane copies per chunk
+  static_assert(256 % CK == 0 && CK % 64 == 0, "slices hold whole chunks");
+};
+constexpr int kStreamMaxM = 16;  // rows of x: one MMA tile
+using StreamNarrow = Stream<8, 6, 64>;   // tile 5
+using StreamWide = Stream<4, 4, 256>;    // tile 4 (default): each copy instruction reads 512 bytes of one row
+using StreamMid = Stream<8, 4, 128>;     // tile 6
 
 // The stream kernel (few rows). A block owns 8 output columns (for silu_gate their 8 gate and 8
 // up rows, two 8-column tiles), i.e. NTILE weight tiles of 8 rows. Its units are (tile, slice)
-// pairs; warp w takes units w, w + kStreamWarps, ... and streams their weights in 64-wide chunks
+// pairs; warp w takes units w, w + WARPS, ... and streams their weights in chunks of CK columns
 // through its own cp.async ring, one chunk after another across its units, so a warp's loads
 // never drain between units. A unit's slice sum goes to shared memory; the block then adds the
 // slices of each output in order. x (at most 16 rows) is read straight from global memory (it
 // is small and shared by every block, so it stays in cache) and rounded as the tiled kernel
 // rounds it; weight fragments come from the ring by the tiled kernel's ldmatrix. Rows of the MMA
 // tile past M are zero.
-template <typename W, LinearEpilogue E>
-__global__ void __launch_bounds__(kStreamWarps * 32) gemm_stream_kernel(LinearRowsArgs a, int n_total, int x_aligned) {
+template <typename W, typename C, LinearEpilogue E>
+__global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsArgs a, int n_total, int x_aligned) {
   constexpr int NTILE = E == LinearEpilogue::silu_gate ? 2 : 1, ROWS = 8 * NTILE;
-  constexpr int CHUNK = 8 * kStreamRowStride;  // elements of one staged chunk
+  constexpr int CK = C::CK, DEPTH = C::DEPTH, WARPS = C::WARPS, PER = C::PER;
   extern __shared__ float4 smem4[];
   const int M = a.M, K = a.K;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int len = slice_len(K), slices = (K + len - 1) / len;
   const int units = NTILE * slices;
-  W* ring = reinterpret_cast<W*>(smem4) + warp * kStreamDepth * CHUNK;
-  float* part = reinterpret_cast<float*>(smem4) + kStreamWarps * kStreamDepth * CHUNK * sizeof(W) / sizeof(float);
+  W* ring = reinterpret_cast<W*>(smem4) + warp * DEPTH * C::CHUNK;
+  float* part = reinterpret_cast<float*>(smem4) + WARPS * DEPTH * C::CHUNK * sizeof(W) / sizeof(float);
 
-  // This warp's chunks, numbered across its units: unit u = warp + q * kStreamWarps holds
-  // chunks_of(u) chunks. Every slice but the last holds len / 64.
-  const int full = len / 64, last = (K - (slices - 1) * len + 63) / 64;
+  // This warp's chunks, numbered across its units: unit u = warp + q * WARPS holds chunks_of(u)
+  // chunks. Every slice but the last holds len / CK.
+  const int full = len / CK, last = (K - (slices - 1) * len + CK - 1) / CK;
   const auto chunks_of = [&](int u) { return u % slices == slices - 1 ? last : full; };
   int total = 0;
-  for (int u = warp; u < units; u += kStreamWarps) total += chunks_of(u);
+  for (int u = warp; u < units; u += WARPS) total += chunks_of(u);
 
-  // Lane l copies the 16-byte pieces l and l + 32 of a chunk (row = piece / 8, 8 pieces a row).
-  const W* wrow[NTILE][2];
+  // Lane l copies the 16-byte pieces l, l + 32, ... of a chunk (CK / 8 pieces a row).
+  const W* wrow[NTILE][PER];
 #pragma unroll
   for (int j = 0; j < NTILE; ++j)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) wrow[j][e] = weight_row<W, ROWS, E>(a, n_total, blockIdx.x, j * 8 + (lane + 32 * e) / 8);
+    for (int e = 0; e < PER; ++e) wrow[j][e] = weight_row<W, ROWS, E>(a, n_total, blockIdx.x, j * 8 + (lane + 32 * e) / (CK / 8));
   // Producer position: the unit and chunk the next load is for.
   int pu = warp, pc = 0;
   const auto load_next = [&](int slot) {
     if (pu < units) {
-      const int j = pu / slices, k0 = (pu % slices) * len + pc * 64;
-      W* dst = ring + slot * CHUNK;
+      const int j = pu / slices, k0 = (pu % slices) * len + pc * CK;
+      W* dst = ring + slot * C::CHUNK;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int piece = lane + 32 * e, r = piece / 8, c = (piece % 8) * 8;
+      for (int e = 0; e < PER; ++e) {
+        const int piece = lane + 32 * e, r = piece / (CK / 8), c = (piece % (CK / 8)) * 8;
         const int k = k0 + c;
         const bool ok = wrow[j][e] != nullptr && k < K;
-        cp_async_16(dst + r * kStreamRowStride + c, ok ? static_cast<const void*>(wrow[j][e] + k) : a.seg[0].w,
+        cp_async_16(dst + r * C::ROW_STRIDE + c, ok ? static_cast<const void*>(wrow[j][e] + k) : a.seg[0].w,
                     ok ? 16 : 0);
       }
       if (++pc == chunks_of(pu)) {
         pc = 0;
-        pu += kStreamWarps;
+        pu += WARPS;
       }
     }
     commit_group();
@@ -418,7 +429,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) gemm_stream_kernel(LinearRo
   // Weights are never written by a kernel: the first loads go out before the wait for the
   // previous kernel.
 #pragma unroll
-  for (int s = 0; s < kStreamDepth - 1; ++s) load_next(s);
+  for (int s = 0; s < DEPTH - 1; ++s) load_next(s);
   allow_dependents();
   grid_dependency_wait();
 
@@ -428,13 +439,13 @@ __global__ void __launch_bounds__(kStreamWarps * 32) gemm_stream_kernel(LinearRo
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int cu = warp, cc = 0;  // consumer position
   for (int q = 0; q < total; ++q) {
-    wait_group<kStreamDepth - 2>();
+    wait_group<DEPTH - 2>();
     __syncwarp();  // chunk q has landed for every lane; chunk q - 1 is consumed by every lane
-    load_next((q + kStreamDepth - 1) % kStreamDepth);
-    const W* sb = ring + (q % kStreamDepth) * CHUNK;
-    const int k0 = (cu % slices) * len + cc * 64;
+    load_next((q + DEPTH - 1) % DEPTH);
+    const W* sb = ring + (q % DEPTH) * C::CHUNK;
+    const int k0 = (cu % slices) * len + cc * CK;
 #pragma unroll
-    for (int ks = 0; ks < 64; ks += 16) {
+    for (int ks = 0; ks < CK; ks += 16) {
       const int k = k0 + ks;
       if (k >= K) break;  // the tiled kernel's k-steps: none starts past K
       uint32_t af[4];
@@ -463,7 +474,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) gemm_stream_kernel(LinearRo
 #pragma unroll
       for (int e = 0; e < 4; ++e) af[e] = Mma<W>::pack(v[e].x, v[e].y);
       uint32_t bf[2];
-      ldmatrix_x2(bf, sb + (lane & 7) * kStreamRowStride + ks + ((lane >> 3) & 1) * 8);
+      ldmatrix_x2(bf, sb + (lane & 7) * C::ROW_STRIDE + ks + ((lane >> 3) & 1) * 8);
       Mma<W>::run(acc, af, bf[0], bf[1]);
     }
     if (++cc == chunks_of(cu)) {  // the unit's slice is summed: to shared memory, rows < M
@@ -472,7 +483,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) gemm_stream_kernel(LinearRo
       if (g + 8 < M) p[(g + 8) * 8 + 2 * t] = acc[2], p[(g + 8) * 8 + 2 * t + 1] = acc[3];
       acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
       cc = 0;
-      cu += kStreamWarps;
+      cu += WARPS;
     }
   }
   wait_group<0>();
@@ -480,7 +491,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32) gemm_stream_kernel(LinearRo
 
   // 0 + the slices' sums left to right, as the tiled kernel's fold; then its epilogue.
   constexpr int H = E == LinearEpilogue::silu_gate ? 8 : ROWS;
-  for (int i = threadIdx.x; i < M * H; i += kStreamWarps * 32) {
+  for (int i = threadIdx.x; i < M * H; i += WARPS * 32) {
     const int m = i / H, c = i % H, n = blockIdx.x * H + c;
     if (n >= n_total) continue;
     float v = 0.0f, up = 0.0f;
@@ -491,11 +502,11 @@ __global__ void __launch_bounds__(kStreamWarps * 32) gemm_stream_kernel(LinearRo
   }
 }
 
+template <typename C>
 size_t stream_smem(int K, LinearEpilogue e, size_t w_bytes) {
   const int len = slice_len(K), slices = (K + len - 1) / len;
   const int units = (e == LinearEpilogue::silu_gate ? 2 : 1) * slices;
-  return size_t(kStreamWarps) * kStreamDepth * 8 * kStreamRowStride * w_bytes +
-         size_t(units) * kStreamMaxM * 8 * sizeof(float);
+  return size_t(C::WARPS) * C::DEPTH * C::CHUNK * w_bytes + size_t(units) * kStreamMaxM * 8 * sizeof(float);
 }
 
 int sm_count() {
@@ -530,10 +541,10 @@ void launch_tile(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   launch(kernel, grid, dim3(T::THREADS), smem, ctx, a, n_total, x_aligned);
 }
 
-template <typename W, LinearEpilogue E>
+template <typename W, typename C, LinearEpilogue E>
 bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
-  const auto kernel = gemm_stream_kernel<W, E>;
-  const size_t smem = stream_smem(a.K, E, sizeof(W));
+  const auto kernel = gemm_stream_kernel<W, C, E>;
+  const size_t smem = stream_smem<C>(a.K, E, sizeof(W));
   if (a.M > kStreamMaxM || smem > 227 * 1024) return false;
   static const bool raised = [&] {
     const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024) == cudaSuccess;
@@ -542,7 +553,7 @@ bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   }();
   (void)raised;  // a failure shows as the launch's error
   const int x_aligned = reinterpret_cast<uintptr_t>(a.x) % 8 == 0 ? 1 : 0;
-  launch(kernel, dim3(static_cast<unsigned>((n_total + 7) / 8)), dim3(kStreamWarps * 32), smem, ctx, a, n_total,
+  launch(kernel, dim3(static_cast<unsigned>((n_total + 7) / 8)), dim3(C::WARPS * 32), smem, ctx, a, n_total,
          x_aligned);
   return true;
 }
@@ -550,9 +561,10 @@ bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
 // Which kernel serves M rows: the stream kernel while a step reads each weight once for at most
 // 16 rows; then the tiled kernel, on its large tile once those blocks fill the device and its
 // mid tile below. The choice changes no result (see the top of this file); CudaTuning::gemm_tile
-// forces one (1 small, 2 mid, 3 large, 4 stream; the stream kernel takes at most 16 rows).
+// forces one (1 small, 2 mid, 3 large, 4 stream, 5 and 6 narrower stream chunks, 7 large with
+// 16 warps; a stream kernel takes at most 16 rows).
 int tile_for(int M, int n_total, int forced) {
-  if (forced >= 1 && forced <= 4) return forced == 4 && M > kStreamMaxM ? 1 : forced;
+  if (forced >= 1 && forced <= 7) return forced >= 4 && forced <= 6 && M > kStreamMaxM ? 1 : forced;
   if (M <= kStreamMaxM) return 4;
   const int64_t large_blocks = int64_t{(M + 127) / 128} * ((n_total + 127) / 128);
   if (large_blocks >= 2 * sm_count()) return 3;
@@ -563,12 +575,20 @@ template <typename W, LinearEpilogue E>
 void launch_for(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   switch (tile_for(a.M, E == LinearEpilogue::silu_gate ? 2 * n_total : n_total, ctx.tuning.gemm_tile)) {
     case 4:
-      if (launch_stream<W, E>(a, n_total, ctx)) return;
+      if (launch_stream<W, StreamWide, E>(a, n_total, ctx)) return;
+      return launch_tile<W, SmallTile, E>(a, n_total, ctx);
+    case 5:
+      if (launch_stream<W, StreamNarrow, E>(a, n_total, ctx)) return;
+      return launch_tile<W, SmallTile, E>(a, n_total, ctx);
+    case 6:
+      if (launch_stream<W, StreamMid, E>(a, n_total, ctx)) return;
       [[fallthrough]];
     case 1:
       return launch_tile<W, SmallTile, E>(a, n_total, ctx);
     case 2:
       return launch_tile<W, MidTile, E>(a, n_total, ctx);
+    case 7:
+      return launch_tile<W, LargeTile16, E>(a, n_total, ctx);
     default:
       return launch_tile<W, LargeTile, E>(a, n_total, ctx);
   }
