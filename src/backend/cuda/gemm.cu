@@ -116,12 +116,12 @@ using LargeTile = Tile<128, 128, 64, 32, 32, 3>;
 using LargeTile16 = Tile<128, 128, 32, 32, 32, 3>;
 
 // The slice length of K (see the top of this file): about eight slices per 4,096 of K, so that a
-// decode step's weights split into enough streams, each a multiple of 256 (the stream kernel's
+// decode step's weights split into enough streams, each a multiple of 512 (the stream kernel's
 // widest chunk; a whole number of every tile's BK).
 __host__ __device__ constexpr int slice_len(int K) {
   const int target = 8 * ((K + 4095) / 4096);
-  const int len = ((K + target - 1) / target + 255) / 256 * 256;
-  return len < 256 ? 256 : len;
+  const int len = ((K + target - 1) / target + 511) / 512 * 512;
+  return len < 512 ? 512 : len;
 }
 
 // Weight row r of a block's BN virtual rows: the row (or nullptr past the end) whose dot
@@ -175,7 +175,7 @@ __device__ __forceinline__ void store_output(const LinearRowsArgs& a, int m, int
 template <typename W, typename T, LinearEpilogue E>
 __global__ void __launch_bounds__(T::THREADS) gemm_kernel(LinearRowsArgs a, int n_total, int x_aligned) {
   constexpr int BM = T::BM, BN = T::BN, BK = T::BK, STAGES = T::STAGES, NT = T::THREADS;
-  static_assert(256 % BK == 0, "slices hold whole k-tiles");
+  static_assert(512 % BK == 0, "slices hold whole k-tiles");
   constexpr int MI = T::WM / 16, NI = T::WN / 8;
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
@@ -364,12 +364,17 @@ struct Stream {
   static constexpr int ROW_STRIDE = CK + 8;       // 16-bit elements per staged weight row (ldmatrix)
   static constexpr int CHUNK = 8 * ROW_STRIDE;    // elements of one staged chunk
   static constexpr int PER = CK / 32;             // 16-byte pieces a lane copies per chunk
-  static_assert(256 % CK == 0 && CK % 64 == 0, "slices hold whole chunks");
+  static_assert(512 % CK == 0 && CK % 64 == 0, "slices hold whole chunks");
+  // Lane l copies pieces l, l + 32, ...: from CK = 256 up each copy instruction e reads one row,
+  // row e / (CK / 256), so a lane's row pointers are the 8 rows' (else one per piece).
+  static constexpr bool ROW_PER_COPY = CK >= 256;
+  static constexpr int PTRS = ROW_PER_COPY ? 8 : PER;
 };
 constexpr int kStreamMaxM = 16;  // rows of x: one MMA tile
 using StreamNarrow = Stream<8, 6, 64>;   // tile 5
 using StreamWide = Stream<4, 4, 256>;    // tile 4 (default): each copy instruction reads 512 bytes of one row
 using StreamMid = Stream<8, 4, 128>;     // tile 6
+using StreamLong = Stream<4, 3, 512>;    // tile 8: 1,024 contiguous bytes of a row per chunk
 
 // The stream kernel (few rows). A block owns 8 output columns (for silu_gate their 8 gate and 8
 // up rows, two 8-column tiles), i.e. NTILE weight tiles of 8 rows. Its units are (tile, slice)
@@ -400,11 +405,12 @@ __global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsAr
   for (int u = warp; u < units; u += WARPS) total += chunks_of(u);
 
   // Lane l copies the 16-byte pieces l, l + 32, ... of a chunk (CK / 8 pieces a row).
-  const W* wrow[NTILE][PER];
+  const W* wrow[NTILE][C::PTRS];
 #pragma unroll
   for (int j = 0; j < NTILE; ++j)
 #pragma unroll
-    for (int e = 0; e < PER; ++e) wrow[j][e] = weight_row<W, ROWS, E>(a, n_total, blockIdx.x, j * 8 + (lane + 32 * e) / (CK / 8));
+    for (int e = 0; e < C::PTRS; ++e)
+      wrow[j][e] = weight_row<W, ROWS, E>(a, n_total, blockIdx.x, j * 8 + (C::ROW_PER_COPY ? e : (lane + 32 * e) / (CK / 8)));
   // Producer position: the unit and chunk the next load is for.
   int pu = warp, pc = 0;
   const auto load_next = [&](int slot) {
@@ -415,9 +421,9 @@ __global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsAr
       for (int e = 0; e < PER; ++e) {
         const int piece = lane + 32 * e, r = piece / (CK / 8), c = (piece % (CK / 8)) * 8;
         const int k = k0 + c;
-        const bool ok = wrow[j][e] != nullptr && k < K;
-        cp_async_16(dst + r * C::ROW_STRIDE + c, ok ? static_cast<const void*>(wrow[j][e] + k) : a.seg[0].w,
-                    ok ? 16 : 0);
+        const W* row = wrow[j][C::ROW_PER_COPY ? e / (CK / 256) : e];
+        const bool ok = row != nullptr && k < K;
+        cp_async_16(dst + r * C::ROW_STRIDE + c, ok ? static_cast<const void*>(row + k) : a.seg[0].w, ok ? 16 : 0);
       }
       if (++pc == chunks_of(pu)) {
         pc = 0;
@@ -562,9 +568,10 @@ bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
 // 16 rows; then the tiled kernel, on its large tile once those blocks fill the device and its
 // mid tile below. The choice changes no result (see the top of this file); CudaTuning::gemm_tile
 // forces one (1 small, 2 mid, 3 large, 4 stream, 5 and 6 narrower stream chunks, 7 large with
-// 16 warps; a stream kernel takes at most 16 rows).
+// 16 warps, 8 stream with longer chunks; a stream kernel takes at most 16 rows).
+bool is_stream(int tile) { return (tile >= 4 && tile <= 6) || tile == 8; }
 int tile_for(int M, int n_total, int forced) {
-  if (forced >= 1 && forced <= 7) return forced >= 4 && forced <= 6 && M > kStreamMaxM ? 1 : forced;
+  if (forced >= 1 && forced <= 8) return is_stream(forced) && M > kStreamMaxM ? 1 : forced;
   if (M <= kStreamMaxM) return 4;
   const int64_t large_blocks = int64_t{(M + 127) / 128} * ((n_total + 127) / 128);
   if (large_blocks >= 2 * sm_count()) return 3;
@@ -589,6 +596,9 @@ void launch_for(const LinearRowsArgs& a, int n_total, const Context& ctx) {
       return launch_tile<W, MidTile, E>(a, n_total, ctx);
     case 7:
       return launch_tile<W, LargeTile16, E>(a, n_total, ctx);
+    case 8:
+      if (launch_stream<W, StreamLong, E>(a, n_total, ctx)) return;
+      return launch_tile<W, SmallTile, E>(a, n_total, ctx);
     default:
       return launch_tile<W, LargeTile, E>(a, n_total, ctx);
   }
