@@ -59,7 +59,7 @@ TEST(GpuGemm, RowBitsEqualAtEveryM) {
     }
     // Every kernel and tile gives the same bits (the choice follows M by default; the stream
     // kernel takes up to 16 rows, and hands more to the small tile).
-    for (int tile : {1, 2, 3, 4, 5, 6, 7, 8}) {
+    for (int tile : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
       auto gt = make_gpu(tile);
       Owned wt = upload(*gt, wv, c.wt, {c.N, c.K});
       for (auto [first, M] : {std::pair{0, 1}, std::pair{5, 16}, std::pair{40, 60}, std::pair{0, big}}) {

@@ -87,7 +87,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_MERGE_LAUNCH", tuning.merge_launch);
   set_switch("SPECDEC_CUDA_FLASH", tuning.flash_prefill);
   set_switch("SPECDEC_CUDA_INVARIANT_GEMM", tuning.invariant_tensor_cores);
-  set_level("SPECDEC_CUDA_GEMM_TILE", 8, tuning.gemm_tile);
+  set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
   return tuning;
 }
 
@@ -96,7 +96,7 @@ void check_tuning(const CudaTuning& t) {
                 " must be 0, 1 or 2");
   const int paired = static_cast<int>(t.paired_columns);
   SPECDEC_CHECK(paired >= 0 && paired <= 2, "CudaTuning::paired_columns = ", paired, " must be 0, 1 or 2");
-  SPECDEC_CHECK(t.gemm_tile >= 0 && t.gemm_tile <= 8, "CudaTuning::gemm_tile = ", t.gemm_tile, " must be 0 to 8");
+  SPECDEC_CHECK(t.gemm_tile >= 0 && t.gemm_tile <= 9, "CudaTuning::gemm_tile = ", t.gemm_tile, " must be 0 to 9");
 }
 
 class CudaBackend final : public Backend {

@@ -358,9 +358,13 @@ __global__ void __launch_bounds__(T::THREADS) gemm_kernel(LinearRowsArgs a, int 
 
 // A stream kernel configuration: WARPS a block, each keeping DEPTH - 1 chunks of CK columns of K
 // (8 weight rows each) in flight.
-template <int WARPS_, int DEPTH_, int CK_>
+template <int WARPS_, int DEPTH_, int CK_, bool XS_ = false>
 struct Stream {
   static constexpr int WARPS = WARPS_, DEPTH = DEPTH_, CK = CK_;
+  // XS: each chunk's columns of x (its M rows, f32) travel with the weights through the ring,
+  // so a k-step's x comes from shared memory instead of a global load in the MMA's chain.
+  static constexpr bool XS = XS_;
+  static constexpr int X_STRIDE = CK + 8;  // floats per staged row of x
   static constexpr int ROW_STRIDE = CK + 8;       // 16-bit elements per staged weight row (ldmatrix)
   static constexpr int CHUNK = 8 * ROW_STRIDE;    // elements of one staged chunk
   static constexpr int PER = CK / 32;             // 16-byte pieces a lane copies per chunk
@@ -372,9 +376,10 @@ struct Stream {
 };
 constexpr int kStreamMaxM = 16;  // rows of x: one MMA tile
 using StreamNarrow = Stream<8, 6, 64>;   // tile 5
-using StreamWide = Stream<4, 4, 256>;    // tile 4 (default): each copy instruction reads 512 bytes of one row
-using StreamMid = Stream<8, 4, 128>;     // tile 6
+using StreamWide = Stream<4, 4, 256>;    // tile 4: each copy instruction reads 512 bytes of one row
+using StreamMid = Stream<8, 4, 128>;     // tile 6 (the default)
 using StreamLong = Stream<4, 3, 512>;    // tile 8: 1,024 contiguous bytes of a row per chunk
+using StreamStaged = Stream<8, 4, 128, true>;  // tile 9: tile 6 with x through the ring
 
 // The stream kernel (few rows). A block owns 8 output columns (for silu_gate their 8 gate and 8
 // up rows, two 8-column tiles), i.e. NTILE weight tiles of 8 rows. Its units are (tile, slice)
@@ -394,8 +399,10 @@ __global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsAr
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int len = slice_len(K), slices = (K + len - 1) / len;
   const int units = NTILE * slices;
-  W* ring = reinterpret_cast<W*>(smem4) + warp * DEPTH * C::CHUNK;
-  float* part = reinterpret_cast<float*>(smem4) + WARPS * DEPTH * C::CHUNK * sizeof(W) / sizeof(float);
+  // A ring slot: the chunk's weights, then (XS) its M rows of x.
+  const int slot_bytes = C::CHUNK * static_cast<int>(sizeof(W)) + (C::XS ? M * C::X_STRIDE * 4 : 0);
+  char* ring = reinterpret_cast<char*>(smem4) + warp * DEPTH * slot_bytes;
+  float* part = reinterpret_cast<float*>(reinterpret_cast<char*>(smem4) + WARPS * DEPTH * slot_bytes);
 
   // This warp's chunks, numbered across its units: unit u = warp + q * WARPS holds chunks_of(u)
   // chunks. Every slice but the last holds len / CK.
@@ -416,7 +423,15 @@ __global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsAr
   const auto load_next = [&](int slot) {
     if (pu < units) {
       const int j = pu / slices, k0 = (pu % slices) * len + pc * CK;
-      W* dst = ring + slot * C::CHUNK;
+      W* dst = reinterpret_cast<W*>(ring + slot * slot_bytes);
+      if constexpr (C::XS) {  // M rows of CK floats: CK / 4 pieces a row
+        float* xd = reinterpret_cast<float*>(ring + slot * slot_bytes + C::CHUNK * sizeof(W));
+        for (int piece = lane; piece < M * (CK / 4); piece += 32) {
+          const int m = piece / (CK / 4), c = (piece % (CK / 4)) * 4, k = k0 + c;
+          const bool ok = k < K;
+          cp_async_16(xd + m * C::X_STRIDE + c, ok ? a.x + static_cast<int64_t>(m) * K + k : a.x, ok ? 16 : 0);
+        }
+      }
 #pragma unroll
       for (int e = 0; e < PER; ++e) {
         const int piece = lane + 32 * e, r = piece / (CK / 8), c = (piece % (CK / 8)) * 8;
@@ -433,11 +448,17 @@ __global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsAr
     commit_group();
   };
   // Weights are never written by a kernel: the first loads go out before the wait for the
-  // previous kernel.
+  // previous kernel, unless they carry x (which that kernel may be writing).
+  if constexpr (!C::XS) {
 #pragma unroll
-  for (int s = 0; s < DEPTH - 1; ++s) load_next(s);
+    for (int s = 0; s < DEPTH - 1; ++s) load_next(s);
+  }
   allow_dependents();
   grid_dependency_wait();
+  if constexpr (C::XS) {
+#pragma unroll
+    for (int s = 0; s < DEPTH - 1; ++s) load_next(s);
+  }
 
   const int g = lane / 4, t = lane % 4;
   const float* x0 = a.x + static_cast<int64_t>(g) * K;
@@ -448,7 +469,8 @@ __global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsAr
     wait_group<DEPTH - 2>();
     __syncwarp();  // chunk q has landed for every lane; chunk q - 1 is consumed by every lane
     load_next((q + DEPTH - 1) % DEPTH);
-    const W* sb = ring + (q % DEPTH) * C::CHUNK;
+    const W* sb = reinterpret_cast<const W*>(ring + (q % DEPTH) * slot_bytes);
+    const float* xs = reinterpret_cast<const float*>(ring + (q % DEPTH) * slot_bytes + C::CHUNK * sizeof(W));
     const int k0 = (cu % slices) * len + cc * CK;
 #pragma unroll
     for (int ks = 0; ks < CK; ks += 16) {
@@ -458,7 +480,14 @@ __global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsAr
       float2 v[4] = {};
       const int kk = k + 2 * t;  // and kk + 8: whole pairs, as K is a multiple of 8
       const bool high = k + 8 < K;  // the step's upper 8 columns exist (else zero, as staged)
-      if (x_aligned) {
+      if constexpr (C::XS) {  // zero-filled past K by the copies
+        const float* r0 = xs + g * C::X_STRIDE + ks + 2 * t;
+        if (g < M) v[0] = *reinterpret_cast<const float2*>(r0), v[2] = *reinterpret_cast<const float2*>(r0 + 8);
+        if (g + 8 < M) {
+          v[1] = *reinterpret_cast<const float2*>(r0 + 8 * C::X_STRIDE);
+          v[3] = *reinterpret_cast<const float2*>(r0 + 8 * C::X_STRIDE + 8);
+        }
+      } else if (x_aligned) {
         if (g < M) {
           v[0] = __ldg(reinterpret_cast<const float2*>(x0 + kk));
           if (high) v[2] = __ldg(reinterpret_cast<const float2*>(x0 + kk + 8));
@@ -509,10 +538,11 @@ __global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsAr
 }
 
 template <typename C>
-size_t stream_smem(int K, LinearEpilogue e, size_t w_bytes) {
+size_t stream_smem(int M, int K, LinearEpilogue e, size_t w_bytes) {
   const int len = slice_len(K), slices = (K + len - 1) / len;
   const int units = (e == LinearEpilogue::silu_gate ? 2 : 1) * slices;
-  return size_t(C::WARPS) * C::DEPTH * C::CHUNK * w_bytes + size_t(units) * kStreamMaxM * 8 * sizeof(float);
+  const size_t slot = C::CHUNK * w_bytes + (C::XS ? size_t(M) * C::X_STRIDE * 4 : 0);
+  return size_t(C::WARPS) * C::DEPTH * slot + size_t(units) * kStreamMaxM * 8 * sizeof(float);
 }
 
 int sm_count() {
@@ -550,8 +580,9 @@ void launch_tile(const LinearRowsArgs& a, int n_total, const Context& ctx) {
 template <typename W, typename C, LinearEpilogue E>
 bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   const auto kernel = gemm_stream_kernel<W, C, E>;
-  const size_t smem = stream_smem<C>(a.K, E, sizeof(W));
+  const size_t smem = stream_smem<C>(a.M, a.K, E, sizeof(W));
   if (a.M > kStreamMaxM || smem > 227 * 1024) return false;
+  if (C::XS && reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return false;  // rows copied in 16 bytes
   static const bool raised = [&] {
     const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024) == cudaSuccess;
     if (!ok) cudaGetLastError();
@@ -567,14 +598,15 @@ bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
 // Which kernel serves M rows: the stream kernel while a step reads each weight once for at most
 // 16 rows; then the tiled kernel, on its large tile once those blocks fill the device and its
 // mid tile below. The choice changes no result (see the top of this file); CudaTuning::gemm_tile
-// forces one (1 small, 2 mid, 3 large, 4 stream, 5 and 6 narrower stream chunks, 7 large with
-// 16 warps, 8 stream with longer chunks; a stream kernel takes at most 16 rows).
-bool is_stream(int tile) { return (tile >= 4 && tile <= 6) || tile == 8; }
+// forces one (1 small tile, 2 mid, 3 large with 8 warps, 7 large with 16; the stream kernel in
+// chunks of 256 (4), 64 (5), 128 (6), 512 (8) columns, or 128 with x staged (9); a stream kernel
+// takes at most 16 rows).
+bool is_stream(int tile) { return (tile >= 4 && tile <= 6) || tile >= 8; }
 int tile_for(int M, int n_total, int forced) {
-  if (forced >= 1 && forced <= 8) return is_stream(forced) && M > kStreamMaxM ? 1 : forced;
-  if (M <= kStreamMaxM) return 4;
+  if (forced >= 1 && forced <= 9) return is_stream(forced) && M > kStreamMaxM ? 1 : forced;
+  if (M <= kStreamMaxM) return 6;
   const int64_t large_blocks = int64_t{(M + 127) / 128} * ((n_total + 127) / 128);
-  if (large_blocks >= 2 * sm_count()) return 3;
+  if (large_blocks >= 2 * sm_count()) return 7;
   return 2;
 }
 
@@ -598,6 +630,10 @@ void launch_for(const LinearRowsArgs& a, int n_total, const Context& ctx) {
       return launch_tile<W, LargeTile16, E>(a, n_total, ctx);
     case 8:
       if (launch_stream<W, StreamLong, E>(a, n_total, ctx)) return;
+      return launch_tile<W, SmallTile, E>(a, n_total, ctx);
+    case 9:
+      if (launch_stream<W, StreamStaged, E>(a, n_total, ctx)) return;
+      if (launch_stream<W, StreamMid, E>(a, n_total, ctx)) return;
       return launch_tile<W, SmallTile, E>(a, n_total, ctx);
     default:
       return launch_tile<W, LargeTile, E>(a, n_total, ctx);
