@@ -12,6 +12,17 @@ namespace specdec {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+// Rounds before one that may draft in which a paused row is tapped again. Each tapped round
+// costs the forward a gather per tap layer and the method a device copy per tap, which on a GPU
+// whose plain step is a few launches is a sizeable part of a plain step, so a paused row is not
+// tapped. Its drafter's context then misses the skipped positions, and what it drafts after
+// the pause depends most on the positions just before (a block drafter's more than a chained
+// head's): a pause that ends in a probe whose outcome decides whether the row drafts again taps
+// the rounds just before it (kResumeLead); one whose probe only re-measures costs that leave no
+// depth paying at any acceptance (DepthPolicy::cannot_pay) taps the last round only, the one
+// the drafter needs to draft at all.
+constexpr int kResumeLead = 8;
 }  // namespace
 
 struct Coordinator::Group {
@@ -35,11 +46,13 @@ struct Coordinator::Group {
   void draft();
 };
 
-// A method that declared taps gets exactly its layers for exactly the positions it is told of;
-// one that declared none gets none. A mismatch is the engine's bug, caught before the method.
-void Coordinator::check_context(const Group& g, const TargetContext& context, int64_t positions) {
-  const bool fits = g.tap_layers.empty() ? context.empty()
-                                         : context.taps.size() == g.tap_layers.size() && context.positions() == positions;
+// A method that declared taps gets exactly its layers for exactly the positions it is told of,
+// unless the forward did not tap the row; one that declared none gets none. A mismatch is the
+// engine's bug, caught before the method.
+void Coordinator::check_context(const Group& g, const SpecRow& row, const TargetContext& context, int64_t positions) {
+  const bool fits = g.tap_layers.empty() || row.untapped
+                        ? context.empty()
+                        : context.taps.size() == g.tap_layers.size() && context.positions() == positions;
   SPECDEC_CHECK(fits, "draft context of ", context.taps.size(), " taps x ", context.positions(),
                 " positions does not match the method's ", g.tap_layers.size(), " tap layers x ", positions,
                 " positions");
@@ -83,6 +96,7 @@ void Coordinator::join(SpecRow& row) {
   g.members.push_back(&row);
   change.commit();
   row.joined = true;
+  row.untapped = false;
 }
 
 void Coordinator::leave(std::span<SpecRow* const> rows) {
@@ -109,10 +123,15 @@ std::span<const int> Coordinator::tap_layers(const SpecRow& row) const {
   return group_of(row).tap_layers;
 }
 
+std::span<const int> Coordinator::forward_taps(const SpecRow& row) const {
+  if (row.untapped) return {};
+  return tap_layers(row);
+}
+
 void Coordinator::prefill(SpecRow& row, std::span<const int32_t> tokens, const TargetContext& context) {
   if (!row.joined) return;
   Group& g = group_of(row);
-  check_context(g, context, static_cast<int64_t>(tokens.size()));
+  check_context(g, row, context, static_cast<int64_t>(tokens.size()));
   g.rows->prefill(g.index_of(row), tokens, context);
 }
 
@@ -127,6 +146,8 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     if (!row.joined) continue;
     Group& g = group_of(row);
     int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
+    const int lead = row.policy->cannot_pay() ? 1 : kResumeLead;
+    row.untapped = !g.tap_layers.empty() && row.policy->rounds_to_draft() > lead;
     depth = std::min(depth, a.limit);
     if (depth <= 0) continue;
     g.asks.push_back(DraftRequestRow{g.index_of(row), a.pending, depth, a.position, a.sampling,
@@ -173,7 +194,7 @@ void Coordinator::commit(std::span<const RoundOutcome> outcomes) {
     c.accepted = o.accepted;
     c.emitted.assign(o.emitted.begin(), o.emitted.end());
     c.drafted = o.drafted;
-    check_context(g, o.context, o.accepted + 1);
+    check_context(g, row, o.context, o.accepted + 1);
     c.context = o.context;
     g.commits.push_back(std::move(c));
   }
