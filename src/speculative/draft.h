@@ -92,7 +92,9 @@ struct TargetView {
 // (TargetNeeds::tap_layers): taps[j] is a [positions, hidden] f32 view of layer tap_layers[j]
 // in the target backend's memory. The views are valid during the call that hands them over
 // only (the next target forward reuses the memory): a method copies what it keeps. Empty for
-// a method that declared no taps.
+// a method that declared no taps, and for positions the target did not tap (a paused row's
+// rounds, a prefix whose KV came from elsewhere): a method's context then misses them, and it
+// drafts from the positions tapped after them.
 struct TargetContext {
   std::vector<Tensor> taps;
 

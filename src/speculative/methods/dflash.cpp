@@ -4,7 +4,9 @@
 // positions' taps to the waiting ones; a draft call first projects every waiting position of its
 // rows into their context (once, never recomputed: one batched pass however many rounds a row
 // did not draft in), then writes the block's own K/V after the context, attends, and truncates
-// them away again, so the KV always lines up with a prefix of the target's accepted tokens.
+// them away again, so the KV always lines up with the target's accepted tokens: each of them in
+// it at its own (RoPE) position, except those the target did not tap (rounds in which the depth
+// policy kept the row from drafting), which the context misses.
 #include "speculative/methods/dflash.h"
 
 #include <algorithm>
@@ -33,12 +35,12 @@ constexpr int64_t kMaxWaiting = 128;
 
 struct DflashRow {
   KvCache::SeqId seq = 0;
-  std::vector<int32_t> known;  // tokens before the pending one; KV context, then waiting taps, of each
-  PendingTaps waiting;         // taps of the positions after the KV context, not projected yet
+  std::vector<int32_t> known;       // tokens before the pending one: each in the KV context, waiting, or skipped
+  PendingTaps waiting;              // taps of tapped positions not projected yet, oldest first
   std::vector<int32_t> waiting_at;  // target position of each waiting one
   bool lost = false;                // the KV could not take its context: the row drafts nothing more
   int64_t skipped = 0;              // positions the target did not tap: neither in the KV nor waiting
-  int64_t last_round = 0;      // positions the last commit delivered (a round's usual catch-up)
+  int64_t last_round = 0;           // positions the last commit delivered (a round's usual catch-up)
 };
 
 // Host arrays of one call's ragged batch, uploaded into scratch (a copy from host memory has
@@ -517,7 +519,8 @@ class DflashRows final : public DraftRows {
       // Without positions (no gap in the row), the waiting ones are the last.
       r.waiting_at = cp.metadata.value("waiting_at", std::vector<int32_t>{});
       if (r.waiting_at.empty())
-        for (int64_t p = static_cast<int64_t>(cp.tokens.size()) - waiting; p < static_cast<int64_t>(cp.tokens.size()); ++p)
+        for (int64_t p = static_cast<int64_t>(cp.tokens.size()) - waiting; p < static_cast<int64_t>(cp.tokens.size());
+             ++p)
           r.waiting_at.push_back(static_cast<int32_t>(p));
       SPECDEC_CHECK(static_cast<int64_t>(r.waiting_at.size()) == waiting, "DFlash checkpoint: ", r.waiting_at.size(),
                     " positions of ", waiting, " waiting ones");

@@ -277,7 +277,7 @@ class Eagle3Rows : public DraftRows {
   size_t width_ = 0;  // floats of one position's fused taps
   size_t vocab_ = 0;
   std::vector<float> full_;
-  std::vector<int32_t> verified_;       // a commit's verified tokens (kept: a round allocates nothing for them)
+  std::vector<int32_t> verified_;      // a commit's verified tokens (kept: a round allocates nothing for them)
   std::vector<int32_t> gather_index_;  // host side of the last fuse()'s gather (the copy reads it at once)
   Buffer gather_buffer_;               // that gather's index and fused inputs, in the backend's memory
 };
