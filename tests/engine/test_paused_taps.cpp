@@ -5,7 +5,9 @@
 // over the gap in its context, its drafts are accepted again, and the output stays that of plain
 // decoding.
 #include <algorithm>
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "engine_fixture.h"
 #include "speculative/methods/dflash.h"
@@ -126,8 +128,8 @@ struct RoundLog {
 };
 
 // The real method, except that for the first `blind_rounds` rounds every draft is replaced by
-// another token (the target rejects it): the depth policy sees a row that does not pay and
-// pauses it, then, once the drafts are the method's own again, a row that pays.
+// another token (the target rejects it) and a draft call is slow: the depth policy sees a row
+// that does not pay and pauses it.
 class BlindedRows final : public DraftRows {
  public:
   BlindedRows(std::unique_ptr<DraftRows> inner, int vocab, int blind_rounds, std::vector<RoundLog>& log)
@@ -142,9 +144,13 @@ class BlindedRows final : public DraftRows {
     asked_ = true;
     std::vector<DraftProposal> got = in_->draft(rows);
     proposed_ = got.empty() ? 0 : static_cast<int>(got.front().tokens.size());
-    if (static_cast<int>(log_.size()) < blind_)
+    if (static_cast<int>(log_.size()) < blind_) {
       for (DraftProposal& p : got)
         for (int32_t& t : p.tokens) t = (t + 1) % vocab_;
+      // Slow too, several plain steps a call: then no timing noise on a busy machine can make
+      // rejected drafts look worth a window, and the policy pauses the row.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     return got;
   }
   void commit(std::span<const RowCommit> commits) override {
@@ -200,8 +206,9 @@ TEST_P(PausedTaps, APausedRowCostsAPlainStepAndDraftsAgainAfterThePause) {
     o.confidence_cut = false;  // every draft call proposes the depth asked
     real = std::make_shared<DflashMethod>(source_path("models/dflash"), counting, "bundled-dflash", o);
   }
-  // Blind through the first pauses (4, 8 and 16 rounds after the first rounds' rejections).
-  auto blinded = std::make_shared<BlindedMethod>(real, 40);
+  // Blind through the first pauses (4, 8, 16 and 32 rounds after the first rounds' rejections,
+  // with room for however many rounds the policy drafts before it has measured the costs).
+  auto blinded = std::make_shared<BlindedMethod>(real, 80);
   EngineOptions options;
   options.kv_blocks = 256;
   EngineCore engine(*target, *b.tokenizer, options);
@@ -262,8 +269,8 @@ TEST_P(PausedTaps, APausedRowCostsAPlainStepAndDraftsAgainAfterThePause) {
     probes_after_gaps += gap;
     gap = false;
   }
-  // The blind rounds pause the row for 4, 8, 16 and then 32 rounds (its probes fail): the
-  // last two pauses go untapped but for the rounds before their probes.
+  // The blind rounds pause the row for 4, 8, 16 and then 32 rounds at least (its probes fail):
+  // the last two go untapped but for the rounds before their probes.
   EXPECT_GE(untapped, 24) << "of " << log.size() << " rounds";
   EXPECT_GE(tapped_plain, 1);
   EXPECT_GE(probes_after_gaps, 1);
