@@ -13,21 +13,12 @@ namespace specdec {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-// Rounds before one that may draft in which a paused row is tapped again. Each tapped round
-// costs the forward a gather per tap layer and the method a device copy per tap, which on a GPU
-// whose plain step is a few launches is a sizeable part of a plain step, so a paused row is not
-// tapped. Its drafter's context then misses the skipped positions, and what it drafts after
-// the pause depends most on the positions just before (a block drafter's more than a chained
-// head's): a pause that ends in a probe whose outcome decides whether the row drafts again taps
-// the rounds just before it (kResumeLead); one whose probe only re-measures costs that leave no
-// depth paying at any acceptance (DepthPolicy::cannot_pay) taps the last round only, the one
-// the drafter needs to draft at all.
-constexpr int kResumeLead = 8;
 }  // namespace
 
 struct Coordinator::Group {
   std::shared_ptr<DraftMethod> method;
   std::vector<int> tap_layers;  // the method's declared taps
+  int resume_taps = 1;          // and how many rounds before a probe it wants them again
   std::unique_ptr<DraftRows> rows;
   std::vector<SpecRow*> members;  // in the group's row order
   DraftCost draft_cost;           // seconds of this group's draft calls
@@ -70,6 +61,7 @@ void Coordinator::add_method(const std::string& id, std::shared_ptr<DraftMethod>
   check_ports(target_, needs, id);
   auto group = std::make_unique<Group>();
   group->tap_layers = needs.tap_layers;
+  group->resume_taps = std::max(1, needs.resume_taps);
   group->rows = method->open(target_);
   group->method = std::move(method);
   groups_[id] = std::move(group);
@@ -146,7 +138,13 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     if (!row.joined) continue;
     Group& g = group_of(row);
     int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
-    const int lead = row.policy->cannot_pay() ? 1 : kResumeLead;
+    // A paused row is not tapped: each tapped round costs the forward a gather per tap layer and
+    // the method a device copy per tap, which on a GPU whose plain step is a few launches is a
+    // sizeable part of that step. Its drafter's context then misses those positions. It is tapped
+    // again in the rounds just before a probe that decides whether it drafts again (as many as
+    // its method asks for), or in the last one only (the taps a drafter needs to draft at all)
+    // when the probe can only re-measure costs that leave no depth paying at any acceptance.
+    const int lead = row.policy->cannot_pay() ? 1 : g.resume_taps;
     row.untapped = !g.tap_layers.empty() && row.policy->rounds_to_draft() > lead;
     depth = std::min(depth, a.limit);
     if (depth <= 0) continue;

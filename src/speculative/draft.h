@@ -69,6 +69,10 @@ struct TargetNeeds {
   bool embedding = false;
   bool lm_head = false;
   bool kv = false;
+  // A row whose depth policy pauses it is not tapped; this many rounds before the pause may end
+  // in a probe that decides whether the row drafts again, it is tapped again: the positions just
+  // before the pending token weigh most in what a hidden-state drafter proposes.
+  int resume_taps = 1;
 };
 
 // The ports a target offers a method. A method needing a port the target lacks fails when it is

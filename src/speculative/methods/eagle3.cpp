@@ -298,6 +298,9 @@ TargetNeeds Eagle3Method::needs() const {
   TargetNeeds n;
   n.tap_layers = head_->config().tap_layers(target_layers_);
   n.embedding = !head_->has_embedding();
+  // After a gap in its context the head drafts from the taps of the last position about as well
+  // as from every position: its own KV holds the pairs from before the gap.
+  n.resume_taps = 1;
   return n;
 }
 
