@@ -3,7 +3,7 @@
 // steps make exactly the backend calls of a plain decoding step, counted on a backend that sees
 // every call. The engine taps it again in the rounds before the pause ends, the drafter drafts
 // over the gap in its context, its drafts are accepted again, and the output stays that of plain
-// decoding.
+// decoding; beside it, a row of the same drafter that is tapped gets exactly its own taps.
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -187,36 +187,50 @@ class BlindedMethod final : public DraftMethod {
   int blind_;
 };
 
-class PausedTaps : public ::testing::TestWithParam<const char*> {};
+class PausedTaps : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    Bundled& b = Bundled::get();
+    target_ = Model::load(source_path("models/target"), counting_);
+    // Blind through the first pauses (4, 8, 16 and 32 rounds after the first rounds'
+    // rejections, with room for however many rounds the policy drafts before it has measured
+    // the costs).
+    blinded_ = std::make_shared<BlindedMethod>(method(), 80);
+    EngineOptions options;
+    options.kv_blocks = 256;
+    engine_ = std::make_unique<EngineCore>(*target_, *b.tokenizer, options);
+    engine_->add_method("hidden", blinded_);
+    prompt_ = encode(
+        "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n        "
+        "self.items.append(item)\n\n    def pop(self):\n");
+  }
 
-TEST_P(PausedTaps, APausedRowCostsAPlainStepAndDraftsAgainAfterThePause) {
-  const std::string which = GetParam();
-  Bundled& b = Bundled::get();
-  CountingBackend counting(*b.backend);
-  const auto target = Model::load(source_path("models/target"), counting);
-  std::shared_ptr<DraftMethod> real;
-  if (which == "eagle3") {
-    Eagle3Options o;
-    o.kv_blocks = 256;
-    real = std::make_shared<Eagle3Method>(Eagle3Head::load(source_path("models/eagle3"), counting), "bundled-eagle3",
-                                          target->config().num_layers, o);
-  } else {
+  // A new instance of the method under test, on the counting backend.
+  std::shared_ptr<DraftMethod> method() {
+    if (std::string(GetParam()) == "eagle3") {
+      Eagle3Options o;
+      o.kv_blocks = 256;
+      return std::make_shared<Eagle3Method>(Eagle3Head::load(source_path("models/eagle3"), counting_), "bundled-eagle3",
+                                            target_->config().num_layers, o);
+    }
     DflashOptions o;
     o.kv_blocks = 256;
     o.confidence_cut = false;  // every draft call proposes the depth asked
-    real = std::make_shared<DflashMethod>(source_path("models/dflash"), counting, "bundled-dflash", o);
+    return std::make_shared<DflashMethod>(source_path("models/dflash"), counting_, "bundled-dflash", o);
   }
-  // Blind through the first pauses (4, 8, 16 and 32 rounds after the first rounds' rejections,
-  // with room for however many rounds the policy drafts before it has measured the costs).
-  auto blinded = std::make_shared<BlindedMethod>(real, 80);
-  EngineOptions options;
-  options.kv_blocks = 256;
-  EngineCore engine(*target, *b.tokenizer, options);
-  engine.add_method("hidden", blinded);
 
-  const std::vector<int32_t> prompt = encode(
-      "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n        "
-      "self.items.append(item)\n\n    def pop(self):\n");
+  CountingBackend counting_{*Bundled::get().backend};
+  std::unique_ptr<Model> target_;
+  std::shared_ptr<BlindedMethod> blinded_;
+  std::unique_ptr<EngineCore> engine_;
+  std::vector<int32_t> prompt_;
+};
+
+TEST_P(PausedTaps, APausedRowCostsAPlainStepAndDraftsAgainAfterThePause) {
+  CountingBackend& counting = counting_;
+  EngineCore& engine = *engine_;
+  const auto& blinded = blinded_;
+  const std::vector<int32_t>& prompt = prompt_;
   const int max_tokens = 240;
   // Backend calls of each step, and whether the step ended a round of the speculating row.
   const auto run = [&](Request r, std::vector<int64_t>& per_step, std::vector<int>& round_of_step) {
@@ -274,6 +288,35 @@ TEST_P(PausedTaps, APausedRowCostsAPlainStepAndDraftsAgainAfterThePause) {
   EXPECT_GE(untapped, 24) << "of " << log.size() << " rounds";
   EXPECT_GE(tapped_plain, 1);
   EXPECT_GE(probes_after_gaps, 1);
+}
+
+TEST_P(PausedTaps, AnUntappedRowLeavesItsNeighboursTapsAlone) {
+  // A paused row beside a row of the same kind of drafter that drafts every round at a fixed
+  // depth: the forwards tap only the second, and it is handed exactly its own positions' taps,
+  // so it drafts (and is accepted) exactly as when it runs alone.
+  engine_->add_method("real", method());
+  const auto request = [&](const std::string& method) {
+    Request r = make_request(prompt_, 160);
+    r.spec.method = method;
+    r.spec.adaptive = method == "hidden";
+    return r;
+  };
+  const RequestResult alone = run_one(*engine_, request("real"));
+  const RequestResult plain = run_one(*engine_, make_request(prompt_, 160));
+  const int64_t paused = engine_->submit(request("hidden"));
+  const int64_t beside = engine_->submit(request("real"));
+  engine_->run();
+  const RequestResult a = *engine_->take_result(paused), b = *engine_->take_result(beside);
+  EXPECT_EQ(a.tokens, plain.tokens);
+  EXPECT_EQ(b.tokens, plain.tokens);
+  EXPECT_EQ(b.stats.speculative.drafted, alone.stats.speculative.drafted);
+  EXPECT_EQ(b.stats.speculative.accepted, alone.stats.speculative.accepted);
+  EXPECT_EQ(b.stats.speculative.drafted_at, alone.stats.speculative.drafted_at);
+  EXPECT_EQ(b.stats.speculative.accepted_at, alone.stats.speculative.accepted_at);
+  EXPECT_GT(b.stats.speculative.accepted, 0);
+  const auto untapped =
+      std::count_if(blinded_->log.begin(), blinded_->log.end(), [](const RoundLog& r) { return !r.tapped; });
+  EXPECT_GE(untapped, 24);
 }
 
 INSTANTIATE_TEST_SUITE_P(Eagle3AndDflash, PausedTaps, ::testing::Values("eagle3", "dflash"),
