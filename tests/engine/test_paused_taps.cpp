@@ -1,9 +1,10 @@
 // A row whose hidden-state drafter (EAGLE-3, DFlash) the depth policy has paused costs what a
 // plain row costs: the target forward does not tap it and the method copies nothing, so its
 // steps make exactly the backend calls of a plain decoding step, counted on a backend that sees
-// every call. The engine taps it again in the rounds before the pause ends, the drafter drafts
-// over the gap in its context, its drafts are accepted again, and the output stays that of plain
-// decoding; beside it, a row of the same drafter that is tapped gets exactly its own taps.
+// every call. The engine taps it again in the rounds before the pause ends, so that the drafter
+// drafts over the gap in its context (test_lazy_taps.cpp checks how well), and the output stays
+// that of plain decoding; beside it, a row of the same drafter that is tapped gets exactly its
+// own taps.
 #include <algorithm>
 #include <chrono>
 #include <map>
