@@ -12,7 +12,6 @@ namespace specdec {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-
 }  // namespace
 
 struct Coordinator::Group {
