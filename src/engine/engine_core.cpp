@@ -229,8 +229,9 @@ ForwardRequest EngineCore::build_forward(const std::vector<ScheduledRow>& batch,
     }
     // A row whose method reads the target's hidden states is tapped at every new position (the
     // prefill chunk, or the window, of which commit hands over the verified part); the forward
-    // taps the union of its rows' layers. Other rows cost no taps.
-    const std::span<const int> layers = coordinator_.tap_layers(row.spec);
+    // taps the union of its rows' layers. Other rows cost no taps, nor does a row whose depth
+    // policy keeps it from drafting for a while (Coordinator::forward_taps).
+    const std::span<const int> layers = coordinator_.forward_taps(row.spec);
     if (!layers.empty()) {
       in.taps_at.resize(in.tokens.size());
       std::iota(in.taps_at.begin(), in.taps_at.end(), 0);
@@ -284,7 +285,7 @@ void EngineCore::verify_and_commit(const std::vector<ScheduledRow>& batch, const
   std::vector<std::vector<int32_t>> emitted(batch.size());  // backs the rounds' spans
   for (size_t r = 0; r < batch.size(); ++r) {
     Row& row = *batch[r].row;
-    const std::span<const int> tap_layers = coordinator_.tap_layers(row.spec);
+    const std::span<const int> tap_layers = coordinator_.forward_taps(row.spec);
     if (!batch[r].decode) {
       score_prompt(row, out, r);
       const std::span<const int32_t> chunk(row.tokens.data() + row.prefilled, static_cast<size_t>(batch[r].chunk));

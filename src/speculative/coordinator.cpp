@@ -17,6 +17,7 @@ using Clock = std::chrono::steady_clock;
 struct Coordinator::Group {
   std::shared_ptr<DraftMethod> method;
   std::vector<int> tap_layers;  // the method's declared taps
+  int resume_taps = 1;          // and how many rounds before a probe it wants them again
   std::unique_ptr<DraftRows> rows;
   std::vector<SpecRow*> members;  // in the group's row order
   DraftCost draft_cost;           // seconds of this group's draft calls
@@ -35,11 +36,13 @@ struct Coordinator::Group {
   void draft();
 };
 
-// A method that declared taps gets exactly its layers for exactly the positions it is told of;
-// one that declared none gets none. A mismatch is the engine's bug, caught before the method.
-void Coordinator::check_context(const Group& g, const TargetContext& context, int64_t positions) {
-  const bool fits = g.tap_layers.empty() ? context.empty()
-                                         : context.taps.size() == g.tap_layers.size() && context.positions() == positions;
+// A method that declared taps gets exactly its layers for exactly the positions it is told of,
+// unless the forward did not tap the row; one that declared none gets none. A mismatch is the
+// engine's bug, caught before the method.
+void Coordinator::check_context(const Group& g, const SpecRow& row, const TargetContext& context, int64_t positions) {
+  const bool fits = g.tap_layers.empty() || row.untapped
+                        ? context.empty()
+                        : context.taps.size() == g.tap_layers.size() && context.positions() == positions;
   SPECDEC_CHECK(fits, "draft context of ", context.taps.size(), " taps x ", context.positions(),
                 " positions does not match the method's ", g.tap_layers.size(), " tap layers x ", positions,
                 " positions");
@@ -57,6 +60,7 @@ void Coordinator::add_method(const std::string& id, std::shared_ptr<DraftMethod>
   check_ports(target_, needs, id);
   auto group = std::make_unique<Group>();
   group->tap_layers = needs.tap_layers;
+  group->resume_taps = std::max(1, needs.resume_taps);
   group->rows = method->open(target_);
   group->method = std::move(method);
   groups_[id] = std::move(group);
@@ -83,6 +87,7 @@ void Coordinator::join(SpecRow& row) {
   g.members.push_back(&row);
   change.commit();
   row.joined = true;
+  row.untapped = false;
 }
 
 void Coordinator::leave(std::span<SpecRow* const> rows) {
@@ -109,10 +114,15 @@ std::span<const int> Coordinator::tap_layers(const SpecRow& row) const {
   return group_of(row).tap_layers;
 }
 
+std::span<const int> Coordinator::forward_taps(const SpecRow& row) const {
+  if (row.untapped) return {};
+  return tap_layers(row);
+}
+
 void Coordinator::prefill(SpecRow& row, std::span<const int32_t> tokens, const TargetContext& context) {
   if (!row.joined) return;
   Group& g = group_of(row);
-  check_context(g, context, static_cast<int64_t>(tokens.size()));
+  check_context(g, row, context, static_cast<int64_t>(tokens.size()));
   g.rows->prefill(g.index_of(row), tokens, context);
 }
 
@@ -127,6 +137,14 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     if (!row.joined) continue;
     Group& g = group_of(row);
     int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
+    // A paused row is not tapped: each tapped round costs the forward a gather per tap layer and
+    // the method a device copy per tap, which on a GPU whose plain step is a few launches is a
+    // sizeable part of that step. Its drafter's context then misses those positions. It is tapped
+    // again in the rounds just before a probe that decides whether it drafts again (as many as
+    // its method asks for), or in the last one only (the taps a drafter needs to draft at all)
+    // when the probe can only re-measure costs that leave no depth paying at any acceptance.
+    const int lead = row.policy->cannot_pay() ? 1 : g.resume_taps;
+    row.untapped = !g.tap_layers.empty() && row.policy->rounds_to_draft() > lead;
     depth = std::min(depth, a.limit);
     if (depth <= 0) continue;
     g.asks.push_back(DraftRequestRow{g.index_of(row), a.pending, depth, a.position, a.sampling,
@@ -173,7 +191,7 @@ void Coordinator::commit(std::span<const RoundOutcome> outcomes) {
     c.accepted = o.accepted;
     c.emitted.assign(o.emitted.begin(), o.emitted.end());
     c.drafted = o.drafted;
-    check_context(g, o.context, o.accepted + 1);
+    check_context(g, row, o.context, o.accepted + 1);
     c.context = o.context;
     g.commits.push_back(std::move(c));
   }

@@ -28,6 +28,9 @@ struct SpecRow {
   SpecTelemetry telemetry;
   DraftProposal proposal;  // this round's drafts, between propose() and the forward
   bool joined = false;     // a member of its method's group
+  // This round's target forward does not tap the row (Coordinator::forward_taps): its policy
+  // keeps it from drafting for a while.
+  bool untapped = false;
 };
 
 // A row that may draft this round: its pending token (the last known, not yet in the target's
@@ -72,8 +75,13 @@ class Coordinator {
   void leave(std::span<SpecRow* const> rows);
 
   // The tap layers the row's method declared, in its order; empty when it declared none or the
-  // row is not in its group (then the forward need not tap the row at all).
+  // row is not in its group.
   std::span<const int> tap_layers(const SpecRow& row) const;
+  // The layers this iteration's target forward taps the row at: its method's (tap_layers), or
+  // none while its depth policy keeps it from drafting beyond the next rounds (set by propose()).
+  // Its prefill blocks and rounds then carry no taps: a hidden-state drafter's context misses
+  // those positions.
+  std::span<const int> forward_taps(const SpecRow& row) const;
   // A prompt block the target processed for the row (tail split: never the pending token), with
   // the taps of its positions when the method asked for them.
   void prefill(SpecRow& row, std::span<const int32_t> tokens, const TargetContext& context);
@@ -86,7 +94,7 @@ class Coordinator {
  private:
   struct Group;
   Group& group_of(const SpecRow& row) const;
-  static void check_context(const Group& g, const TargetContext& context, int64_t positions);
+  static void check_context(const Group& g, const SpecRow& row, const TargetContext& context, int64_t positions);
 
   TargetView target_;
   std::map<std::string, std::unique_ptr<Group>> groups_;

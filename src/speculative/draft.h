@@ -69,6 +69,10 @@ struct TargetNeeds {
   bool embedding = false;
   bool lm_head = false;
   bool kv = false;
+  // A row whose depth policy pauses it is not tapped; this many rounds before the pause may end
+  // in a probe that decides whether the row drafts again, it is tapped again: the positions just
+  // before the pending token weigh most in what a hidden-state drafter proposes.
+  int resume_taps = 1;
 };
 
 // The ports a target offers a method. A method needing a port the target lacks fails when it is
@@ -92,7 +96,9 @@ struct TargetView {
 // (TargetNeeds::tap_layers): taps[j] is a [positions, hidden] f32 view of layer tap_layers[j]
 // in the target backend's memory. The views are valid during the call that hands them over
 // only (the next target forward reuses the memory): a method copies what it keeps. Empty for
-// a method that declared no taps.
+// a method that declared no taps, and for positions the target did not tap (a paused row's
+// rounds, a prefix whose KV came from elsewhere): a method's context then misses them, and it
+// drafts from the positions tapped after them.
 struct TargetContext {
   std::vector<Tensor> taps;
 

@@ -190,7 +190,8 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
     // rationed: the rows of a batch start together and reach the cap in the same iteration, and
     // a draft model's probe first catches its row up on the whole pause, so all of them probing
     // at once costs a long draft call that no accepted draft can repay.
-    if (costs.calibrated() && costs.slope_known() && !could_pay(costs, draft, rows)) {
+    cannot_pay_ = costs.calibrated() && costs.slope_known() && !could_pay(costs, draft, rows);
+    if (cannot_pay_) {
       const bool forced = backoff_ >= kMaxBackoff && (!forced_probes_left || *forced_probes_left > 0);
       if (!forced) {
         pause();
@@ -224,9 +225,11 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
     }
   }
   if (best == 0) {
+    cannot_pay_ = !could_pay(costs, draft, rows);
     pause();
     return 0;
   }
+  cannot_pay_ = false;
   backoff_ = 4;
   return std::max(best, long_run_depth());
 }

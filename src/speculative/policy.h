@@ -113,6 +113,15 @@ class DepthPolicy {
   double expected_emitted(int k) const { return expected_emitted(k, run_); }
   // Whether some depth would beat a plain step if every draft were accepted.
   bool could_pay(const CostModel& costs, const DraftCost& draft, int rows) const;
+  // After this round's next_depth: how many rounds ahead the next one that may draft is (1: the
+  // next round; a pause of p rounds starts at p). A hidden-state drafter's row needs the target's
+  // taps only in the rounds just before one that drafts.
+  int rounds_to_draft() const { return max_depth_ == 0 ? kNever : std::max(1, paused_); }
+  // Whether the row is paused because the measured costs leave no depth that would pay even if
+  // every draft were accepted: the probe that ends the pause then re-measures the costs, and
+  // what it accepts cannot resume drafting.
+  bool cannot_pay() const { return paused_ > 0 && cannot_pay_; }
+  static constexpr int kNever = 1 << 30;
 
  private:
   // P(draft i accepted | drafts before it accepted) in regime `regime` (default: the current one).
@@ -140,6 +149,7 @@ class DepthPolicy {
   std::vector<int> seen_[3];     // rounds that tried each position, per regime (and pooled)
   int run_ = 0;
   int paused_ = 0;           // rounds left before speculation is probed again
+  bool cannot_pay_ = false;  // the last pricing found no depth that could pay at full acceptance
   int backoff_ = 4;          // length of the next pause
   bool wide_probe_ = false;  // alternates the depths drafted while the cost slope is unknown
   struct Choice {

@@ -7,6 +7,7 @@
 // nothing or several drafts, across earlier chained guesses that must be cut off, across a
 // checkpoint taken while taps were still waiting, and past the bound on waiting taps.
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <set>
 
@@ -271,6 +272,95 @@ TEST_P(LazyTaps, LongPausesStayBounded) {
     expect_same_drafts({{rows.get(), x}}, t, x.row == 1, true,
                        "row " + std::to_string(x.row) + " after " + std::to_string(round) + " rounds");
   }
+}
+
+// A round the target did not tap (the engine skips a row its depth policy keeps from drafting).
+void commit_untapped(DraftRows& rows, Cursor& c, const Taps& t) {
+  RowCommit rc;
+  rc.row = c.row;
+  rc.pending = t.tokens[static_cast<size_t>(c.at)];
+  rc.emitted = {t.tokens[static_cast<size_t>(c.at + 1)]};
+  rows.commit(std::span<const RowCommit>(&rc, 1));
+  c.at += 1;
+}
+
+TEST_P(LazyTaps, AGapDraftsTheSameWhetherTapsWaitedAcrossItOrNot) {
+  // Row 0 drafts just before a run of untapped rounds (its context takes in every position
+  // before them), row 1 last drafted long before (its taps of the positions before the gap
+  // still wait when the gap comes, and are taken in after it): the same context either way,
+  // so the same drafts, and again after a second gap. A row captured while taps wait across a
+  // gap restores into another group and drafts the same.
+  const Taps t = reference_taps(method_->needs().tap_layers);
+  auto rows = open_rows(2);
+  Cursor eager{0, 0}, lazy{1, 0};
+  prefill(*rows, eager, t, 20, 7);
+  prefill(*rows, lazy, t, 20, 7);
+  for (const int gap : {5, 9}) {
+    for (const int a : {2, 0, 1}) {
+      draft(*rows, eager, t, greedy_, false);
+      commit(*rows, eager, t, a, depth_);
+      commit(*rows, lazy, t, a, 0);
+    }
+    for (int i = 0; i < gap; ++i) {
+      commit_untapped(*rows, eager, t);
+      commit_untapped(*rows, lazy, t);
+    }
+    for (const int a : {1, 0}) {
+      commit(*rows, eager, t, a, 0);
+      commit(*rows, lazy, t, a, 0);
+    }
+    if (gap == 9 && std::string(GetParam()) == "dflash") {
+      const Checkpoint cp = rows->capture(1);
+      auto other = method_->open(view());
+      const Checkpoint* restored = &cp;
+      other->prepare_append(std::span<const Checkpoint* const>(&restored, 1)).commit();
+      expect_same_drafts({{rows.get(), eager}, {other.get(), Cursor{0, lazy.at}}}, t, true, false,
+                         "restored across the gap");
+    }
+    expect_same_drafts({{rows.get(), lazy}, {rows.get(), eager}}, t, gap == 9, false,
+                       "after a gap of " + std::to_string(gap));
+  }
+}
+
+TEST_P(LazyTaps, AProbeAfterAGapIsAcceptedAboutAsOften) {
+  // A pause whose rounds went untapped but for the last ones the method asks for
+  // (TargetNeeds::resume_taps) ends in a probe of one draft, whose outcome decides whether the
+  // row drafts again: checked against the target's own continuation, the first draft over the
+  // gap is accepted about as often as with every position in the context.
+  const Taps t = reference_taps(method_->needs().tap_layers, 2);
+  const int gap = 24, lead = method_->needs().resume_taps;
+  int64_t first_gap = 0, first_full = 0, rounds = 0;
+  double mean_gap = 0, mean_full = 0;
+  for (int64_t at = 60; at + depth_ + 1 < static_cast<int64_t>(t.tokens.size()); at += 3) {
+    for (const bool whole : {false, true}) {
+      auto rows = open_rows(1);
+      Cursor c;
+      prefill(*rows, c, t, at - gap - lead - 1, 16);
+      draft(*rows, c, t, greedy_, false);
+      commit(*rows, c, t, 0, depth_);
+      while (c.at < at) {
+        if (whole || c.at >= at - lead)
+          commit(*rows, c, t, 0, 0);
+        else
+          commit_untapped(*rows, c, t);
+      }
+      const DraftProposal p = draft(*rows, c, t, greedy_, false);
+      ASSERT_FALSE(p.tokens.empty()) << "at " << at;
+      int accepted = 0;
+      while (accepted < static_cast<int>(p.tokens.size()) &&
+             p.tokens[static_cast<size_t>(accepted)] == t.tokens[static_cast<size_t>(at + 1 + accepted)])
+        ++accepted;
+      (whole ? first_full : first_gap) += accepted > 0;
+      (whole ? mean_full : mean_gap) += accepted;
+    }
+    ++rounds;
+  }
+  ASSERT_GT(rounds, 30);
+  std::printf("%s: first draft accepted %.2f over a gap (%.2f with the whole context); %.2f of %d drafts (%.2f)\n",
+              GetParam(), static_cast<double>(first_gap) / rounds, static_cast<double>(first_full) / rounds,
+              mean_gap / rounds, depth_, mean_full / rounds);
+  EXPECT_GT(first_full, rounds / 2);
+  EXPECT_GE(first_gap, 0.8 * first_full);
 }
 
 INSTANTIATE_TEST_SUITE_P(Eagle3AndDflash, LazyTaps, ::testing::Values("eagle3", "dflash"),

@@ -191,6 +191,45 @@ TEST(DepthPolicy, DoesNotProbeWhereNoDepthCouldPay) {
   }
 }
 
+TEST(DepthPolicy, SaysHowFarAheadTheNextRoundThatMayDraftIs) {
+  // After each round's choice, rounds_to_draft() counts down a pause to the probe that ends it
+  // (1: the next round may draft), so that the engine taps a paused row only in the rounds just
+  // before it; cannot_pay() tells a pause whose costs leave no depth paying at any acceptance
+  // (same costs as DoesNotProbeWhereNoDepthCouldPay) from one that waits for acceptance.
+  CostModel dear, cheap;
+  for (int i = 0; i < 40; ++i) {
+    const int tokens = 1 + i % 4;
+    dear.observe_forward(tokens, 1e-3 * tokens);
+    cheap.observe_forward(tokens, 1e-3);
+  }
+  DraftCost dear_draft, cheap_draft;
+  dear_draft.observe(10, 10 * 0.1e-3);
+  cheap_draft.observe(10, 10 * 1e-6);
+  for (bool is_dear : {true, false}) {
+    const CostModel& costs = is_dear ? dear : cheap;
+    const DraftCost& draft = is_dear ? dear_draft : cheap_draft;
+    DepthPolicy policy(10, true);
+    EXPECT_EQ(policy.rounds_to_draft(), 1);  // a new row may draft at once
+    for (int i = 0; i < 30; ++i) policy.observe(10, 0);
+    ASSERT_EQ(policy.next_depth(costs, draft, 1), 0);  // the pause starts: 4 rounds
+    EXPECT_EQ(policy.cannot_pay(), is_dear);
+    for (int left = 4; left >= 1; --left) {
+      EXPECT_EQ(policy.rounds_to_draft(), left) << (is_dear ? "dear" : "cheap");
+      const int depth = policy.next_depth(costs, draft, 1);
+      // The pause's last round: a probe where drafts could pay, a renewed pause where not.
+      EXPECT_EQ(depth, left == 1 && !is_dear ? 1 : 0) << left;
+    }
+    EXPECT_EQ(policy.rounds_to_draft(), is_dear ? 8 : 1);
+    EXPECT_EQ(policy.cannot_pay(), is_dear);
+  }
+  DepthPolicy fixed(10, false);
+  fixed.next_depth(dear, dear_draft, 1);
+  EXPECT_EQ(fixed.rounds_to_draft(), 1);
+  EXPECT_FALSE(fixed.cannot_pay());
+  DepthPolicy never(0, true);
+  EXPECT_GT(never.rounds_to_draft(), 1000);
+}
+
 TEST(DepthPolicy, RationsProbesThatTheCostsSayCannotPay) {
   // Eight rows paused together reach the back-off cap in the same iteration. Where the costs
   // say no depth could pay, only as many of them probe as the iteration allows (the engine

@@ -4,7 +4,9 @@
 // positions' taps to the waiting ones; a draft call first projects every waiting position of its
 // rows into their context (once, never recomputed: one batched pass however many rounds a row
 // did not draft in), then writes the block's own K/V after the context, attends, and truncates
-// them away again, so the KV always lines up with a prefix of the target's accepted tokens.
+// them away again, so the KV always lines up with the target's accepted tokens: each of them in
+// it at its own (RoPE) position, except those the target did not tap (rounds in which the depth
+// policy kept the row from drafting), which the context misses.
 #include "speculative/methods/dflash.h"
 
 #include <algorithm>
@@ -33,10 +35,12 @@ constexpr int64_t kMaxWaiting = 128;
 
 struct DflashRow {
   KvCache::SeqId seq = 0;
-  std::vector<int32_t> known;  // tokens before the pending one; KV context, then waiting taps, of each
-  PendingTaps waiting;         // taps of the positions after the KV context, not projected yet
-  bool lost = false;           // the KV could not take its context: the row drafts nothing more
-  int64_t last_round = 0;      // positions the last commit delivered (a round's usual catch-up)
+  std::vector<int32_t> known;       // tokens before the pending one: each in the KV context, waiting, or skipped
+  PendingTaps waiting;              // taps of tapped positions not projected yet, oldest first
+  std::vector<int32_t> waiting_at;  // target position of each waiting one
+  bool lost = false;                // the KV could not take its context: the row drafts nothing more
+  int64_t skipped = 0;              // positions the target did not tap: neither in the KV nor waiting
+  int64_t last_round = 0;           // positions the last commit delivered (a round's usual catch-up)
 };
 
 // Host arrays of one call's ragged batch, uploaded into scratch (a copy from host memory has
@@ -129,6 +133,7 @@ class DflashRows final : public DraftRows {
     cp.tokens = r.known;
     cp.processed_tokens = static_cast<int64_t>(r.known.size());
     cp.metadata["lost"] = r.lost;
+    if (r.skipped > 0) cp.metadata["skipped"] = r.skipped;
     const int n = cache_->length(r.seq);
     for (int l = 0; l < c_.num_layers; ++l) {
       cp.tensors[str_cat("k.", l)] = read_kv(cache_->k_pool(l), r.seq, n);
@@ -138,6 +143,7 @@ class DflashRows final : public DraftRows {
     // restored row drafts.
     if (!r.waiting.empty()) {
       cp.metadata["waiting"] = r.waiting.size();
+      cp.metadata["waiting_at"] = r.waiting_at;
       cp.tensors["waiting_taps"] = r.waiting.read(backend_);
     }
     return cp;
@@ -211,8 +217,10 @@ class DflashRows final : public DraftRows {
   void keep_context(DflashRow& r, const TargetContext& context, int64_t positions) {
     if (r.lost || positions == 0) return;
     if (context.empty()) {
-      r.lost = true;  // positions without taps: the context has a gap, so the row drafts no more
-      r.waiting.clear();
+      // Positions the target did not tap (the engine taps no row that its depth policy keeps from
+      // drafting for a while): the context misses them. RoPE places every position at its own
+      // target position, so what was before the gap and what comes after it keep their distances.
+      r.skipped += positions;
       return;
     }
     SPECDEC_CHECK(context.taps.size() == w_->fc.size() && context.positions() == positions,
@@ -224,6 +232,8 @@ class DflashRows final : public DraftRows {
                     ", expected [", positions, ", ", w_->fc[j].cols(), "]");
     }
     r.waiting.append(backend_, context);
+    for (int64_t p = static_cast<int64_t>(r.known.size()) - positions; p < static_cast<int64_t>(r.known.size()); ++p)
+      r.waiting_at.push_back(static_cast<int32_t>(p));
     if (r.waiting.size() > kMaxWaiting) {
       DflashRow* one = &r;
       catch_up(std::span<DflashRow* const>(&one, 1));
@@ -246,6 +256,7 @@ class DflashRows final : public DraftRows {
       if (!cache_->reserve(r->seq, p0 + n)) {
         r->lost = true;  // a full drafter KV pauses this row's drafting, it never fails the round
         r->waiting.clear();
+        r->waiting_at.clear();
         continue;
       }
       go.push_back(r);
@@ -270,7 +281,7 @@ class DflashRows final : public DraftRows {
     };
     lay_out(
         append_arrays_, seqs, from, count, [&](size_t i, int k) { return from[i] + k; },
-        [&](size_t i, int k) { return from[i] + k; });
+        [&](size_t i, int k) { return go[i]->waiting_at[static_cast<size_t>(k)]; });
     Carver measure = Carver::measure();
     layout(measure);
     Carver c = scratch(measure.size() + 4096 + static_cast<size_t>(6 * n + 64) * 256 +
@@ -307,6 +318,7 @@ class DflashRows final : public DraftRows {
     for (size_t i = 0; i < go.size(); ++i) {
       cache_->set_length(go[i]->seq, from[i] + count[i]);
       go[i]->waiting.clear();
+      go[i]->waiting_at.clear();
     }
   }
 
@@ -330,8 +342,11 @@ class DflashRows final : public DraftRows {
       const int ctx = cache_->length(r.seq);
       // The context must be exactly the tokens before the pending one: otherwise (a row whose KV
       // filled up) the block would stand at the wrong place, so the row drafts nothing.
-      if (r.lost || ctx != static_cast<int64_t>(r.known.size()) || ctx != asks[i].position) continue;
-      if (ctx + gamma > c_.max_position || asks[i].depth <= 0) continue;
+      // (Positions the target did not tap are missing from the context, not misplaced.)
+      if (r.lost || !r.waiting.empty() || ctx + r.skipped != static_cast<int64_t>(r.known.size()) ||
+          ctx + r.skipped != asks[i].position)
+        continue;
+      if (asks[i].position + gamma > c_.max_position || asks[i].depth <= 0) continue;
       if (!cache_->reserve(r.seq, ctx + gamma)) continue;
       live.push_back(i);
       seqs.push_back(r.seq);
@@ -489,9 +504,11 @@ class DflashRows final : public DraftRows {
     r.known = cp.tokens;
     r.lost = cp.metadata.is_object() && cp.metadata.value("lost", false);
     const int64_t waiting = cp.metadata.is_object() ? cp.metadata.value("waiting", int64_t{0}) : 0;
-    SPECDEC_CHECK(waiting >= 0 && waiting <= static_cast<int64_t>(cp.tokens.size()), "DFlash checkpoint: ", waiting,
-                  " waiting positions of ", cp.tokens.size());
-    const int n = static_cast<int>(static_cast<int64_t>(cp.tokens.size()) - waiting);
+    r.skipped = cp.metadata.is_object() ? cp.metadata.value("skipped", int64_t{0}) : 0;
+    SPECDEC_CHECK(waiting >= 0 && r.skipped >= 0 && waiting + r.skipped <= static_cast<int64_t>(cp.tokens.size()),
+                  "DFlash checkpoint: ", waiting, " waiting and ", r.skipped, " skipped positions of ",
+                  cp.tokens.size());
+    const int n = static_cast<int>(static_cast<int64_t>(cp.tokens.size()) - waiting - r.skipped);
     const int64_t kw = kv_width();
     if (waiting > 0 && !r.lost) {
       auto it = cp.tensors.find("waiting_taps");
@@ -499,6 +516,14 @@ class DflashRows final : public DraftRows {
       SPECDEC_CHECK(it != cp.tensors.end() && static_cast<int64_t>(it->second.size()) == waiting * taps * width,
                     "DFlash checkpoint lacks the taps of its ", waiting, " waiting positions");
       r.waiting.restore(backend_, static_cast<int>(taps), width, it->second);
+      // Without positions (no gap in the row), the waiting ones are the last.
+      r.waiting_at = cp.metadata.value("waiting_at", std::vector<int32_t>{});
+      if (r.waiting_at.empty())
+        for (int64_t p = static_cast<int64_t>(cp.tokens.size()) - waiting; p < static_cast<int64_t>(cp.tokens.size());
+             ++p)
+          r.waiting_at.push_back(static_cast<int32_t>(p));
+      SPECDEC_CHECK(static_cast<int64_t>(r.waiting_at.size()) == waiting, "DFlash checkpoint: ", r.waiting_at.size(),
+                    " positions of ", waiting, " waiting ones");
     }
     for (int l = 0; l < c_.num_layers; ++l)
       for (const char* kind : {"k.", "v."}) {
@@ -582,6 +607,10 @@ TargetNeeds DflashMethod::needs() const {
   n.tap_layers = config_.tap_layers;
   n.embedding = true;
   n.lm_head = true;
+  // The block reads only the projected context around its anchor: after a gap, its first draft
+  // is accepted far less often with one tapped position before the pending token than with every
+  // position, and nearly as often with the last four.
+  n.resume_taps = 4;
   return n;
 }
 

@@ -1,11 +1,13 @@
 // Eagle3Rows: per row, `known` = the tokens in the target's KV before the pending one, and a head
-// KV whose first `fed` positions are real: head position j holds the pair (token at target
-// position base+j+1, fused taps of target position base+j). The taps of the positions after them
-// wait in the backend's memory until a draft call feeds them, together with the tokens that follow
-// them (the last of which is the pending token): a row the depth policy keeps from drafting pays
-// one device copy per tap and round, and catches up on all its waiting positions in one forward
-// when it drafts again. Positions past `fed` are the previous round's chained guesses and are cut
-// off before anything is fed: rollback, never recompute.
+// KV whose first `fed` positions are real: each holds the pair (token at target position t+1,
+// fused taps of target position t) for a tapped position t, in order. The taps of the tapped
+// positions after them wait in the backend's memory until a draft call feeds them, together with
+// the tokens that follow them (the last of which is the pending token): a row that drafts now
+// and then catches up on all its waiting positions in one forward when it drafts. Positions the
+// target did not tap (the engine taps no row that its depth policy keeps from drafting for a
+// while) are a gap in the head's context: the pairs before and after it sit next to each other.
+// Positions past `fed` are the previous round's chained guesses and are cut off before anything
+// is fed: rollback, never recompute.
 #include "speculative/methods/eagle3.h"
 
 #include <algorithm>
@@ -28,9 +30,12 @@ constexpr int64_t kMaxWaiting = 128;
 struct Eagle3RowState {
   std::vector<int32_t> known;
   KvCache::SeqId seq = 0;
-  int64_t base = 0;        // target position of head position 0 (a restored row starts late)
-  int64_t fed = 0;         // real head positions
-  PendingTaps waiting;     // the taps of target positions base+fed .., not fed yet
+  int64_t fed = 0;      // real head positions
+  PendingTaps waiting;  // the taps of tapped positions not fed yet, oldest first
+  // The token after each waiting position, as far as it is known: one fewer than waiting when the
+  // last waiting position is the one before the pending token (a draft call brings that token);
+  // as many when positions without taps followed it.
+  std::vector<int32_t> pairs;
   int64_t last_round = 0;  // positions the last commit delivered (a round's usual feed)
 };
 
@@ -59,12 +64,9 @@ class Eagle3Rows : public DraftRows {
       if (cp) check_checkpoint(*cp, ns_);
       Eagle3RowState row;
       row.seq = cache_->create();
-      if (cp) {
-        // The taps of a restored prefix are gone: the head starts after it, at the first
-        // position whose taps a round delivers.
-        row.known = cp->tokens;
-        row.base = static_cast<int64_t>(row.known.size());
-      }
+      // The taps of a restored prefix are gone: the head starts after it, at the first position
+      // whose taps a round delivers.
+      if (cp) row.known = cp->tokens;
       added->push_back(std::move(row));
     }
     return append_on_commit(rows_, added, *cache_);
@@ -74,18 +76,17 @@ class Eagle3Rows : public DraftRows {
 
   void prefill(int row, std::span<const int32_t> tokens, const TargetContext& context) override {
     auto& r = rows_.at(static_cast<size_t>(row));
-    r.known.insert(r.known.end(), tokens.begin(), tokens.end());
-    take_features(r, context, static_cast<int64_t>(tokens.size()));
+    take_features(r, tokens, context);
     r.last_round = 0;
   }
 
   void commit(std::span<const RowCommit> commits) override {
     for (const RowCommit& c : commits) {
       auto& r = rows_.at(static_cast<size_t>(c.row));
-      r.known.push_back(c.pending);
-      r.known.insert(r.known.end(), c.emitted.begin(), c.emitted.end() - 1);
-      take_features(r, c.context, 1 + static_cast<int64_t>(c.accepted));
-      r.last_round = 1 + static_cast<int64_t>(c.accepted);
+      verified_.assign(1, c.pending);
+      verified_.insert(verified_.end(), c.emitted.begin(), c.emitted.end() - 1);
+      take_features(r, verified_, c.context);
+      r.last_round = static_cast<int64_t>(verified_.size());
     }
   }
 
@@ -105,47 +106,48 @@ class Eagle3Rows : public DraftRows {
  private:
   Backend& backend() const { return head_->backend(); }
 
-  // Keeps the taps of `positions` new target positions (device copies, nothing waited for).
-  void take_features(Eagle3RowState& r, const TargetContext& context, int64_t positions) {
-    if (context.empty()) {
-      // No taps for these positions (a prefix restored from elsewhere): the head starts over
-      // after them; it drafts again once a round brings taps.
-      cache_->truncate(r.seq, 0);
-      r.base = static_cast<int64_t>(r.known.size());
-      r.fed = 0;
-      r.waiting.clear();
-      return;
-    }
-    SPECDEC_CHECK(context.taps.size() == 3 && context.positions() == positions, "EAGLE-3 head: expected 3 taps x ",
-                  positions, " positions, got ", context.taps.size(), " x ", context.positions());
+  // New target positions with these tokens, and their taps (device copies, nothing waited for)
+  // unless the target did not tap them: then they are a gap in the head's context, and the taps
+  // still waiting before it are fed later all the same (the pairs say which token follows each).
+  void take_features(Eagle3RowState& r, std::span<const int32_t> tokens, const TargetContext& context) {
+    if (tokens.empty()) return;
+    const auto n = static_cast<int64_t>(tokens.size());
+    if (r.pairs.size() < static_cast<size_t>(r.waiting.size())) r.pairs.push_back(tokens.front());
+    r.known.insert(r.known.end(), tokens.begin(), tokens.end());
+    if (context.empty()) return;
+    SPECDEC_CHECK(context.taps.size() == 3 && context.positions() == n, "EAGLE-3 head: expected 3 taps x ", n,
+                  " positions, got ", context.taps.size(), " x ", context.positions());
     r.waiting.append(backend(), context);
+    r.pairs.insert(r.pairs.end(), tokens.begin() + 1, tokens.end());
     if (r.waiting.size() > kMaxWaiting) {
       feed_known(r);
       r.waiting.trim(backend(), 2 * kMaxWaiting);
     }
   }
 
-  // Feeds a row's waiting positions but the last into the head (their next tokens are known; the
-  // last one's is the pending token, which a draft call brings). Bounds what a row that does not
-  // draft holds; a head KV that cannot take them restarts the row after them instead.
+  // Feeds a row's waiting positions whose next tokens are known into the head (all but the last
+  // one when its next token is the pending one, which a draft call brings). Bounds what a row that
+  // does not draft holds; a head KV that cannot take them restarts the row after them instead.
   void feed_known(Eagle3RowState& r) {
-    const int64_t n = r.waiting.size() - 1;
+    const auto n = static_cast<int64_t>(r.pairs.size());
+    if (n == 0) return;
     cache_->truncate(r.seq, static_cast<int>(r.fed));
     if (r.fed + n + 1 > head_->config().layer.max_position || !cache_->reserve(r.seq, static_cast<int>(r.fed + n))) {
       cache_->truncate(r.seq, 0);
-      r.base = static_cast<int64_t>(r.known.size()) - 1;
       r.fed = 0;
       r.waiting.consume(n);
+      r.pairs.clear();
       return;
     }
     Eagle3Head::Row row;
     row.seq = r.seq;
-    row.tokens.assign(r.known.begin() + (r.base + r.fed + 1), r.known.begin() + (r.base + r.fed + 1 + n));
+    row.tokens = r.pairs;
     const std::array<Eagle3RowState*, 1> rows{&r};
     const std::array<int64_t, 1> counts{n};
     head_->forward(std::span<const Eagle3Head::Row>(&row, 1), fuse(rows, counts), true, embedding_, *cache_);
     r.fed += n;
     r.waiting.consume(n);
+    r.pairs.clear();
   }
 
   // The first counts[i] waiting positions of rows[i], one after another, as the [positions,
@@ -181,8 +183,8 @@ class Eagle3Rows : public DraftRows {
   std::vector<DraftProposal> draft_rows(std::span<const DraftRequestRow> asks) {
     std::vector<DraftProposal> out(asks.size());
     const int64_t max_position = head_->config().layer.max_position;
-    // Step 0 feeds each row's waiting positions: tokens known[base+fed+1 ..] + pending, paired
-    // with their waiting taps.
+    // Step 0 feeds each row's waiting positions: the tokens paired with them, the last of which
+    // is the pending one, with their waiting taps.
     std::vector<size_t> live;
     std::vector<Eagle3Head::Row> step_rows;
     std::vector<Eagle3RowState*> feeding;
@@ -191,15 +193,14 @@ class Eagle3Rows : public DraftRows {
       auto& r = rows_.at(static_cast<size_t>(asks[i].row));
       cache_->truncate(r.seq, static_cast<int>(r.fed));
       const int64_t waiting = r.waiting.size();
-      const int64_t known = static_cast<int64_t>(r.known.size());
-      if (asks[i].depth <= 0 || waiting == 0) continue;  // the taps before the pending token are not there yet
-      SPECDEC_CHECK(r.base + r.fed + waiting == known, "row ", asks[i].row, ": ", waiting,
-                    " waiting tap positions do not line up with ", known, " known tokens");
+      // The drafts follow from the taps of the position before the pending token: without them
+      // (not there yet, or not tapped) the row drafts nothing this round.
+      if (asks[i].depth <= 0 || waiting == 0 || static_cast<int64_t>(r.pairs.size()) != waiting - 1) continue;
       if (r.fed + waiting + asks[i].depth > max_position) continue;              // the head's context is full
       if (!cache_->reserve(r.seq, static_cast<int>(r.fed + waiting))) continue;  // a full head KV pauses the row
       Eagle3Head::Row row;
       row.seq = r.seq;
-      row.tokens.assign(r.known.begin() + (r.base + r.fed + 1), r.known.end());
+      row.tokens = r.pairs;
       row.tokens.push_back(asks[i].pending);
       row.outputs_at = {static_cast<int32_t>(waiting - 1)};
       // A round feeds the positions the last one verified; more than that is catching up (a
@@ -228,6 +229,7 @@ class Eagle3Rows : public DraftRows {
         if (step == 0) {
           r.fed += static_cast<int64_t>(step_rows[j].tokens.size());
           r.waiting.clear();
+          r.pairs.clear();
         }
         const std::span<const float> logits(res.logits.data() + j * vd, vd);
         const int32_t token = draw(asks[i], r, logits, out[i], step);
@@ -275,6 +277,7 @@ class Eagle3Rows : public DraftRows {
   size_t width_ = 0;  // floats of one position's fused taps
   size_t vocab_ = 0;
   std::vector<float> full_;
+  std::vector<int32_t> verified_;      // a commit's verified tokens (kept: a round allocates nothing for them)
   std::vector<int32_t> gather_index_;  // host side of the last fuse()'s gather (the copy reads it at once)
   Buffer gather_buffer_;               // that gather's index and fused inputs, in the backend's memory
 };
@@ -295,6 +298,9 @@ TargetNeeds Eagle3Method::needs() const {
   TargetNeeds n;
   n.tap_layers = head_->config().tap_layers(target_layers_);
   n.embedding = !head_->has_embedding();
+  // After a gap in its context the head drafts from the taps of the last position about as well
+  // as from every position: its own KV holds the pairs from before the gap.
+  n.resume_taps = 1;
   return n;
 }
 
