@@ -40,8 +40,8 @@ struct CudaTuning {
   // Batch-invariant mode runs its 16-bit linears on the tensor-core linear (gemm.cu) at every M
   // instead of the row-streaming kernels (SPECDEC_CUDA_INVARIANT_GEMM=1). Changes results: x is
   // rounded to the weights' type for the products. Off by default: at one row it streams the
-  // weights at about half the row kernel's rate (docs/benchmarks.md), and one row is the
-  // commonest call. Either way one reduction order serves every M of a backend.
+  // weights slower than the row kernel (docs/benchmarks.md), and one row is the commonest call.
+  // Either way one reduction order serves every M of a backend.
   bool invariant_tensor_cores = false;
   // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
