@@ -377,19 +377,20 @@ struct Stream {
 constexpr int kStreamMaxM = 16;  // rows of x: one MMA tile
 using StreamNarrow = Stream<8, 6, 64>;   // tile 5
 using StreamWide = Stream<4, 4, 256>;    // tile 4: each copy instruction reads 512 bytes of one row
-using StreamMid = Stream<8, 4, 128>;     // tile 6 (the default)
+using StreamMid = Stream<8, 4, 128>;     // tile 6
 using StreamLong = Stream<4, 3, 512>;    // tile 8: 1,024 contiguous bytes of a row per chunk
-using StreamStaged = Stream<8, 4, 128, true>;  // tile 9: tile 6 with x through the ring
+// Tile 9, the default: tile 6 with x through the ring (tile 6 where M rows of x do not fit).
+using StreamStaged = Stream<8, 4, 128, true>;
 
 // The stream kernel (few rows). A block owns 8 output columns (for silu_gate their 8 gate and 8
 // up rows, two 8-column tiles), i.e. NTILE weight tiles of 8 rows. Its units are (tile, slice)
 // pairs; warp w takes units w, w + WARPS, ... and streams their weights in chunks of CK columns
 // through its own cp.async ring, one chunk after another across its units, so a warp's loads
 // never drain between units. A unit's slice sum goes to shared memory; the block then adds the
-// slices of each output in order. x (at most 16 rows) is read straight from global memory (it
-// is small and shared by every block, so it stays in cache) and rounded as the tiled kernel
-// rounds it; weight fragments come from the ring by the tiled kernel's ldmatrix. Rows of the MMA
-// tile past M are zero.
+// slices of each output in order. x (at most 16 rows) comes with each chunk through the ring
+// (XS), or else straight from global memory, where each MMA then waits on a load; it is rounded
+// as the tiled kernel rounds it. Weight fragments come from the ring by the tiled kernel's
+// ldmatrix. Rows of the MMA tile past M are zero.
 template <typename W, typename C, LinearEpilogue E>
 __global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsArgs a, int n_total, int x_aligned) {
   constexpr int NTILE = E == LinearEpilogue::silu_gate ? 2 : 1, ROWS = 8 * NTILE;
@@ -595,16 +596,16 @@ bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   return true;
 }
 
-// Which kernel serves M rows: the stream kernel while a step reads each weight once for at most
-// 16 rows; then the tiled kernel, on its large tile once those blocks fill the device and its
-// mid tile below. The choice changes no result (see the top of this file); CudaTuning::gemm_tile
+// Which kernel serves M rows: the stream kernel with x staged while a step reads each weight once
+// for at most 16 rows; then the tiled kernel, on its 16-warp large tile once those blocks fill the
+// device and its mid tile below. The choice changes no result (see the top of this file); CudaTuning::gemm_tile
 // forces one (1 small tile, 2 mid, 3 large with 8 warps, 7 large with 16; the stream kernel in
 // chunks of 256 (4), 64 (5), 128 (6), 512 (8) columns, or 128 with x staged (9); a stream kernel
 // takes at most 16 rows).
 bool is_stream(int tile) { return (tile >= 4 && tile <= 6) || tile >= 8; }
 int tile_for(int M, int n_total, int forced) {
   if (forced >= 1 && forced <= 9) return is_stream(forced) && M > kStreamMaxM ? 1 : forced;
-  if (M <= kStreamMaxM) return 6;
+  if (M <= kStreamMaxM) return 9;
   const int64_t large_blocks = int64_t{(M + 127) / 128} * ((n_total + 127) / 128);
   if (large_blocks >= 2 * sm_count()) return 7;
   return 2;
