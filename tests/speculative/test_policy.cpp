@@ -164,19 +164,29 @@ TEST(DepthPolicy, APositionRejectedWithinTheDraftedDepthStaysLow) {
   EXPECT_LT(policy.expected_emitted(2) - policy.expected_emitted(1), 0.05);
 }
 
+// Costs under which no depth pays even at full acceptance (dear: every token of a forward costs
+// a whole step, a draft a tenth of one) and under which drafting is nearly free (cheap).
+struct DearAndCheapCosts {
+  CostModel dear, cheap;
+  DraftCost dear_draft, cheap_draft;
+  DearAndCheapCosts() {
+    for (int i = 0; i < 40; ++i) {
+      const int tokens = 1 + i % 4;
+      dear.observe_forward(tokens, 1e-3 * tokens);
+      cheap.observe_forward(tokens, 1e-3);
+    }
+    dear_draft.observe(10, 10 * 0.1e-3);
+    cheap_draft.observe(10, 10 * 1e-6);
+  }
+};
+
 TEST(DepthPolicy, DoesNotProbeWhereNoDepthCouldPay) {
   // Every token of a forward costs a whole step and a draft a tenth of one: no depth pays even
   // at full acceptance, so a paused row probes only once its back-off has reached the cap (64
   // rounds), against 4, 8, 16, 32, 64, 64 rounds apart where drafts are free.
-  CostModel dear, cheap;
-  for (int i = 0; i < 40; ++i) {
-    const int tokens = 1 + i % 4;
-    dear.observe_forward(tokens, 1e-3 * tokens);
-    cheap.observe_forward(tokens, 1e-3);
-  }
-  DraftCost dear_draft, cheap_draft;
-  dear_draft.observe(10, 10 * 0.1e-3);
-  cheap_draft.observe(10, 10 * 1e-6);
+  const DearAndCheapCosts c;
+  const CostModel &dear = c.dear, &cheap = c.cheap;
+  const DraftCost &dear_draft = c.dear_draft, &cheap_draft = c.cheap_draft;
   for (bool is_dear : {true, false}) {
     DepthPolicy policy(10, true);
     for (int i = 0; i < 30; ++i) policy.observe(10, 0);
@@ -196,15 +206,9 @@ TEST(DepthPolicy, SaysHowFarAheadTheNextRoundThatMayDraftIs) {
   // (1: the next round may draft), so that the engine taps a paused row only in the rounds just
   // before it; cannot_pay() tells a pause whose costs leave no depth paying at any acceptance
   // (same costs as DoesNotProbeWhereNoDepthCouldPay) from one that waits for acceptance.
-  CostModel dear, cheap;
-  for (int i = 0; i < 40; ++i) {
-    const int tokens = 1 + i % 4;
-    dear.observe_forward(tokens, 1e-3 * tokens);
-    cheap.observe_forward(tokens, 1e-3);
-  }
-  DraftCost dear_draft, cheap_draft;
-  dear_draft.observe(10, 10 * 0.1e-3);
-  cheap_draft.observe(10, 10 * 1e-6);
+  const DearAndCheapCosts c;
+  const CostModel &dear = c.dear, &cheap = c.cheap;
+  const DraftCost &dear_draft = c.dear_draft, &cheap_draft = c.cheap_draft;
   for (bool is_dear : {true, false}) {
     const CostModel& costs = is_dear ? dear : cheap;
     const DraftCost& draft = is_dear ? dear_draft : cheap_draft;

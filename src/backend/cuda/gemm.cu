@@ -138,7 +138,8 @@ __device__ __forceinline__ const W* weight_row(const LinearRowsArgs& a, int n_to
     if (c >= n_total) return nullptr;
     if (a.segments > 1 && c >= a.seg[0].n) {
       c -= a.seg[0].n;
-      if (a.segments > 2 && c >= a.seg[1].n) return static_cast<const W*>(a.seg[2].w) + static_cast<int64_t>(c - a.seg[1].n) * a.K;
+      if (a.segments > 2 && c >= a.seg[1].n)
+        return static_cast<const W*>(a.seg[2].w) + static_cast<int64_t>(c - a.seg[1].n) * a.K;
       return static_cast<const W*>(a.seg[1].w) + static_cast<int64_t>(c) * a.K;
     }
     return static_cast<const W*>(a.seg[0].w) + static_cast<int64_t>(c) * a.K;
@@ -364,21 +365,21 @@ struct Stream {
   // XS: each chunk's columns of x (its M rows, f32) travel with the weights through the ring,
   // so a k-step's x comes from shared memory instead of a global load in the MMA's chain.
   static constexpr bool XS = XS_;
-  static constexpr int X_STRIDE = CK + 8;  // floats per staged row of x
-  static constexpr int ROW_STRIDE = CK + 8;       // 16-bit elements per staged weight row (ldmatrix)
-  static constexpr int CHUNK = 8 * ROW_STRIDE;    // elements of one staged chunk
-  static constexpr int PER = CK / 32;             // 16-byte pieces a lane copies per chunk
+  static constexpr int X_STRIDE = CK + 8;       // floats per staged row of x
+  static constexpr int ROW_STRIDE = CK + 8;     // 16-bit elements per staged weight row (ldmatrix)
+  static constexpr int CHUNK = 8 * ROW_STRIDE;  // elements of one staged chunk
+  static constexpr int PER = CK / 32;           // 16-byte pieces a lane copies per chunk
   static_assert(512 % CK == 0 && CK % 64 == 0, "slices hold whole chunks");
   // Lane l copies pieces l, l + 32, ...: from CK = 256 up each copy instruction e reads one row,
   // row e / (CK / 256), so a lane's row pointers are the 8 rows' (else one per piece).
   static constexpr bool ROW_PER_COPY = CK >= 256;
   static constexpr int PTRS = ROW_PER_COPY ? 8 : PER;
 };
-constexpr int kStreamMaxM = 16;  // rows of x: one MMA tile
-using StreamNarrow = Stream<8, 6, 64>;   // tile 5
-using StreamWide = Stream<4, 4, 256>;    // tile 4: each copy instruction reads 512 bytes of one row
-using StreamMid = Stream<8, 4, 128>;     // tile 6
-using StreamLong = Stream<4, 3, 512>;    // tile 8: 1,024 contiguous bytes of a row per chunk
+constexpr int kStreamMaxM = 16;         // rows of x: one MMA tile
+using StreamNarrow = Stream<8, 6, 64>;  // tile 5
+using StreamWide = Stream<4, 4, 256>;   // tile 4: each copy instruction reads 512 bytes of one row
+using StreamMid = Stream<8, 4, 128>;    // tile 6
+using StreamLong = Stream<4, 3, 512>;   // tile 8: 1,024 contiguous bytes of a row per chunk
 // Tile 9, the default: tile 6 with x through the ring (tile 6 where M rows of x do not fit).
 using StreamStaged = Stream<8, 4, 128, true>;
 
@@ -418,7 +419,8 @@ __global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsAr
   for (int j = 0; j < NTILE; ++j)
 #pragma unroll
     for (int e = 0; e < C::PTRS; ++e)
-      wrow[j][e] = weight_row<W, ROWS, E>(a, n_total, blockIdx.x, j * 8 + (C::ROW_PER_COPY ? e : (lane + 32 * e) / (CK / 8)));
+      wrow[j][e] =
+          weight_row<W, ROWS, E>(a, n_total, blockIdx.x, j * 8 + (C::ROW_PER_COPY ? e : (lane + 32 * e) / (CK / 8)));
   // Producer position: the unit and chunk the next load is for.
   int pu = warp, pc = 0;
   const auto load_next = [&](int slot) {
@@ -479,9 +481,9 @@ __global__ void __launch_bounds__(C::WARPS * 32) gemm_stream_kernel(LinearRowsAr
       if (k >= K) break;  // the tiled kernel's k-steps: none starts past K
       uint32_t af[4];
       float2 v[4] = {};
-      const int kk = k + 2 * t;  // and kk + 8: whole pairs, as K is a multiple of 8
+      const int kk = k + 2 * t;     // and kk + 8: whole pairs, as K is a multiple of 8
       const bool high = k + 8 < K;  // the step's upper 8 columns exist (else zero, as staged)
-      if constexpr (C::XS) {  // zero-filled past K by the copies
+      if constexpr (C::XS) {        // zero-filled past K by the copies
         const float* r0 = xs + g * C::X_STRIDE + ks + 2 * t;
         if (g < M) v[0] = *reinterpret_cast<const float2*>(r0), v[2] = *reinterpret_cast<const float2*>(r0 + 8);
         if (g + 8 < M) {
@@ -566,14 +568,15 @@ void launch_tile(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   static_assert(smem <= 227 * 1024, "a block's shared memory");
   static const bool raised = [&] {
     if (smem <= 48 * 1024) return true;
-    const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)) == cudaSuccess;
+    const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) ==
+                    cudaSuccess;
     if (!ok) cudaGetLastError();
     return ok;
   }();
   (void)raised;  // a failure shows as the launch's error
   const int per_tile = E == LinearEpilogue::silu_gate ? T::BN / 2 : T::BN;
-  const dim3 grid(static_cast<unsigned>((a.M + T::BM - 1) / T::BM), static_cast<unsigned>((n_total + per_tile - 1) / per_tile));
+  const dim3 grid(static_cast<unsigned>((a.M + T::BM - 1) / T::BM),
+                  static_cast<unsigned>((n_total + per_tile - 1) / per_tile));
   const int x_aligned = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 ? 1 : 0;
   launch(kernel, grid, dim3(T::THREADS), smem, ctx, a, n_total, x_aligned);
 }
@@ -585,14 +588,14 @@ bool launch_stream(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   if (a.M > kStreamMaxM || smem > 227 * 1024) return false;
   if (C::XS && reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return false;  // rows copied in 16 bytes
   static const bool raised = [&] {
-    const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024) == cudaSuccess;
+    const bool ok =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024) == cudaSuccess;
     if (!ok) cudaGetLastError();
     return ok;
   }();
   (void)raised;  // a failure shows as the launch's error
   const int x_aligned = reinterpret_cast<uintptr_t>(a.x) % 8 == 0 ? 1 : 0;
-  launch(kernel, dim3(static_cast<unsigned>((n_total + 7) / 8)), dim3(C::WARPS * 32), smem, ctx, a, n_total,
-         x_aligned);
+  launch(kernel, dim3(static_cast<unsigned>((n_total + 7) / 8)), dim3(C::WARPS * 32), smem, ctx, a, n_total, x_aligned);
   return true;
 }
 
@@ -611,31 +614,32 @@ int tile_for(int M, int n_total, int forced) {
   return 2;
 }
 
+// The stream kernel C for up to 16 rows whose x fits beside its ring, else the small tile.
+template <typename W, typename C, LinearEpilogue E>
+void launch_stream_or_small(const LinearRowsArgs& a, int n_total, const Context& ctx) {
+  if (!launch_stream<W, C, E>(a, n_total, ctx)) launch_tile<W, SmallTile, E>(a, n_total, ctx);
+}
+
 template <typename W, LinearEpilogue E>
 void launch_for(const LinearRowsArgs& a, int n_total, const Context& ctx) {
   switch (tile_for(a.M, E == LinearEpilogue::silu_gate ? 2 * n_total : n_total, ctx.tuning.gemm_tile)) {
-    case 4:
-      if (launch_stream<W, StreamWide, E>(a, n_total, ctx)) return;
-      return launch_tile<W, SmallTile, E>(a, n_total, ctx);
-    case 5:
-      if (launch_stream<W, StreamNarrow, E>(a, n_total, ctx)) return;
-      return launch_tile<W, SmallTile, E>(a, n_total, ctx);
-    case 6:
-      if (launch_stream<W, StreamMid, E>(a, n_total, ctx)) return;
-      [[fallthrough]];
     case 1:
       return launch_tile<W, SmallTile, E>(a, n_total, ctx);
     case 2:
       return launch_tile<W, MidTile, E>(a, n_total, ctx);
+    case 4:
+      return launch_stream_or_small<W, StreamWide, E>(a, n_total, ctx);
+    case 5:
+      return launch_stream_or_small<W, StreamNarrow, E>(a, n_total, ctx);
+    case 6:
+      return launch_stream_or_small<W, StreamMid, E>(a, n_total, ctx);
     case 7:
       return launch_tile<W, LargeTile16, E>(a, n_total, ctx);
     case 8:
-      if (launch_stream<W, StreamLong, E>(a, n_total, ctx)) return;
-      return launch_tile<W, SmallTile, E>(a, n_total, ctx);
-    case 9:
+      return launch_stream_or_small<W, StreamLong, E>(a, n_total, ctx);
+    case 9:  // x staged where it fits, else the same chunks with x read from global memory
       if (launch_stream<W, StreamStaged, E>(a, n_total, ctx)) return;
-      if (launch_stream<W, StreamMid, E>(a, n_total, ctx)) return;
-      return launch_tile<W, SmallTile, E>(a, n_total, ctx);
+      return launch_stream_or_small<W, StreamMid, E>(a, n_total, ctx);
     default:
       return launch_tile<W, LargeTile, E>(a, n_total, ctx);
   }
