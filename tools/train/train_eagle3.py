@@ -225,6 +225,10 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--gen-rows", type=int, default=512, help="self-distilled sequences (half greedy)")
     ap.add_argument("--gen-prompt", type=int, default=48)
+    ap.add_argument("--gen-chunk", type=int, default=512, help="self-distilled sequences generated at once")
+    ap.add_argument("--taps", default="",
+                    help="target layer ids whose outputs fc reads (comma-separated, e.g. 1,4,6), written to "
+                         "config.json as eagle_aux_hidden_state_layer_ids; default: none written, the loaders' default")
     ap.add_argument("--smoke", action="store_true", help="tiny run for a CPU check")
     args = ap.parse_args()
     if args.smoke:
@@ -239,7 +243,12 @@ def main():
     target = Target(args.target, dev, torch.bfloat16 if dev.type == "cuda" else torch.float32)
     tc = target.cfg
     V, L = tc["vocab_size"], target.L
-    taps = default_tap_hidden_states(L)
+    # Hidden-state indices (0 = embeddings, i = output of layer i - 1); explicit ids name the output
+    # of layer id (the EAGLE trainers' meaning, docs/formats.md), so index id + 1.
+    tap_ids = [int(t) for t in args.taps.split(",")] if args.taps else []
+    if tap_ids:
+        assert len(tap_ids) == 3 and all(0 <= t < L - 1 for t in tap_ids), f"--taps needs three ids in [0, {L - 2}]"
+    taps = [t + 1 for t in tap_ids] if tap_ids else default_tap_hidden_states(L)
     eos = tc.get("eos_token_id", 0)
     encode = tokenizer_for(args.target)
     train_docs, held_docs = load_corpus(args.corpus, encode, eos, 60 if args.smoke else 0)
@@ -256,8 +265,8 @@ def main():
     t0 = time.time()
     for temp in (0.0, 0.8):
         rows = args.gen_rows // 2
-        for b in range(0, rows, 512):
-            prompts = windows(train_docs, args.gen_prompt, rng, min(512, rows - b)).to(dev)
+        for b in range(0, rows, args.gen_chunk):
+            prompts = windows(train_docs, args.gen_prompt, rng, min(args.gen_chunk, rows - b)).to(dev)
             generated.append(target.generate(prompts, new, temp, gen).cpu())
     generated = torch.cat(generated)
     held_prompts = windows(held_docs, args.gen_prompt, rng, 8 if args.smoke else 64).to(dev)
@@ -337,7 +346,8 @@ def main():
     state = head.state_for_export(torch.bfloat16)
     save_safetensors(state, os.path.join(args.out, "model.safetensors"))
     with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump(export_config(cfg, L), f, indent=2)
+        extra = {"eagle_config": {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": tap_ids}}
+        json.dump(export_config(cfg, L, extra if tap_ids else None), f, indent=2)
         f.write("\n")
     stats = {
         "target": args.target, "corpus": os.path.basename(args.corpus), "train_docs": len(train_docs),
