@@ -67,6 +67,7 @@ TEST(GpuFused, EqualsComposedCalls) {
       {true, 5, 1000, 96, 32, 300, DType::bf16, 0},  {true, 19, 256, 128, 64, 512, DType::f16, 0},
       {true, 3, 130, 64, 32, 96, DType::f32, 0},     {false, 1, 4096, 512, 128, 14336 / 8, DType::bf16, 0},
       {false, 2, 512, 256, 64, 704, DType::bf16, 0}, {false, 24, 512, 256, 64, 704, DType::bf16, 1e-5},
+      {false, 24, 512, 256, 64, 704, DType::f16, 1e-5}, {false, 9, 130, 64, 32, 96, DType::f32, 1e-5},
   };
   for (const Case& c : cases) {
     Backends b = make_backends(c.invariant);
@@ -112,6 +113,8 @@ TEST(GpuFused, NormFoldedIntoLinearEqualsNormThenLinear) {
       {false, 1, 4096, 512, 128, 14336 / 8, DType::bf16},
       {false, 2, 512, 256, 64, 704, DType::bf16},
       {false, 24, 512, 256, 64, 704, DType::bf16},
+      {false, 24, 512, 256, 64, 704, DType::f16},
+      {false, 9, 130, 64, 32, 96, DType::f32},
       // One row, q/k/v streamed two columns a warp: a pair straddling k and v (33 columns each),
       // and an odd total (97 + 33 + 33), which streams one column a warp.
       {true, 1, 512, 96, 33, 300, DType::bf16},

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_memory.h"
@@ -197,22 +198,20 @@ class CudaBackend final : public Backend {
       launch_rows(x, {&seg, 1}, sh, cuda::LinearEpilogue::store, "linear");
       return;
     }
-    linear_lt(x, weight, sh.type, sh.m, sh.n, sh.k, out);
-    if (sh.bias) {
-      cuda::launch_add_bias(out.ptr<float>(), sh.bias, sh.m, sh.n, ctx_);
-      check_launch("linear bias", sh.m, "x", sh.n);
-    }
+    linear_lt(x, weight, sh, out);
   }
 
   void linear_many(const Tensor& x, std::span<const Projection> projections) override {
-    if (!linear_many_rows(x, projections, nullptr, 0.0f)) Backend::linear_many(x, projections);  // one linear() each
+    if (linear_many_rows(x, projections, nullptr, 0.0f) || linear_many_lt(x, projections, nullptr, 0.0f, x)) return;
+    Backend::linear_many(x, projections);  // one linear() each
   }
 
   void norm_linear_many(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
                         std::span<const Projection> projections) override {
     check_normed("norm_linear_many", x, normed);
-    if (!linear_many_rows(x, projections, &norm_weight, eps))
-      Backend::norm_linear_many(x, norm_weight, eps, normed, projections);
+    if (linear_many_rows(x, projections, &norm_weight, eps) || linear_many_lt(x, projections, &norm_weight, eps, normed))
+      return;
+    Backend::norm_linear_many(x, norm_weight, eps, normed, projections);
   }
 
   void norm_gated_linear(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
@@ -226,6 +225,8 @@ class CudaBackend final : public Backend {
     if (up.type == sh.type && folds_norm(sh, norm_weight)) {
       return launch_gated_rows(x, w_gate, w_up, out, sh, op, norm_weight.data, eps);
     }
+    if (up.type == sh.type && !rows_kernel(sh) && !tensor_core_type(sh))
+      return gated_lt(lt_normed_input(x, norm_weight, eps, normed, sh), w_gate, w_up, out, sh);
     Backend::norm_gated_linear(x, norm_weight, eps, normed, gate_w, up_w, out);
   }
 
@@ -245,10 +246,7 @@ class CudaBackend final : public Backend {
       return launch_gemm(x, segs, sh, cuda::LinearEpilogue::silu_gate, op);
     }
     if (rows_kernel(sh)) return launch_gated_rows(x, w_gate, w_up, out, sh, op);
-    const Tensor tmp = epilogue_scratch(out);
-    linear_lt(x, w_gate, sh.type, sh.m, sh.n, sh.k, out);
-    linear_lt(x, w_up, sh.type, sh.m, sh.n, sh.k, tmp);
-    silu_mul(out, tmp, out);
+    gated_lt(lt_input(x, sh), w_gate, w_up, out, sh);
   }
 
   void linear_add(const Tensor& x, const Weight& w, const Tensor* bias, const Tensor& out) override {
@@ -264,12 +262,11 @@ class CudaBackend final : public Backend {
       launch_rows(x, {&seg, 1}, sh, cuda::LinearEpilogue::add, op);
       return;
     }
+    if (!sh.bias) return lt_gemm(lt_input(x, sh), weight, out, sh, /*accumulate=*/true);
     const Tensor tmp = epilogue_scratch(out);
-    linear_lt(x, weight, sh.type, sh.m, sh.n, sh.k, tmp);
-    if (sh.bias) {
-      cuda::launch_add_bias(tmp.ptr<float>(), sh.bias, sh.m, sh.n, ctx_);
-      check_launch("linear_add bias", sh.m, "x", sh.n);
-    }
+    linear_lt(x, weight, sh, tmp);
+    cuda::launch_add_bias(tmp.ptr<float>(), sh.bias, sh.m, sh.n, ctx_);
+    check_launch("linear_add bias", sh.m, "x", sh.n);
     add(out, tmp, out);
   }
 
@@ -800,21 +797,91 @@ class CudaBackend final : public Backend {
     return buffer.data();
   }
 
-  void linear_lt(const Tensor& x, const Tensor& weight, ElemType wt, int m, int n, int k, const Tensor& out) {
-    grow(lt_workspace_, kLtWorkspaceBytes, "cuBLASLt workspace");
-    if (!lt_) lt_ = std::make_unique<cuda::LtGemm>();
-    const void* xin = x.data;
-    cudaDataType_t type = CUDA_R_32F;
-    if (wt != ElemType::f32) {
-      type = wt == ElemType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-      void* xh = scratch(static_cast<size_t>(m) * k * 2);
-      cuda::launch_convert_f32(x.ptr<float>(), xh, wt, int64_t{m} * k, ctx_);
-      check_launch("linear (x to 16-bit)", m, "x", k);
-      xin = xh;
+  // ---- The fast mode's cuBLASLt path (M above kSmallM) ----
+  // x is rounded to the weights' 16-bit type once per call, however many weights read it, and
+  // the norm before a projection writes that rounded x directly; residual adds accumulate into
+  // out inside the GEMM. Each saves a pass over the activations and a launch.
+
+  // out = x · weightᵀ (+ bias).
+  void linear_lt(const Tensor& x, const Tensor& weight, const LinearShape& sh, const Tensor& out) {
+    lt_gemm(lt_input(x, sh), weight, out, sh);
+    if (sh.bias) {
+      cuda::launch_add_bias(out.ptr<float>(), sh.bias, sh.m, sh.n, ctx_);
+      check_launch("linear bias", sh.m, "x", sh.n);
     }
-    lt_->run(xin, weight.data, type, out.ptr<float>(), m, n, k, lt_workspace_.data(), kLtWorkspaceBytes, stream_);
+  }
+
+  // What the GEMMs read for x: x itself for f32 weights, else x rounded to their type in scratch.
+  const void* lt_input(const Tensor& x, const LinearShape& sh) {
+    if (sh.type == ElemType::f32) return x.data;
+    void* xh = scratch(static_cast<size_t>(sh.m) * sh.k * 2);
+    cuda::launch_convert_f32(x.ptr<float>(), xh, sh.type, int64_t{sh.m} * sh.k, ctx_);
+    check_launch("linear (x to 16-bit)", sh.m, "x", sh.k);
+    return xh;
+  }
+
+  // rms_norm(x) as the GEMMs read it: written in the weights' 16-bit type in one pass (normed,
+  // scratch to the caller, is then left unwritten), or into normed for f32 weights.
+  const void* lt_normed_input(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
+                              const LinearShape& sh) {
+    if (sh.type == ElemType::f32) {
+      rms_norm(x, norm_weight, eps, normed);
+      return normed.data;
+    }
+    const char* op = "rms_norm";
+    const ElemType nt = elem_type(norm_weight, op, "weight");
+    SPECDEC_CHECK(norm_weight.numel() == sh.k, op, ": weight ", norm_weight.shape_string(), " does not fit x ",
+                  x.shape_string());
+    void* xh = scratch(static_cast<size_t>(sh.m) * sh.k * 2);
+    cuda::launch_rms_norm_16(x.ptr<float>(), norm_weight.data, nt, eps, xh, sh.type, sh.m, sh.k, ctx_);
+    check_launch(op, " (to 16-bit) ", sh.m, "x", sh.k);
+    return xh;
+  }
+
+  // out = xin · weightᵀ, or out += xin · weightᵀ with accumulate; xin from lt_input.
+  void lt_gemm(const void* xin, const Tensor& weight, const Tensor& out, const LinearShape& sh,
+               bool accumulate = false) {
+    grow(lt_workspace_, kLtWorkspaceBytes, "cuBLASLt workspace");
+    float* timing = accumulate ? epilogue_scratch(out).ptr<float>() : nullptr;
+    if (!lt_) lt_ = std::make_unique<cuda::LtGemm>();
+    const cudaDataType_t type = sh.type == ElemType::bf16  ? CUDA_R_16BF
+                                : sh.type == ElemType::f16 ? CUDA_R_16F
+                                                           : CUDA_R_32F;
+    lt_->run(xin, weight.data, type, out.ptr<float>(), sh.m, sh.n, sh.k, lt_workspace_.data(), kLtWorkspaceBytes,
+             stream_, accumulate ? 1.0f : 0.0f, timing);
     if (tuning().sync_each_call)
-      SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "linear (cuBLASLt) ", m, "x", n, "x", k);
+      SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "linear (cuBLASLt) ", sh.m, "x", sh.n, "x", sh.k);
+  }
+
+  // out = silu(xin · w_gateᵀ) * (xin · w_upᵀ).
+  void gated_lt(const void* xin, const Tensor& w_gate, const Tensor& w_up, const Tensor& out, const LinearShape& sh) {
+    const Tensor tmp = epilogue_scratch(out);
+    lt_gemm(xin, w_gate, out, sh);
+    lt_gemm(xin, w_up, tmp, sh);
+    silu_mul(out, tmp, out);
+  }
+
+  // Every projection of one x (normalised first when norm_weight is given) through cuBLASLt, x
+  // rounded once; false, having done nothing, where the fast mode's large-M path does not apply.
+  bool linear_many_lt(const Tensor& x, std::span<const Projection> projections, const Tensor* norm_weight, float eps,
+                      const Tensor& normed) {
+    if (projections.empty()) return false;
+    std::vector<LinearShape> shapes(projections.size());
+    for (size_t j = 0; j < projections.size(); ++j) {
+      const Projection& p = projections[j];
+      shapes[j] = check_linear("linear_many", x, p.weight.dense("linear_many"), p.bias.empty() ? nullptr : &p.bias,
+                               p.out);
+      if (rows_kernel(shapes[j]) || tensor_core_type(shapes[j]) || shapes[j].type != shapes[0].type) return false;
+    }
+    const void* xin = norm_weight ? lt_normed_input(x, *norm_weight, eps, normed, shapes[0]) : lt_input(x, shapes[0]);
+    for (size_t j = 0; j < projections.size(); ++j) {
+      lt_gemm(xin, projections[j].weight.dense("linear_many"), projections[j].out, shapes[j]);
+      if (shapes[j].bias) {
+        cuda::launch_add_bias(projections[j].out.ptr<float>(), shapes[j].bias, shapes[j].m, shapes[j].n, ctx_);
+        check_launch("linear bias", shapes[j].m, "x", shapes[j].n);
+      }
+    }
+    return true;
   }
 
   bool invariant_;

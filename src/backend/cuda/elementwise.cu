@@ -18,18 +18,20 @@ __global__ void embedding_kernel(const T* __restrict__ table, const int* __restr
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = valid ? to_float(row[i]) : 0.0f;
 }
 
-template <typename T>
-__global__ void rms_norm_kernel(const float* __restrict__ x, const T* __restrict__ w, float eps, float* out, int dim) {
+// O = float, or the 16-bit type a tensor-core GEMM reads next: the same f32 value, rounded to
+// nearest even, so the bits equal rms_norm followed by launch_convert_f32.
+template <typename T, typename O = float>
+__global__ void rms_norm_kernel(const float* __restrict__ x, const T* __restrict__ w, float eps, O* out, int dim) {
   enter_kernel();
   __shared__ float scratch[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
-  float* o = out + static_cast<int64_t>(blockIdx.x) * dim;
+  O* o = out + static_cast<int64_t>(blockIdx.x) * dim;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
   const float total = block_sum(ss, scratch);
   const float inv = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
   // x and out may alias: each element is read above before this loop and written once here.
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = (xr[i] * inv) * to_float(w[i]);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = from_float<O>((xr[i] * inv) * to_float(w[i]));
 }
 
 __global__ void rope_kernel(float* x, const int* __restrict__ positions, const float* __restrict__ inv_freq,
@@ -187,6 +189,19 @@ void launch_rms_norm(const float* x, const void* weight, ElemType type, float ep
   if (rows == 0) return;
   SPECDEC_DISPATCH_ELEM(type, T,
                         launch(rms_norm_kernel<T>, rows, 256, 0, ctx, x, static_cast<const T*>(weight), eps, out, dim));
+}
+
+void launch_rms_norm_16(const float* x, const void* weight, ElemType type, float eps, void* out, ElemType out_type,
+                        int rows, int dim, const Context& ctx) {
+  if (rows == 0) return;
+  SPECDEC_DISPATCH_ELEM(type, T, {
+    if (out_type == ElemType::bf16)
+      launch(rms_norm_kernel<T, __nv_bfloat16>, rows, 256, 0, ctx, x, static_cast<const T*>(weight), eps,
+             static_cast<__nv_bfloat16*>(out), dim);
+    else
+      launch(rms_norm_kernel<T, __half>, rows, 256, 0, ctx, x, static_cast<const T*>(weight), eps,
+             static_cast<__half*>(out), dim);
+  });
 }
 
 void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,

@@ -28,6 +28,7 @@ LtGemm::~LtGemm() {
 
 LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, float* out, int M, int N, int K,
                            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  // `out` here is only where candidates are timed (see run).
   const Key key{M, N, K, static_cast<int>(type)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
@@ -94,9 +95,11 @@ LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, fl
 }
 
 void LtGemm::run(const void* x, const void* w, cudaDataType_t type, float* out, int M, int N, int K, void* workspace,
-                 size_t workspace_bytes, cudaStream_t stream) {
-  Plan& p = plan(x, w, type, out, M, N, K, workspace, workspace_bytes, stream);
-  const float alpha = 1.0f, beta = 0.0f;
+                 size_t workspace_bytes, cudaStream_t stream, float beta, float* timing_out) {
+  SPECDEC_CHECK(beta == 0.0f || timing_out != nullptr, "linear M=", M, " N=", N, " K=", K,
+                ": accumulating into out needs a separate buffer to time candidates on");
+  Plan& p = plan(x, w, type, beta == 0.0f ? out : timing_out, M, N, K, workspace, workspace_bytes, stream);
+  const float alpha = 1.0f;
   SPECDEC_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
                                       workspace, workspace_bytes, stream),
                        "linear M=", M, " N=", N, " K=", K);

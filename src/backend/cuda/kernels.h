@@ -28,6 +28,10 @@ void launch_embedding(const void* table, ElemType type, const int* ids, float* o
 // One block per row, fixed reduction order.
 void launch_rms_norm(const float* x, const void* weight, ElemType type, float eps, float* out, int rows, int dim,
                      const Context& ctx);
+// launch_rms_norm with out in out_type (bf16 or f16), rounded to nearest even: the bits of
+// launch_rms_norm then launch_convert_f32, in one pass.
+void launch_rms_norm_16(const float* x, const void* weight, ElemType type, float eps, void* out, ElemType out_type,
+                        int rows, int dim, const Context& ctx);
 // In place on x [tokens, heads, head_dim], Hugging Face rotate_half layout.
 void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,
                  int head_dim, const Context& ctx);
