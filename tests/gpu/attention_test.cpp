@@ -505,6 +505,33 @@ TEST(GpuAttention, FastModePrefillChunksMatchCpu) {
   }
 }
 
+// Fast mode, decode steps of many rows (one new token each over histories of 1 to 700
+// positions): past enough (row, kv head) blocks the tensor-core kernel takes them too, and must
+// match the CPU's f32 attention within bf16 rounding; fewer rows (the single kv head) keep the
+// split f32 kernel and are checked the same way.
+TEST(GpuAttention, FastModeManyDecodeRowsMatchCpu) {
+  SPECDEC_REQUIRE_GPU();
+  constexpr int kRows = 40;
+  std::vector<RowSpec> rows;
+  int next = 0;
+  for (int r = 0; r < kRows; ++r) {
+    const int len = 1 + (r * 149) % 700;
+    RowSpec row{len, {len - 1}, {}};
+    for (int b = 0; b < (len + kBlockSize - 1) / kBlockSize; ++b) row.blocks.push_back(next++);
+    rows.push_back(row);
+  }
+  const int pool = next, mb = max_blocks_of(rows), T = tokens_of(rows);
+  for (const Shape& s : {Shape{32, 8, 128, DType::bf16}, Shape{8, 8, 64, DType::bf16}, Shape{8, 1, 128, DType::bf16}}) {
+    Backends b = backends_with_kv(s.kv, false);
+    const auto q = random_floats(static_cast<size_t>(T) * s.heads * s.D, 61, 0.05f, 2.0f);
+    Pools cp = filled_pools_blocks(*b.cpu, rows, s, pool, mb, 62);
+    Pools gp = filled_pools_blocks(*b.gpu, rows, s, pool, mb, 62);
+    const auto want = run_poisoned(*b.cpu, cp, rows, s, q, mb);
+    const auto got = run_poisoned(*b.gpu, gp, rows, s, q, mb);
+    EXPECT_LE(rel_error(got, want), 2e-2) << shape_name(s);
+  }
+}
+
 // More than 65,535 tokens in one call (the old kernel's grid limit on tokens): 4,100 rows of 16
 // new tokens each, in both modes (the fast mode takes the tensor-core kernel here), match the CPU.
 TEST(GpuAttention, MoreThan65535TokensInOneCall) {

@@ -361,10 +361,7 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch, float scale,
                  const Tensor& out) override {
     const char* op = "attention";
-    // Fast mode, a batch with prefill chunks: the tensor-core kernel (bf16 products, not
-    // invariant). Decode steps and short windows keep the f32 kernel, whose split launch suits
-    // one or a few tokens a row over a long history.
-    const bool flash = !invariant_ && tuning().flash_prefill && batch.max_row_tokens >= kFlashMinRowTokens;
+    const bool flash = flash_attention(batch, k_pool);
     const cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out, !flash);
     if (flash && cuda::launch_flash_attention(a, batch.max_row_tokens, ctx_)) {
       check_launch("attention (tensor cores)", a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ",
@@ -374,8 +371,19 @@ class CudaBackend final : public Backend {
     launch_attention(op, flash ? attention_args(op, q, k_pool, v_pool, batch, scale, out) : a, batch);
   }
 
+  // Whether the fast mode attends this batch with the tensor-core kernel (bf16 products, not
+  // invariant): a batch with prefill chunks, or enough rows that its blocks (one per row and kv
+  // head, each over the row's whole history) fill the GPU by themselves. Fewer rows of one or a
+  // few tokens keep the f32 kernel, whose split launch spreads a long history over more SMs.
+  bool flash_attention(const AttentionBatch& batch, const Tensor& k_pool) const {
+    if (invariant_ || !tuning().flash_prefill) return false;
+    const int64_t kv_heads = k_pool.rank == 4 ? k_pool.dim(2) : 1;
+    return batch.max_row_tokens >= kFlashMinRowTokens || batch.rows * kv_heads >= kFlashMinDecodeBlocks;
+  }
   // Fewest new tokens of a row for which the fast mode attends with the tensor-core kernel.
   static constexpr int kFlashMinRowTokens = 16;
+  // Fewest (row, kv head) blocks for which decode steps take it: about two per SM of an H100/H200.
+  static constexpr int64_t kFlashMinDecodeBlocks = 256;
 
   void rope_kv_write_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                                const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
@@ -391,9 +399,9 @@ class CudaBackend final : public Backend {
     cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
     // Fused only when the attention is one wave (then the separate launches are latency): with
     // many waves each block redoing its token's rotation costs more than the launches it saves.
-    if (!tuning().fused_attention || attention_blocks(a) > kAttentionWave) {
+    if (!tuning().fused_attention || attention_blocks(a) > kAttentionWave || flash_attention(batch, k_pool)) {
       rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
-      return launch_attention("attention", a, batch);
+      return attention(q, k_pool, v_pool, batch, scale, out);
     }
     check_rope(op, q, positions, inv_freq);
     check_rope(op, k, positions, inv_freq);
