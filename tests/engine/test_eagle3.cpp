@@ -220,7 +220,8 @@ TEST(Eagle3Engine, DraftFolderPicksTheMethodFromItsConfig) {
   const auto head = make_draft_method(session, DraftSpec::model(source_path("models/eagle3"), {}, 5));
   EXPECT_EQ(head->name(), "eagle3");
   EXPECT_EQ(head->default_depth(), 5);
-  EXPECT_EQ(head->needs().tap_layers, (std::vector<int>{1, 3, 4}));
+  // The bundled head names its taps in config.json (eagle_aux_hidden_state_layer_ids).
+  EXPECT_EQ(head->needs().tap_layers, (std::vector<int>{1, 4, 6}));
   EXPECT_TRUE(head->needs().embedding);
   make_draft_method(session, DraftSpec::model(source_path("models/eagle3")));
   EXPECT_EQ(session.eagle3_heads.size(), 1u);
