@@ -37,6 +37,11 @@ struct CudaTuning {
   // false keeps the f32 kernel there too (SPECDEC_CUDA_FLASH=0). The one switch here that changes
   // results: within bf16 rounding (q and the probabilities are rounded for the products).
   bool flash_prefill = true;
+  // With flash_prefill, decode steps and short windows take the tensor-core kernel too from this
+  // many (row, kv head) pairs on (SPECDEC_CUDA_FLASH_DECODE_BLOCKS): each pair is one block over
+  // the row's whole history, so fewer pairs leave SMs idle that the f32 kernel's split launch
+  // would use.
+  int flash_decode_blocks = 256;
   // Batch-invariant mode runs its 16-bit linears on the tensor-core linear (gemm.cu) at every M
   // instead of the row-streaming kernels (SPECDEC_CUDA_INVARIANT_GEMM=1). Changes results: x is
   // rounded to the weights' type for the products. Off by default: at one row it streams the

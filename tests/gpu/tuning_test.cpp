@@ -95,6 +95,11 @@ TEST(GpuTuning, RefusesValuesOutsideTheirRange) {
     t.paired_columns = static_cast<PairedColumns>(3);
     EXPECT_THROW(make_gpu(t), Error);
   }
+  if (std::getenv("SPECDEC_CUDA_FLASH_DECODE_BLOCKS") == nullptr) {
+    CudaTuning t;
+    t.flash_decode_blocks = -1;
+    EXPECT_THROW(make_gpu(t), Error);
+  }
 }
 
 }  // namespace

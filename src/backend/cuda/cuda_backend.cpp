@@ -87,6 +87,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_FUSED_ATTENTION", tuning.fused_attention);
   set_switch("SPECDEC_CUDA_MERGE_LAUNCH", tuning.merge_launch);
   set_switch("SPECDEC_CUDA_FLASH", tuning.flash_prefill);
+  set_level("SPECDEC_CUDA_FLASH_DECODE_BLOCKS", 1 << 30, tuning.flash_decode_blocks);
   set_switch("SPECDEC_CUDA_INVARIANT_GEMM", tuning.invariant_tensor_cores);
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
   return tuning;
@@ -98,6 +99,8 @@ void check_tuning(const CudaTuning& t) {
   const int paired = static_cast<int>(t.paired_columns);
   SPECDEC_CHECK(paired >= 0 && paired <= 2, "CudaTuning::paired_columns = ", paired, " must be 0, 1 or 2");
   SPECDEC_CHECK(t.gemm_tile >= 0 && t.gemm_tile <= 9, "CudaTuning::gemm_tile = ", t.gemm_tile, " must be 0 to 9");
+  SPECDEC_CHECK(t.flash_decode_blocks >= 0, "CudaTuning::flash_decode_blocks = ", t.flash_decode_blocks,
+                " must not be negative");
 }
 
 class CudaBackend final : public Backend {
@@ -373,17 +376,16 @@ class CudaBackend final : public Backend {
 
   // Whether the fast mode attends this batch with the tensor-core kernel (bf16 products, not
   // invariant): a batch with prefill chunks, or enough rows that its blocks (one per row and kv
-  // head, each over the row's whole history) fill the GPU by themselves. Fewer rows of one or a
-  // few tokens keep the f32 kernel, whose split launch spreads a long history over more SMs.
+  // head, each over the row's whole history) fill the GPU by themselves
+  // (CudaTuning::flash_decode_blocks). Fewer rows of one or a few tokens keep the f32 kernel,
+  // whose split launch spreads a long history over more SMs.
   bool flash_attention(const AttentionBatch& batch, const Tensor& k_pool) const {
     if (invariant_ || !tuning().flash_prefill) return false;
     const int64_t kv_heads = k_pool.rank == 4 ? k_pool.dim(2) : 1;
-    return batch.max_row_tokens >= kFlashMinRowTokens || batch.rows * kv_heads >= kFlashMinDecodeBlocks;
+    return batch.max_row_tokens >= kFlashMinRowTokens || batch.rows * kv_heads >= tuning().flash_decode_blocks;
   }
   // Fewest new tokens of a row for which the fast mode attends with the tensor-core kernel.
   static constexpr int kFlashMinRowTokens = 16;
-  // Fewest (row, kv head) blocks for which decode steps take it: about two per SM of an H100/H200.
-  static constexpr int64_t kFlashMinDecodeBlocks = 256;
 
   void rope_kv_write_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                                const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
