@@ -51,14 +51,15 @@ void Scheduler::admit() {
 }
 
 void Scheduler::share_cached_prefix(Row& row) {
-  // Taps of the shared positions were never computed for this row: such a method prefills all.
-  if (row.spec.joined && !coordinator_.tap_layers(row.spec).empty()) return;
+  // A method that reads the target's hidden states gets no taps for the shared positions (they
+  // were computed for another row): it takes them as a gap in its context, as it takes the
+  // positions of rounds its row did not tap, and reads taps from the first computed position on.
   const std::span<const int32_t> prompt(row.tokens.data(), static_cast<size_t>(row.prefill_end));
   const int covered = kv_.share_prefix(row.seq, prompt);
   if (covered == 0) return;
   row.prefilled = covered;
   row.decoding = covered == row.prefill_end;
-  coordinator_.prefill(row.spec, prompt.first(static_cast<size_t>(covered)), TargetContext{});
+  coordinator_.prefill_shared(row.spec, prompt.first(static_cast<size_t>(covered)));
 }
 
 std::vector<ScheduledRow> Scheduler::schedule() {

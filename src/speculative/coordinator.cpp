@@ -126,6 +126,12 @@ void Coordinator::prefill(SpecRow& row, std::span<const int32_t> tokens, const T
   g.rows->prefill(g.index_of(row), tokens, context);
 }
 
+void Coordinator::prefill_shared(SpecRow& row, std::span<const int32_t> tokens) {
+  if (!row.joined) return;
+  Group& g = group_of(row);
+  g.rows->prefill(g.index_of(row), tokens, TargetContext{});
+}
+
 void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs, int decoding) {
   for (auto& [id, g] : groups_) {
     g->forced_probes_left = 1;

@@ -85,6 +85,9 @@ class Coordinator {
   // A prompt block the target processed for the row (tail split: never the pending token), with
   // the taps of its positions when the method asked for them.
   void prefill(SpecRow& row, std::span<const int32_t> tokens, const TargetContext& context);
+  // A prompt block whose positions the target computed for another row (a shared cached prefix):
+  // the method learns the tokens with no taps, a gap in a hidden-state drafter's context.
+  void prefill_shared(SpecRow& row, std::span<const int32_t> tokens);
   // Sets each asking row's proposal: its policy picks the depth from the measured costs
   // (`decoding` rows share the forward), the row's group drafts, batched per group.
   void propose(std::span<const DraftAsk> asks, const CostModel& costs, int decoding);

@@ -1,8 +1,11 @@
 // The engine over the prefix cache: a request whose prompt begins like an earlier one's starts
 // past the shared blocks and produces exactly the tokens it produces on a fresh engine, plainly
-// and with each draft method (which still learn the whole prompt); the cache's blocks all come
-// back when the rows are done.
+// and with each draft method (n-gram and the draft model still learn the whole prompt; the
+// hidden-state drafters read taps from the first position the row computes); the cache's blocks
+// all come back when the rows are done.
 #include "engine_fixture.h"
+#include "speculative/methods/dflash.h"
+#include "speculative/methods/eagle3.h"
 
 namespace specdec::testing {
 namespace {
@@ -12,10 +15,27 @@ const std::string kShared =
     "        self.items.append(item)\n\n    def pop(self):\n        return self.items.pop()\n\n"
     "    def peek(self):\n        return self.items[-1]\n\n";
 
+// The fixture's engine (ngram, draft) plus the two hidden-state drafters, "eagle3" and "dflash".
+std::unique_ptr<EngineCore> engine_with_all(int depth, EngineOptions options = {}) {
+  Bundled& b = Bundled::get();
+  auto engine = make_engine(depth, options);
+  static const std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("models/eagle3"), *b.backend);
+  Eagle3Options e;
+  e.num_draft = depth;
+  e.kv_blocks = 1024;
+  engine->add_method("eagle3",
+                     std::make_shared<Eagle3Method>(head, "bundled-eagle3", b.target->config().num_layers, e));
+  DflashOptions d;
+  d.num_draft = depth;
+  engine->add_method("dflash", std::make_shared<DflashMethod>(source_path("models/dflash"), *b.backend,
+                                                               "bundled-dflash", d));
+  return engine;
+}
+
 std::vector<int32_t> fresh(const std::vector<int32_t>& prompt, int n, const std::string& method) {
   EngineOptions options;
   options.prefix_cache = false;
-  auto engine = make_engine(4, options);
+  auto engine = engine_with_all(4, options);
   Request r = make_request(prompt, n);
   r.spec.method = method;
   r.spec.adaptive = false;
@@ -26,8 +46,10 @@ TEST(PrefixSharing, SecondRequestSkipsTheSharedBlocksAndKeepsItsTokens) {
   const auto first = encode(kShared + "    def size(self):\n");
   const auto second = encode(kShared + "    def is_empty(self):\n");
   ASSERT_GT(first.size(), 50u);
-  for (const std::string method : {"", "ngram", "draft"}) {
-    auto engine = make_engine(4);
+  // The hidden-state drafters get no taps for the shared positions: their context starts with a
+  // gap, and they still draft (and are accepted) from the positions the row computes.
+  for (const std::string method : {"", "ngram", "draft", "eagle3", "dflash"}) {
+    auto engine = engine_with_all(4);
     Request a = make_request(first, 24);
     a.spec.method = method;
     a.spec.adaptive = false;
@@ -50,14 +72,14 @@ TEST(PrefixSharing, SecondRequestSkipsTheSharedBlocksAndKeepsItsTokens) {
 TEST(PrefixSharing, ConcurrentRowsWithOneDecodedPrefixMatchFreshRuns) {
   // The first request's generated text becomes part of the next prompts: blocks filled by decode
   // steps (and verify windows) are shared as well as prompt blocks.
-  auto engine = make_engine(4);
+  auto engine = engine_with_all(4);
   const auto base = encode(kShared);
   const RequestResult seed_run = run_one(*engine, make_request(base, 40));
   std::vector<int32_t> extended = base;
   extended.insert(extended.end(), seed_run.tokens.begin(), seed_run.tokens.end());
   std::vector<int64_t> ids;
   std::vector<std::vector<int32_t>> want;
-  const std::vector<std::string> methods = {"", "ngram", "draft", ""};
+  const std::vector<std::string> methods = {"eagle3", "ngram", "draft", "dflash"};
   for (size_t i = 0; i < methods.size(); ++i) {
     std::vector<int32_t> p(extended.begin(), extended.end() - static_cast<std::ptrdiff_t>(i * 3));
     want.push_back(fresh(p, 20, methods[i]));
