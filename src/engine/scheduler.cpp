@@ -54,6 +54,9 @@ void Scheduler::share_cached_prefix(Row& row) {
   // A method that reads the target's hidden states gets no taps for the shared positions (they
   // were computed for another row): it takes them as a gap in its context, as it takes the
   // positions of rounds its row did not tap, and reads taps from the first computed position on.
+  // Not in rejection mode: there the tokens depend on the drafts, and a drafter missing those
+  // positions drafts otherwise, so a seeded request would not repeat its output.
+  if (row.spec.joined && row.spec.mode == SpecMode::rejection && !coordinator_.tap_layers(row.spec).empty()) return;
   const std::span<const int32_t> prompt(row.tokens.data(), static_cast<size_t>(row.prefill_end));
   const int covered = kv_.share_prefix(row.seq, prompt);
   if (covered == 0) return;

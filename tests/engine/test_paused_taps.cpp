@@ -199,6 +199,9 @@ class PausedTaps : public ::testing::TestWithParam<const char*> {
     blinded_ = std::make_shared<BlindedMethod>(method(), 80);
     EngineOptions options;
     options.kv_blocks = 256;
+    // Every request here repeats one prompt: each must compute (and tap) all of it, as the
+    // comparisons of taps and telemetry between runs assume.
+    options.prefix_cache = false;
     engine_ = std::make_unique<EngineCore>(*target_, *b.tokenizer, options);
     engine_->add_method("hidden", blinded_);
     prompt_ = encode(

@@ -247,6 +247,9 @@ TEST(TargetTaps, PreemptedRowsAreTappedAgainWhenTheyRecompute) {
   }
   EngineOptions options;
   options.kv_blocks = 10;
+  // A preempted row would find its own released prompt blocks in the prefix cache (and take them
+  // untapped): off, so that it recomputes them.
+  options.prefix_cache = false;
   auto engine = make_engine(4, options);
   auto method = std::make_shared<RecordingMethod>(layers, oracle);
   engine->add_method("recording", method);
