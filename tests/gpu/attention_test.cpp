@@ -473,6 +473,28 @@ Pools filled_pools_blocks(Backend& be, const std::vector<RowSpec>& rows, const S
   return p;
 }
 
+// The fast mode's attention of `rows` (T tokens; q from `seed`, the pools from seed + 1) against
+// the CPU's f32 attention: the backends and the GPU's pools (for further calls), q, the GPU's
+// output and its relative error.
+struct FastRun {
+  Backends b;
+  Pools gp;
+  std::vector<float> q, got;
+  double error = 0;
+};
+
+FastRun fast_against_cpu(const std::vector<RowSpec>& rows, const Shape& s, int pool_blocks, int max_blocks, int T,
+                         uint32_t seed) {
+  FastRun r{backends_with_kv(s.kv, false), {}, {}, {}, 0};
+  r.q = random_floats(static_cast<size_t>(T) * s.heads * s.D, seed, 0.05f, 2.0f);
+  Pools cp = filled_pools_blocks(*r.b.cpu, rows, s, pool_blocks, max_blocks, seed + 1);
+  r.gp = filled_pools_blocks(*r.b.gpu, rows, s, pool_blocks, max_blocks, seed + 1);
+  const auto want = run_poisoned(*r.b.cpu, cp, rows, s, r.q, max_blocks);
+  r.got = run_poisoned(*r.b.gpu, r.gp, rows, s, r.q, max_blocks);
+  r.error = rel_error(r.got, want);
+  return r;
+}
+
 // Fast mode, a batch with prefill chunks: the tensor-core kernel (q and the probabilities in
 // bf16) matches the CPU's f32 attention within bf16 rounding for every row, the decode step and
 // the short window among them included, for GQA groups of 1, 4 and 8 and head_dim 64, 96 and 128.
@@ -483,13 +505,10 @@ TEST(GpuAttention, FastModePrefillChunksMatchCpu) {
   const int mb = max_blocks_of(rows), T = tokens_of(rows);
   for (const Shape& s : {Shape{8, 8, 64, DType::bf16}, Shape{32, 8, 128, DType::bf16}, Shape{8, 1, 128, DType::bf16},
                          Shape{12, 4, 96, DType::bf16}}) {
-    Backends b = backends_with_kv(s.kv, false);
-    const auto q = random_floats(static_cast<size_t>(T) * s.heads * s.D, 51, 0.05f, 2.0f);
-    Pools cp = filled_pools_blocks(*b.cpu, rows, s, kPool, mb, 52);
-    Pools gp = filled_pools_blocks(*b.gpu, rows, s, kPool, mb, 52);
-    const auto want = run_poisoned(*b.cpu, cp, rows, s, q, mb);
-    const auto got = run_poisoned(*b.gpu, gp, rows, s, q, mb);
-    EXPECT_LE(rel_error(got, want), 2e-2) << shape_name(s);
+    const FastRun run = fast_against_cpu(rows, s, kPool, mb, T, 51);
+    EXPECT_LE(run.error, 2e-2) << shape_name(s);
+    const std::vector<float>& q = run.q;
+    const std::vector<float>& got = run.got;
     // Each row alone: the same tiles of its own tokens, so the same bits.
     size_t start = 0;
     for (const RowSpec& r : rows) {
@@ -497,7 +516,7 @@ TEST(GpuAttention, FastModePrefillChunksMatchCpu) {
       if (r.positions.size() >= 16) {
         const std::vector<float> qr(q.begin() + static_cast<ptrdiff_t>(start),
                                     q.begin() + static_cast<ptrdiff_t>(start + n));
-        const auto alone = run_poisoned(*b.gpu, gp, {r}, s, qr, mb);
+        const auto alone = run_poisoned(*run.b.gpu, run.gp, {r}, s, qr, mb);
         EXPECT_TRUE(bit_equal(alone.data(), got.data() + start, n)) << shape_name(s) << ", row of " << r.len;
       }
       start += n;
@@ -522,13 +541,7 @@ TEST(GpuAttention, FastModeManyDecodeRowsMatchCpu) {
   }
   const int pool = next, mb = max_blocks_of(rows), T = tokens_of(rows);
   for (const Shape& s : {Shape{32, 8, 128, DType::bf16}, Shape{8, 8, 64, DType::bf16}, Shape{8, 1, 128, DType::bf16}}) {
-    Backends b = backends_with_kv(s.kv, false);
-    const auto q = random_floats(static_cast<size_t>(T) * s.heads * s.D, 61, 0.05f, 2.0f);
-    Pools cp = filled_pools_blocks(*b.cpu, rows, s, pool, mb, 62);
-    Pools gp = filled_pools_blocks(*b.gpu, rows, s, pool, mb, 62);
-    const auto want = run_poisoned(*b.cpu, cp, rows, s, q, mb);
-    const auto got = run_poisoned(*b.gpu, gp, rows, s, q, mb);
-    EXPECT_LE(rel_error(got, want), 2e-2) << shape_name(s);
+    EXPECT_LE(fast_against_cpu(rows, s, pool, mb, T, 61).error, 2e-2) << shape_name(s);
   }
 }
 
