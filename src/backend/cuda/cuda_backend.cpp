@@ -265,7 +265,9 @@ class CudaBackend final : public Backend {
       launch_rows(x, {&seg, 1}, sh, cuda::LinearEpilogue::add, op);
       return;
     }
-    if (!sh.bias) return lt_gemm(lt_input(x, sh), weight, out, sh, /*accumulate=*/true);
+    // 16-bit weights read x's rounded copy, so out may even alias x; f32 weights would read x
+    // itself while the product accumulates into out, so they keep the separate add.
+    if (!sh.bias && sh.type != ElemType::f32) return lt_gemm(lt_input(x, sh), weight, out, sh, /*accumulate=*/true);
     const Tensor tmp = epilogue_scratch(out);
     linear_lt(x, weight, sh, tmp);
     cuda::launch_add_bias(tmp.ptr<float>(), sh.bias, sh.m, sh.n, ctx_);
