@@ -69,6 +69,28 @@ TEST(PrefixSharing, SecondRequestSkipsTheSharedBlocksAndKeepsItsTokens) {
   }
 }
 
+TEST(PrefixSharing, RejectionModeRowsOfHiddenStateDraftersComputeTheirWholePrompt) {
+  // Their tokens depend on the drafts, which a drafter missing the shared positions would draft
+  // otherwise: the row takes no cached block, and the seeded request repeats its output.
+  const auto prompt = encode(kShared + "    def size(self):\n");
+  for (const std::string method : {"eagle3", "dflash"}) {
+    auto engine = engine_with_all(4);
+    const auto request = [&] {
+      Request r = make_request(prompt, 24, 0.8f, 7);
+      r.spec.method = method;
+      r.spec.mode = SpecMode::rejection;
+      r.spec.adaptive = false;
+      return r;
+    };
+    const RequestResult first = run_one(*engine, request());
+    const int64_t hits_before = engine->kv().prefix_hit_tokens();
+    const RequestResult again = run_one(*engine, request());
+    EXPECT_EQ(engine->kv().prefix_hit_tokens(), hits_before) << method;
+    EXPECT_EQ(again.tokens, first.tokens) << method;
+    EXPECT_GT(again.stats.speculative.drafted, 0) << method;
+  }
+}
+
 TEST(PrefixSharing, ConcurrentRowsWithOneDecodedPrefixMatchFreshRuns) {
   // The first request's generated text becomes part of the next prompts: blocks filled by decode
   // steps (and verify windows) are shared as well as prompt blocks.
