@@ -11,7 +11,9 @@
 #include "backend/backend.h"
 #include "engine/engine_core.h"
 #include "model/model.h"
+#include "speculative/methods/dflash.h"
 #include "speculative/methods/draft_model.h"
+#include "speculative/methods/eagle3.h"
 #include "speculative/methods/ngram_method.h"
 #include "test_device.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +40,17 @@ struct Bundled {
     return b;
   }
 };
+
+// The bundled hidden-state drafters over the bundled target (the EAGLE-3 head is loaded once).
+inline std::shared_ptr<Eagle3Method> bundled_eagle3(const Eagle3Options& options) {
+  Bundled& b = Bundled::get();
+  static const std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("models/eagle3"), *b.backend);
+  return std::make_shared<Eagle3Method>(head, "bundled-eagle3", b.target->config().num_layers, options);
+}
+inline std::shared_ptr<DflashMethod> bundled_dflash(const DflashOptions& options) {
+  return std::make_shared<DflashMethod>(source_path("models/dflash"), *Bundled::get().backend, "bundled-dflash",
+                                        options);
+}
 
 // An engine over the bundled target with both methods registered ("ngram" and "draft").
 inline std::unique_ptr<EngineCore> make_engine(int depth = 0, EngineOptions options = {}) {

@@ -25,13 +25,12 @@ struct Methods {
 
 // An engine with the bundled methods plus "dflash" (confidence cut) and "dflash-fixed" (none).
 std::unique_ptr<EngineCore> make_dflash_engine(int depth, Methods* out = nullptr) {
-  Bundled& b = Bundled::get();
   auto engine = make_engine(depth);
   DflashOptions o;
   o.num_draft = depth;
-  auto cut = std::make_shared<DflashMethod>(source_path("models/dflash"), *b.backend, "bundled-dflash", o);
+  auto cut = bundled_dflash(o);
   o.confidence_cut = false;
-  auto fixed = std::make_shared<DflashMethod>(source_path("models/dflash"), *b.backend, "bundled-dflash", o);
+  auto fixed = bundled_dflash(o);
   EXPECT_TRUE(cut->cuts());
   engine->add_method("dflash", cut);
   engine->add_method("dflash-fixed", fixed);

@@ -23,17 +23,11 @@ const std::vector<std::string>& prompts() {
   return p;
 }
 
-std::shared_ptr<Eagle3Head> bundled_head() {
-  static std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("models/eagle3"), *Bundled::get().backend);
-  return head;
-}
-
 std::shared_ptr<DraftMethod> eagle3(int depth) {
   Eagle3Options o;
   if (depth > 0) o.num_draft = depth;
   o.kv_blocks = 1024;
-  return std::make_shared<Eagle3Method>(bundled_head(), "bundled-eagle3", Bundled::get().target->config().num_layers,
-                                        o);
+  return bundled_eagle3(o);
 }
 
 // The fixture's engine (ngram, draft) plus the head as "eagle3".

@@ -88,18 +88,16 @@ class LazyTaps : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
     const std::string which = GetParam();
-    Bundled& b = Bundled::get();
     if (which == "eagle3") {
-      static std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("models/eagle3"), *b.backend);
       Eagle3Options o;
       o.num_draft = 4;
       o.kv_blocks = 512;
-      method_ = std::make_shared<Eagle3Method>(head, "bundled-eagle3", b.target->config().num_layers, o);
+      method_ = bundled_eagle3(o);
     } else {
       DflashOptions o;
       o.confidence_cut = false;
       o.kv_blocks = 512;
-      method_ = std::make_shared<DflashMethod>(source_path("models/dflash"), *b.backend, "bundled-dflash", o);
+      method_ = bundled_dflash(o);
     }
     depth_ = method_->default_depth();
     greedy_.temperature = 0;

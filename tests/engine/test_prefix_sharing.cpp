@@ -4,8 +4,6 @@
 // hidden-state drafters read taps from the first position the row computes); the cache's blocks
 // all come back when the rows are done.
 #include "engine_fixture.h"
-#include "speculative/methods/dflash.h"
-#include "speculative/methods/eagle3.h"
 
 namespace specdec::testing {
 namespace {
@@ -17,18 +15,14 @@ const std::string kShared =
 
 // The fixture's engine (ngram, draft) plus the two hidden-state drafters, "eagle3" and "dflash".
 std::unique_ptr<EngineCore> engine_with_all(int depth, EngineOptions options = {}) {
-  Bundled& b = Bundled::get();
   auto engine = make_engine(depth, options);
-  static const std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("models/eagle3"), *b.backend);
   Eagle3Options e;
   e.num_draft = depth;
   e.kv_blocks = 1024;
-  engine->add_method("eagle3",
-                     std::make_shared<Eagle3Method>(head, "bundled-eagle3", b.target->config().num_layers, e));
+  engine->add_method("eagle3", bundled_eagle3(e));
   DflashOptions d;
   d.num_draft = depth;
-  engine->add_method("dflash", std::make_shared<DflashMethod>(source_path("models/dflash"), *b.backend,
-                                                               "bundled-dflash", d));
+  engine->add_method("dflash", bundled_dflash(d));
   return engine;
 }
 

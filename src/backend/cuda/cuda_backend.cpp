@@ -177,16 +177,22 @@ class CudaBackend final : public Backend {
 
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override {
     const char* op = "rms_norm";
-    expect_dtype(x, DType::f32, op, "x");
     expect_dtype(out, DType::f32, op, "out");
-    const ElemType wt = elem_type(weight, op, "weight");
+    const ElemType wt = check_rms_norm(op, x, weight, out);
     const int64_t D = x.dim(-1);
-    SPECDEC_CHECK(x.rank >= 1 && weight.numel() == D && out.numel() == x.numel(), op, ": x ", x.shape_string(),
-                  ", weight ", weight.shape_string(), ", out ", out.shape_string(), " disagree");
     const int64_t rows = D == 0 ? 0 : x.numel() / D;
     cuda::launch_rms_norm(x.ptr<float>(), weight.data, wt, eps, out.ptr<float>(), to_int(rows, op, "rows"),
                           to_int(D, op, "dim"), ctx_);
     check_launch(op, rows, "x", D);
+  }
+
+  // Checks rms_norm's x and weight against out (of any dtype) and returns the weight's type.
+  ElemType check_rms_norm(const char* op, const Tensor& x, const Tensor& weight, const Tensor& out) {
+    expect_dtype(x, DType::f32, op, "x");
+    const ElemType wt = elem_type(weight, op, "weight");
+    SPECDEC_CHECK(x.rank >= 1 && weight.numel() == x.dim(-1) && out.numel() == x.numel(), op, ": x ", x.shape_string(),
+                  ", weight ", weight.shape_string(), ", out ", out.shape_string(), " disagree");
+    return wt;
   }
 
   void linear(const Tensor& x, const Weight& w, const Tensor* bias, const Tensor& out) override {
@@ -212,7 +218,8 @@ class CudaBackend final : public Backend {
   void norm_linear_many(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
                         std::span<const Projection> projections) override {
     check_normed("norm_linear_many", x, normed);
-    if (linear_many_rows(x, projections, &norm_weight, eps) || linear_many_lt(x, projections, &norm_weight, eps, normed))
+    if (linear_many_rows(x, projections, &norm_weight, eps) ||
+        linear_many_lt(x, projections, &norm_weight, eps, normed))
       return;
     Backend::norm_linear_many(x, norm_weight, eps, normed, projections);
   }
@@ -270,8 +277,6 @@ class CudaBackend final : public Backend {
     if (!sh.bias && sh.type != ElemType::f32) return lt_gemm(lt_input(x, sh), weight, out, sh, /*accumulate=*/true);
     const Tensor tmp = epilogue_scratch(out);
     linear_lt(x, weight, sh, tmp);
-    cuda::launch_add_bias(tmp.ptr<float>(), sh.bias, sh.m, sh.n, ctx_);
-    check_launch("linear_add bias", sh.m, "x", sh.n);
     add(out, tmp, out);
   }
 
@@ -400,12 +405,16 @@ class CudaBackend final : public Backend {
       return Backend::rope_kv_write_attention(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch,
                                               scale, out);
     }
+    if (flash_attention(batch, k_pool)) {
+      rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
+      return attention(q, k_pool, v_pool, batch, scale, out);
+    }
     cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out);
     // Fused only when the attention is one wave (then the separate launches are latency): with
     // many waves each block redoing its token's rotation costs more than the launches it saves.
-    if (!tuning().fused_attention || attention_blocks(a) > kAttentionWave || flash_attention(batch, k_pool)) {
+    if (!tuning().fused_attention || attention_blocks(a) > kAttentionWave) {
       rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
-      return attention(q, k_pool, v_pool, batch, scale, out);
+      return launch_attention("attention", a, batch);
     }
     check_rope(op, q, positions, inv_freq);
     check_rope(op, k, positions, inv_freq);
@@ -817,10 +826,14 @@ class CudaBackend final : public Backend {
   // out = x · weightᵀ (+ bias).
   void linear_lt(const Tensor& x, const Tensor& weight, const LinearShape& sh, const Tensor& out) {
     lt_gemm(lt_input(x, sh), weight, out, sh);
-    if (sh.bias) {
-      cuda::launch_add_bias(out.ptr<float>(), sh.bias, sh.m, sh.n, ctx_);
-      check_launch("linear bias", sh.m, "x", sh.n);
-    }
+    add_bias(out, sh);
+  }
+
+  // out[m, :] += bias after a GEMM that does not add it (none: nothing).
+  void add_bias(const Tensor& out, const LinearShape& sh) {
+    if (!sh.bias) return;
+    cuda::launch_add_bias(out.ptr<float>(), sh.bias, sh.m, sh.n, ctx_);
+    check_launch("linear bias", sh.m, "x", sh.n);
   }
 
   // What the GEMMs read for x: x itself for f32 weights, else x rounded to their type in scratch.
@@ -841,10 +854,9 @@ class CudaBackend final : public Backend {
       return normed.data;
     }
     const char* op = "rms_norm";
-    const ElemType nt = elem_type(norm_weight, op, "weight");
-    SPECDEC_CHECK(norm_weight.numel() == sh.k, op, ": weight ", norm_weight.shape_string(), " does not fit x ",
-                  x.shape_string());
     void* xh = scratch(static_cast<size_t>(sh.m) * sh.k * 2);
+    // The scratch as rms_norm's out: only its size is checked.
+    const ElemType nt = check_rms_norm(op, x, norm_weight, Tensor(xh, DType::bf16, {sh.m, sh.k}, Device::cuda));
     cuda::launch_rms_norm_16(x.ptr<float>(), norm_weight.data, nt, eps, xh, sh.type, sh.m, sh.k, ctx_);
     check_launch(op, " (to 16-bit) ", sh.m, "x", sh.k);
     return xh;
@@ -878,20 +890,19 @@ class CudaBackend final : public Backend {
   bool linear_many_lt(const Tensor& x, std::span<const Projection> projections, const Tensor* norm_weight, float eps,
                       const Tensor& normed) {
     if (projections.empty()) return false;
-    std::vector<LinearShape> shapes(projections.size());
-    for (size_t j = 0; j < projections.size(); ++j) {
-      const Projection& p = projections[j];
-      shapes[j] = check_linear("linear_many", x, p.weight.dense("linear_many"), p.bias.empty() ? nullptr : &p.bias,
-                               p.out);
-      if (rows_kernel(shapes[j]) || tensor_core_type(shapes[j]) || shapes[j].type != shapes[0].type) return false;
+    std::vector<std::pair<const Tensor*, LinearShape>> linears;
+    for (const Projection& p : projections) {
+      const Tensor& weight = p.weight.dense("linear_many");
+      const LinearShape sh = check_linear("linear_many", x, weight, p.bias.empty() ? nullptr : &p.bias, p.out);
+      if (rows_kernel(sh) || tensor_core_type(sh) || (!linears.empty() && sh.type != linears[0].second.type))
+        return false;
+      linears.emplace_back(&weight, sh);
     }
-    const void* xin = norm_weight ? lt_normed_input(x, *norm_weight, eps, normed, shapes[0]) : lt_input(x, shapes[0]);
+    const LinearShape& first = linears[0].second;
+    const void* xin = norm_weight ? lt_normed_input(x, *norm_weight, eps, normed, first) : lt_input(x, first);
     for (size_t j = 0; j < projections.size(); ++j) {
-      lt_gemm(xin, projections[j].weight.dense("linear_many"), projections[j].out, shapes[j]);
-      if (shapes[j].bias) {
-        cuda::launch_add_bias(projections[j].out.ptr<float>(), shapes[j].bias, shapes[j].m, shapes[j].n, ctx_);
-        check_launch("linear bias", shapes[j].m, "x", shapes[j].n);
-      }
+      lt_gemm(xin, *linears[j].first, projections[j].out, linears[j].second);
+      add_bias(projections[j].out, linears[j].second);
     }
     return true;
   }

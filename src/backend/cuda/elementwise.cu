@@ -118,7 +118,7 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int* __restrict_
   __shared__ int si[32];
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   float best = -INFINITY;
-  int best_i = vocab;  // "none yet": loses every tie against a real index
+  int best_i = vocab;     // "none yet": loses every tie against a real index
   bool nan_seen = false;  // a NaN logit: the row has no token (the host refuses it too)
   // 16-byte loads when the row is aligned (any visiting order gives the same answer: the
   // maximum with the lowest index is unique).
@@ -184,24 +184,27 @@ void launch_embedding(const void* table, ElemType type, const int* ids, float* o
       type, T, launch(embedding_kernel<T>, tokens, 256, 0, ctx, static_cast<const T*>(table), ids, out, hidden, vocab));
 }
 
+namespace {
+template <typename O>
+void launch_rms_norm_as(const float* x, const void* weight, ElemType type, float eps, O* out, int rows, int dim,
+                        const Context& ctx) {
+  if (rows == 0) return;
+  SPECDEC_DISPATCH_ELEM(
+      type, T, launch(rms_norm_kernel<T, O>, rows, 256, 0, ctx, x, static_cast<const T*>(weight), eps, out, dim));
+}
+}  // namespace
+
 void launch_rms_norm(const float* x, const void* weight, ElemType type, float eps, float* out, int rows, int dim,
                      const Context& ctx) {
-  if (rows == 0) return;
-  SPECDEC_DISPATCH_ELEM(type, T,
-                        launch(rms_norm_kernel<T>, rows, 256, 0, ctx, x, static_cast<const T*>(weight), eps, out, dim));
+  launch_rms_norm_as(x, weight, type, eps, out, rows, dim, ctx);
 }
 
 void launch_rms_norm_16(const float* x, const void* weight, ElemType type, float eps, void* out, ElemType out_type,
                         int rows, int dim, const Context& ctx) {
-  if (rows == 0) return;
-  SPECDEC_DISPATCH_ELEM(type, T, {
-    if (out_type == ElemType::bf16)
-      launch(rms_norm_kernel<T, __nv_bfloat16>, rows, 256, 0, ctx, x, static_cast<const T*>(weight), eps,
-             static_cast<__nv_bfloat16*>(out), dim);
-    else
-      launch(rms_norm_kernel<T, __half>, rows, 256, 0, ctx, x, static_cast<const T*>(weight), eps,
-             static_cast<__half*>(out), dim);
-  });
+  if (out_type == ElemType::bf16)
+    launch_rms_norm_as(x, weight, type, eps, static_cast<__nv_bfloat16*>(out), rows, dim, ctx);
+  else
+    launch_rms_norm_as(x, weight, type, eps, static_cast<__half*>(out), rows, dim, ctx);
 }
 
 void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,
