@@ -28,6 +28,17 @@ inline BackendOptions test_backend_options(const std::string& cpu_isa = "") {
   return o;
 }
 
+// The backend for parity against f32 references (transformers fixtures, CPU results): on the
+// GPU the batch-invariant mode with f32 activations in every linear (the row-streaming kernels:
+// CudaTuning::invariant_cublaslt off), so the tolerances below stay about f32 arithmetic. The
+// engine's identity tests run the default kernels (test_backend_options), which round the
+// activations to bf16 for the tensor cores; the GPU tests bound those against the CPU.
+inline BackendOptions reference_backend_options(const std::string& cpu_isa = "") {
+  BackendOptions o = test_backend_options(cpu_isa);
+  if (test_on_gpu()) o.cuda.invariant_cublaslt = false;
+  return o;
+}
+
 // Logit tolerance against the f32 references: the GPU computes in f32 too (batch-invariant
 // linear, f32 KV) but with other reduction orders and fast exp; allow one more digit there.
 inline double logit_tolerance(double cpu) { return test_on_gpu() ? 10 * cpu : cpu; }

@@ -33,15 +33,20 @@ struct CudaTuning {
   // Split attention folds its chunks in a second launch instead of in the last block of each
   // (SPECDEC_CUDA_MERGE_LAUNCH=1).
   bool merge_launch = false;
-  // The fast mode attends batches with prefill chunks on the tensor cores (flash_attention.cu);
-  // false keeps the f32 kernel there too (SPECDEC_CUDA_FLASH=0). The one switch here that changes
-  // results: within bf16 rounding (q and the probabilities are rounded for the products).
+  // Attention on the tensor cores (flash_attention.cu): in the fast mode for batches with prefill
+  // chunks (and many rows, below), in the batch-invariant mode for every batch of a bf16 cache;
+  // false keeps the f32 kernel everywhere (SPECDEC_CUDA_FLASH=0). Changes results within bf16
+  // rounding (q and the probabilities are rounded for the products).
   bool flash_prefill = true;
   // With flash_prefill, decode steps and short windows take the tensor-core kernel too from this
   // many (row, kv head) pairs on (SPECDEC_CUDA_FLASH_DECODE_BLOCKS): each pair is one block over
   // the row's whole history, so fewer pairs leave SMs idle that the f32 kernel's split launch
   // would use.
   int flash_decode_blocks = 256;
+  // Batch-invariant mode runs its 16-bit linears on cuBLASLt at every M, with K never split
+  // (gemm_lt.h); false takes the row-streaming kernel with f32 x instead, several times slower
+  // beyond a few rows (SPECDEC_CUDA_INVARIANT_LT=0). Changes results within bf16 rounding of x.
+  bool invariant_cublaslt = true;
   // Batch-invariant mode runs its 16-bit linears on the tensor-core linear (gemm.cu) at every M
   // instead of the row-streaming kernels (SPECDEC_CUDA_INVARIANT_GEMM=1). Changes results: x is
   // rounded to the weights' type for the products. Off by default: at one row it streams the

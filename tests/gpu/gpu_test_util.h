@@ -71,13 +71,18 @@ inline std::vector<float> rounded(const std::vector<float>& values, DType dtype)
   return out;
 }
 
-// Whether the batch-invariant CUDA linear rounds x to the weights' type for this shape: with
-// CudaTuning::invariant_tensor_cores (or SPECDEC_CUDA_INVARIANT_GEMM), 16-bit weights and K a
-// multiple of 8 take the tensor-core linear (see cuda_backend.cpp).
+// Whether the batch-invariant CUDA linear rounds x to the weights' type for this shape: 16-bit
+// weights with K a multiple of 8 take cuBLASLt (CudaTuning::invariant_cublaslt,
+// SPECDEC_CUDA_INVARIANT_LT) or the tensor-core linear (CudaTuning::invariant_tensor_cores,
+// SPECDEC_CUDA_INVARIANT_GEMM) unless both are switched off (see cuda_backend.cpp).
 inline bool invariant_rounds_x(DType wt, int64_t K) {
-  const char* v = std::getenv("SPECDEC_CUDA_INVARIANT_GEMM");
-  const bool on = v != nullptr ? std::strcmp(v, "0") != 0 : CudaTuning{}.invariant_tensor_cores;
-  return on && wt != DType::f32 && K % 8 == 0;
+  auto on = [](const char* name, bool fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::strcmp(v, "0") != 0 : fallback;
+  };
+  const bool tensor_cores = on("SPECDEC_CUDA_INVARIANT_LT", CudaTuning{}.invariant_cublaslt) ||
+                            on("SPECDEC_CUDA_INVARIANT_GEMM", CudaTuning{}.invariant_tensor_cores);
+  return tensor_cores && wt != DType::f32 && K % 8 == 0;
 }
 
 // A tensor owned together with its buffer.

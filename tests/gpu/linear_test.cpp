@@ -40,8 +40,8 @@ double compare_with_cpu(Backends& b, const LinearCase& c, uint32_t seed, bool cp
   return rel_error(run_linear(*b.gpu, x, w, bp, c), run_linear(*b.cpu, cpu_rounds_x ? rounded(x, c.wt) : x, w, bp, c));
 }
 
-// The tensor-core linear against the CPU on the same rounded operands: the MMA's f32 sums of
-// each k-step do not round like a chain of fma, a few 2^-24 more per step.
+// Tensor-core linears (cuBLASLt or gemm.cu) against the CPU on the same rounded operands: the
+// MMA's f32 sums of each k-step do not round like a chain of fma, a few 2^-24 more per step.
 constexpr double kMmaTol = 5e-5;
 
 std::string describe(const LinearCase& c) {
@@ -100,6 +100,28 @@ TEST(GpuLinear, InvariantModeIsBatchInvariant) {
       std::vector<float> xr(x.begin() + static_cast<size_t>(r) * K, x.begin() + static_cast<size_t>(r + 1) * K);
       const auto alone = linear_rows(*b.gpu, xr, w, 0, 1, N, K);
       EXPECT_TRUE(bit_equal(alone.data(), out33.data() + r * N, N)) << "row " << r << " K=" << K << " M=33";
+    }
+  }
+}
+
+// The batch-invariant mode's cuBLASLt path picks the fastest algorithm per M among those that
+// keep K in one pass: tiles, clusters and kernels change with M, the bits of a row must not.
+// Shapes of an 8B model's projections, M from one row to a prefill chunk.
+TEST(GpuLinear, InvariantModeRowBitsHoldAcrossCuBlasLtAlgorithms) {
+  SPECDEC_REQUIRE_GPU();
+  if (!invariant_rounds_x(DType::bf16, 4096)) GTEST_SKIP() << "the invariant mode's tensor-core linears are off";
+  Backends b = make_backends(true);
+  constexpr int kMaxM = 1024;
+  for (auto [N, K] : {std::pair{1024, 4096}, std::pair{4096, 4096}, std::pair{4096, 14336}}) {
+    const auto x = random_floats(static_cast<size_t>(kMaxM) * K, 400 + static_cast<uint32_t>(N));
+    Owned w = upload(*b.gpu, random_floats(static_cast<size_t>(N) * K, 401), DType::bf16, {N, K});
+    const auto all = linear_rows(*b.gpu, x, w, 0, kMaxM, N, K);
+    for (int M : {1, 2, 4, 16, 64, 200, 512}) {
+      for (int first : {0, kMaxM - M}) {
+        const auto got = linear_rows(*b.gpu, x, w, first, M, N, K);
+        EXPECT_TRUE(bit_equal(got.data(), all.data() + static_cast<size_t>(first) * N, got.size()))
+            << "N=" << N << " K=" << K << " rows " << first << ".." << first + M - 1 << " of " << kMaxM;
+      }
     }
   }
 }

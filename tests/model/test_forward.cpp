@@ -69,7 +69,7 @@ class ForwardInvariance : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     if (!cpu_has(GetParam().isa)) GTEST_SKIP() << "this CPU lacks " << GetParam().isa;
     if (testing::test_on_gpu() && GetParam().isa != "scalar") GTEST_SKIP() << "one GPU pass is enough";
-    backend = make_backend(testing::test_backend_options(GetParam().isa));
+    backend = make_backend(testing::reference_backend_options(GetParam().isa));
     model = Model::load(model_dir(GetParam().model), *backend);
     vocab = model->config().vocab_size;
   }
@@ -251,7 +251,7 @@ TEST_F(ForwardApi, GreedyRowsReturnTheArgmaxOfTheLogits) {
 // wherever the draw is not within rounding of a boundary), for one forward of several rows and
 // for decode steps, whose recordings must read the new keys written before each replay.
 TEST(ForwardSampling, TokensAreDrawnFromTheLogitsWithEachRowsKey) {
-  auto backend = make_backend(testing::test_backend_options());
+  auto backend = make_backend(testing::reference_backend_options());
   auto model = Model::load(model_dir("llama"), *backend);
   const int V = model->config().vocab_size;
   int mismatches = 0;
@@ -379,7 +379,7 @@ TEST(ForwardCosts, FirstForwardsOfAShapeAreMarkedOneOff) {
   // ran a replayable shape call by call or recorded it, say so, and a repeat of the same shape
   // does not (a replayed decode step is recorded on its second run, replayed from its third; a
   // window shape recorded on its third, replayed from its fourth).
-  auto backend = make_backend(testing::test_backend_options());
+  auto backend = make_backend(testing::reference_backend_options());
   auto model = Model::load(model_dir("llama"), *backend);
   const int V = model->config().vocab_size;
   auto cache = model->make_cache(16);

@@ -122,7 +122,7 @@ TEST(TapsReplay, ReplayedStepsTapTheRowsTheyAreToldOf) {
   // records, replayed from the third): each replay gathers the rows this step names, uploaded
   // like the token ids (here alternating between two rows), and equals the same steps run call
   // by call (rows without logits: not a replayable shape).
-  auto backend = make_backend(testing::test_backend_options());
+  auto backend = make_backend(testing::reference_backend_options());
   auto model = Model::load(model_dir("llama"), *backend);
   const int L = model->config().num_layers, V = model->config().vocab_size, H = model->config().hidden_size;
   auto cache = model->make_cache(16);

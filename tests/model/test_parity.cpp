@@ -86,7 +86,7 @@ class FixtureParity : public ::testing::TestWithParam<FixtureCase> {
   void SetUp() override {
     if (!cpu_has(GetParam().isa)) GTEST_SKIP() << "this CPU lacks " << GetParam().isa;
     if (testing::test_on_gpu() && GetParam().isa != "scalar") GTEST_SKIP() << "one GPU pass is enough";
-    backend = make_backend(testing::test_backend_options(GetParam().isa));
+    backend = make_backend(testing::reference_backend_options(GetParam().isa));
     dir = kFixtures + "/models/" + GetParam().model;
     model = Model::load(dir, *backend);
     reference = read_json(dir + "/reference.json");
@@ -156,7 +156,7 @@ INSTANTIATE_TEST_SUITE_P(Models, FixtureParity, ::testing::ValuesIn(fixture_case
 class BundledParity : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    backend = make_backend(testing::test_backend_options());  // the fastest kernels this CPU has
+    backend = make_backend(testing::reference_backend_options());  // the fastest kernels this CPU has
     model = Model::load(std::string(SPECDEC_SOURCE_DIR) + "/models/" + GetParam(), *backend);
   }
   std::unique_ptr<Backend> backend;

@@ -45,7 +45,7 @@ struct Uploads {
 };
 
 struct Fixture {
-  std::unique_ptr<Backend> backend = make_backend(test_backend_options());
+  std::unique_ptr<Backend> backend = make_backend(reference_backend_options());
   Uploads up{*backend, {}};
   Reference ref;
   nlohmann::json meta;
@@ -266,7 +266,7 @@ fs::path edited(const std::string& name, const std::function<void(nlohmann::json
 }
 
 void expect_refused(const fs::path& dir, const std::string& needle) {
-  auto backend = make_backend(test_backend_options());
+  auto backend = make_backend(reference_backend_options());
   try {
     DflashMethod m(dir, *backend, "bad");
     ADD_FAILURE() << "loaded " << dir << ", expected an error with '" << needle << "'";

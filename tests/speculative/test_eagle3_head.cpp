@@ -28,7 +28,7 @@ nlohmann::json reference() {
 }
 
 Backend& backend() {
-  static std::unique_ptr<Backend> b = make_backend(test_backend_options());
+  static std::unique_ptr<Backend> b = make_backend(reference_backend_options());
   return *b;
 }
 

@@ -1,15 +1,14 @@
 // The CUDA backend: checks every call's tensors on the host, then enqueues the kernels of
 // kernels.h (or cuBLASLt) on the backend's stream. Numerics of the two linear modes:
-// - batch_invariant = true: every M goes through the row-streaming kernel (linear.cu): x stays
-//   f32, weights are widened to f32, f32 fma in an order fixed by K. Matches an f32 CPU GEMM on
-//   the same weights to rounding, and a row's result is bit-identical at any M. With
-//   CudaTuning::invariant_tensor_cores, 16-bit weights go through the tensor-core linear
-//   (gemm.cu) at every M instead: x rounded to the weights' type, f32 sums in MMA k-steps of
-//   increasing k, one order for any M, so equally batch invariant.
-// - batch_invariant = false: M <= kSmallM uses the same kernel; larger M converts x to
-//   the weight's 16-bit type (round to nearest even) and runs a cuBLASLt GEMM with f32
-//   accumulation (tensor cores). Rounding x to bf16 costs ~3 significant digits in the products;
-//   results then depend on M (the library picks the tiling), so not batch invariant.
+// - batch_invariant = true: 16-bit weights go through cuBLASLt at every M, restricted to
+//   algorithms that keep K in one pass (gemm_lt.h): x rounded to the weights' type, each output
+//   one f32 accumulator over K in order, so a row's bits are the same at any M and beside any
+//   rows. f32 weights (and CudaTuning::invariant_cublaslt off) take the row-streaming kernel
+//   (linear.cu): x stays f32, f32 fma in an order fixed by K, equally invariant. With
+//   CudaTuning::invariant_tensor_cores, 16-bit weights take the tensor-core linear (gemm.cu).
+// - batch_invariant = false: M <= kSmallM uses the row-streaming kernel; larger M rounds x to
+//   the weights' 16-bit type and runs the fastest cuBLASLt algorithm, K split or not: results
+//   then depend on M, so not batch invariant.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -89,6 +88,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_FLASH", tuning.flash_prefill);
   set_level("SPECDEC_CUDA_FLASH_DECODE_BLOCKS", 1 << 30, tuning.flash_decode_blocks);
   set_switch("SPECDEC_CUDA_INVARIANT_GEMM", tuning.invariant_tensor_cores);
+  set_switch("SPECDEC_CUDA_INVARIANT_LT", tuning.invariant_cublaslt);
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
   return tuning;
 }
@@ -381,15 +381,18 @@ class CudaBackend final : public Backend {
     launch_attention(op, flash ? attention_args(op, q, k_pool, v_pool, batch, scale, out) : a, batch);
   }
 
-  // Whether the fast mode attends this batch with the tensor-core kernel (bf16 products, not
-  // invariant): a batch with prefill chunks, or enough rows that its blocks (one per row and kv
+  // Whether this batch attends on the tensor-core kernel (bf16 products). A token's bits there do
+  // not depend on its neighbours or on how its row's tokens are cut into calls, so the
+  // batch-invariant mode takes it for every batch its pools and head size allow. The fast mode
+  // takes it for a batch with prefill chunks, or enough rows that its blocks (one per row and kv
   // head, each over the row's whole history) fill the GPU by themselves
-  // (CudaTuning::flash_decode_blocks). Fewer rows of one or a few tokens keep the f32 kernel,
+  // (CudaTuning::flash_decode_blocks); fewer rows of one or a few tokens keep the f32 kernel,
   // whose split launch spreads a long history over more SMs.
   bool flash_attention(const AttentionBatch& batch, const Tensor& k_pool) const {
-    if (invariant_ || !tuning().flash_prefill) return false;
-    const int64_t kv_heads = k_pool.rank == 4 ? k_pool.dim(2) : 1;
-    return batch.max_row_tokens >= kFlashMinRowTokens || batch.rows * kv_heads >= tuning().flash_decode_blocks;
+    if (!tuning().flash_prefill || k_pool.rank != 4) return false;
+    if (invariant_)
+      return k_pool.dtype == DType::bf16 && cuda::flash_attention_supports(ElemType::bf16, static_cast<int>(k_pool.dim(3)));
+    return batch.max_row_tokens >= kFlashMinRowTokens || batch.rows * k_pool.dim(2) >= tuning().flash_decode_blocks;
   }
   // Fewest new tokens of a row for which the fast mode attends with the tensor-core kernel.
   static constexpr int kFlashMinRowTokens = 16;
@@ -666,9 +669,19 @@ class CudaBackend final : public Backend {
     return pt;
   }
 
-  // The row-streaming kernel serves every M in batch-invariant mode, and one or two rows (where
-  // it streams the weights fastest) in fast mode.
-  bool rows_kernel(const LinearShape& sh) const { return invariant_ || sh.m <= kSmallM || sh.k == 0; }
+  // The row-streaming kernel serves one or two rows in fast mode (where it streams the weights
+  // fastest), and in batch-invariant mode every M that cuBLASLt does not (see invariant_lt).
+  bool rows_kernel(const LinearShape& sh) const {
+    if (sh.k == 0) return true;
+    return invariant_ ? !invariant_lt(sh) : sh.m <= kSmallM;
+  }
+  // Whether the batch-invariant mode runs this linear on cuBLASLt with K unsplit: 16-bit weights
+  // whose rows start on 16-byte boundaries (K a multiple of 8), where cuBLASLt's tensor-core
+  // algorithms apply whatever M is.
+  bool invariant_lt(const LinearShape& sh) const {
+    return invariant_ && tuning().invariant_cublaslt && sh.type != ElemType::f32 && sh.k % 8 == 0 &&
+           !tensor_core_type(sh);
+  }
 
   // Whether the tensor-core linear serves weights of this type and K: for every M in
   // batch-invariant mode with CudaTuning::invariant_tensor_cores (one reduction order for every
@@ -818,7 +831,7 @@ class CudaBackend final : public Backend {
     return buffer.data();
   }
 
-  // ---- The fast mode's cuBLASLt path (M above kSmallM) ----
+  // ---- The cuBLASLt path (fast mode: M above kSmallM; batch-invariant mode: 16-bit weights) ----
   // x is rounded to the weights' 16-bit type once per call, however many weights read it, and
   // the norm before a projection writes that rounded x directly; residual adds accumulate into
   // out inside the GEMM. Each saves a pass over the activations and a launch.
@@ -872,7 +885,7 @@ class CudaBackend final : public Backend {
                                 : sh.type == ElemType::f16 ? CUDA_R_16F
                                                            : CUDA_R_32F;
     lt_->run(xin, weight.data, type, out.ptr<float>(), sh.m, sh.n, sh.k, lt_workspace_.data(), kLtWorkspaceBytes,
-             stream_, accumulate ? 1.0f : 0.0f, timing);
+             stream_, /*whole_k=*/invariant_, accumulate ? 1.0f : 0.0f, timing);
     if (tuning().sync_each_call)
       SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "linear (cuBLASLt) ", sh.m, "x", sh.n, "x", sh.k);
   }
@@ -886,7 +899,7 @@ class CudaBackend final : public Backend {
   }
 
   // Every projection of one x (normalised first when norm_weight is given) through cuBLASLt, x
-  // rounded once; false, having done nothing, where the fast mode's large-M path does not apply.
+  // rounded once; false, having done nothing, where the cuBLASLt path does not apply.
   bool linear_many_lt(const Tensor& x, std::span<const Projection> projections, const Tensor* norm_weight, float eps,
                       const Tensor& normed) {
     if (projections.empty()) return false;

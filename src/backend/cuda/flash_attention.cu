@@ -1,8 +1,13 @@
-// Causal paged attention on the tensor cores, for the fast mode's prefill chunks: one block per
-// (row, kv head, tile of the row's new tokens), flash-style online softmax over 64-position tiles
-// of the paged cache, bf16 mma with f32 accumulation. q and the probabilities are rounded to bf16
-// for the products, so results differ from attention.cu's f32 kernel within bf16 rounding, and
-// a token's bits depend on its tile: not batch invariant (the invariant mode never calls it).
+// Causal paged attention on the tensor cores: one block per (row, kv head, tile of the row's new
+// tokens), flash-style online softmax over 64-position tiles of the paged cache, bf16 mma with f32
+// accumulation. q and the probabilities are rounded to bf16 for the products, so results differ
+// from attention.cu's f32 kernel within bf16 rounding.
+// Batch invariant: a token's output depends only on its q and its row's cache. Every token walks
+// the cache tiles 0, 1, 2, ... in order whatever its block; the tiles past its own visible length
+// (its block reaches further for a later token) mask it to nothing and leave its sums exactly as
+// they were (the rescale factor is exactly 1 when the running maximum does not change, and its
+// probabilities there are exactly 0). Mma rows do not mix. So a prefill chunk, a verify window
+// and single decode steps give each token the same bits, alone or beside other rows.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/device_util.cuh"
@@ -187,7 +192,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
       mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
       const float m_new = fmaxf(m[i], mx[i]);
       base[i] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet stays at zero
-      alpha[i] = exp2f(m[i] - base[i]);             // 0 for the first visible tile (m = -inf)
+      // 0 for the first visible tile (m = -inf); exactly 1 while the maximum holds (see the top).
+      alpha[i] = m_new == m[i] ? 1.0f : exp2f(m[i] - base[i]);
       m[i] = m_new;
       l[i] *= alpha[i];
     }

@@ -19,6 +19,44 @@ struct LtGemm::Plan {
   }
 };
 
+namespace {
+
+int32_t split_count(const cublasLtMatmulAlgo_t& algo) {
+  int32_t split = 1;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split, &written) !=
+      CUBLAS_STATUS_SUCCESS)
+    return -1;  // unknown: not kept where K must stay whole
+  return split;
+}
+
+}  // namespace
+
+// Keeps, in order, the candidates that do not split K; with none, the first candidate set to one
+// split (if cuBLASLt accepts it for this shape). Returns how many are left in results.
+int LtGemm::keep_whole_k(cublasLtMatmulHeuristicResult_t* results, int found, cublasLtMatmulDesc_t desc,
+                         cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                         const std::string& sizes) {
+  int kept = 0;
+  for (int i = 0; i < found; ++i)
+    if (split_count(results[i].algo) <= 1 && split_count(results[i].algo) >= 0) results[kept++] = results[i];
+  if (kept > 0) return kept;
+  cublasLtMatmulAlgo_t algo = results[0].algo;
+  const int32_t one = 1;
+  const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+  cublasLtMatmulHeuristicResult_t checked{};
+  const bool ok =
+      cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one) ==
+          CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none) ==
+          CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatmulAlgoCheck(handle_, desc, a, b, c, c, &algo, &checked) == CUBLAS_STATUS_SUCCESS;
+  SPECDEC_CHECK(ok, "cuBLASLt offers no algorithm for ", sizes, " that keeps K in one pass (batch-invariant mode)");
+  results[0] = checked;
+  results[0].algo = algo;
+  return 1;
+}
+
 LtGemm::LtGemm() { SPECDEC_CUBLAS_CHECK(cublasLtCreate(&handle_), "creating the cuBLASLt handle"); }
 
 LtGemm::~LtGemm() {
@@ -27,14 +65,15 @@ LtGemm::~LtGemm() {
 }
 
 LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, float* out, int M, int N, int K,
-                           void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                           void* workspace, size_t workspace_bytes, cudaStream_t stream, bool whole_k) {
   // `out` here is only where candidates are timed (see run).
-  const Key key{M, N, K, static_cast<int>(type)};
+  const Key key{M, N, K, static_cast<int>(type), whole_k};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
 
   auto p = std::make_unique<Plan>();
-  const auto sizes = str_cat("linear M=", M, " N=", N, " K=", K, " type=", static_cast<int>(type));
+  const auto sizes =
+      str_cat("linear M=", M, " N=", N, " K=", K, " type=", static_cast<int>(type), whole_k ? " (K unsplit)" : "");
   SPECDEC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), sizes);
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   SPECDEC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
@@ -48,7 +87,7 @@ LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, fl
   cublasLtMatmulPreference_t pref = nullptr;
   SPECDEC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), sizes);
   const uint64_t ws = workspace_bytes;
-  constexpr int kCandidates = 8;
+  constexpr int kCandidates = 16;
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
@@ -58,6 +97,7 @@ LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, fl
   cublasLtMatmulPreferenceDestroy(pref);
   SPECDEC_CUBLAS_CHECK(st, "cublasLtMatmulAlgoGetHeuristic for ", sizes);
   SPECDEC_CHECK(found > 0, "cuBLASLt has no algorithm for ", sizes, " with ", workspace_bytes, " bytes of workspace");
+  if (whole_k) found = keep_whole_k(results, found, p->desc, p->a, p->b, p->c, sizes);
   p->algo = results[0].algo;
 
   // Time the candidates on the real operands (out is overwritten by the call that follows).
@@ -95,10 +135,10 @@ LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, fl
 }
 
 void LtGemm::run(const void* x, const void* w, cudaDataType_t type, float* out, int M, int N, int K, void* workspace,
-                 size_t workspace_bytes, cudaStream_t stream, float beta, float* timing_out) {
+                 size_t workspace_bytes, cudaStream_t stream, bool whole_k, float beta, float* timing_out) {
   SPECDEC_CHECK(beta == 0.0f || timing_out != nullptr, "linear M=", M, " N=", N, " K=", K,
                 ": accumulating into out needs a separate buffer to time candidates on");
-  Plan& p = plan(x, w, type, beta == 0.0f ? out : timing_out, M, N, K, workspace, workspace_bytes, stream);
+  Plan& p = plan(x, w, type, beta == 0.0f ? out : timing_out, M, N, K, workspace, workspace_bytes, stream, whole_k);
   const float alpha = 1.0f;
   SPECDEC_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
                                       workspace, workspace_bytes, stream),

@@ -1,7 +1,14 @@
-// cuBLASLt GEMM for the fast (not batch-invariant) linear path at larger M:
-// out[M, N] (f32) = x[M, K] · w[N, K]ᵀ (+ out, with beta = 1) with x and w of one type (bf16, f16
-// or f32) and f32 accumulation. Plans (descriptors + algorithm) are cached per shape and type; the algorithm is
-// the fastest of cuBLASLt's heuristic candidates, timed once on the first call of a shape.
+// cuBLASLt GEMM for the linears of 16-bit weights (both modes) and f32 weights at larger M (fast
+// mode): out[M, N] (f32) = x[M, K] · w[N, K]ᵀ (+ out, with beta = 1) with x and w of one type
+// (bf16, f16 or f32) and f32 accumulation. Plans (descriptors + algorithm) are cached per shape
+// and type; the algorithm is the fastest of cuBLASLt's heuristic candidates, timed once on the
+// first call of a shape.
+//
+// whole_k: only algorithms that do not split K. Each output is then one accumulator over K in
+// order, whatever the tile, cluster or M; across every candidate cuBLASLt offers for the linears
+// of an 8B model on Hopper, the algorithms of one split count gave the same bits for a row at
+// every M (tools/gpu/lt_pin_probe.cpp; the GPU tests check it for the shapes they run). So the
+// batch-invariant mode may still pick the fastest unsplit algorithm per M.
 #pragma once
 
 #include <cublasLt.h>
@@ -10,6 +17,7 @@
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 
 namespace specdec::cuda {
@@ -25,13 +33,17 @@ class LtGemm {
   // shape's candidates overwrites an output, so with beta = 1 they are timed on `timing_out`, an
   // [M, N] f32 buffer whose contents do not matter; with beta = 0, on out itself.
   void run(const void* x, const void* w, cudaDataType_t type, float* out, int M, int N, int K, void* workspace,
-           size_t workspace_bytes, cudaStream_t stream, float beta = 0.0f, float* timing_out = nullptr);
+           size_t workspace_bytes, cudaStream_t stream, bool whole_k, float beta = 0.0f, float* timing_out = nullptr);
 
  private:
   struct Plan;
-  using Key = std::tuple<int, int, int, int>;  // M, N, K, type
+  using Key = std::tuple<int, int, int, int, bool>;  // M, N, K, type, whole_k
   Plan& plan(const void* x, const void* w, cudaDataType_t type, float* timing_out, int M, int N, int K,
-             void* workspace, size_t workspace_bytes, cudaStream_t stream);
+             void* workspace, size_t workspace_bytes, cudaStream_t stream, bool whole_k);
+
+  int keep_whole_k(cublasLtMatmulHeuristicResult_t* results, int found, cublasLtMatmulDesc_t desc,
+                   cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                   const std::string& sizes);
 
   cublasLtHandle_t handle_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
