@@ -252,6 +252,11 @@ std::string shape_name(const Shape& s) {
          std::string(dtype_name(s.kv)) + " pool";
 }
 
+// Whether the batch-invariant mode attends this shape on the tensor cores (flash_attention.cu).
+bool on_tensor_cores(const Shape& s) {
+  return CudaTuning{}.flash_prefill && s.kv == DType::bf16 && (s.D == 64 || s.D == 96 || s.D == 128);
+}
+
 Backends backends_with_kv(DType kv, bool invariant = true) {
   Backends b = make_backends(invariant);
   BackendOptions g;
@@ -441,7 +446,9 @@ TEST(GpuAttention, FusedDecodeEqualsRopeKvWriteThenAttention) {
               g.attention(qt.tensor, p.k.tensor, p.v.tensor, db.batch, scale, o.tensor);
             }
             if (l == 0) out[fused] = download(g, o.tensor);
-            if (l == 0 && fused) {  // the one-launch form ran: it rotates copies and leaves q as it was
+            // The one-launch form (where it runs: the invariant mode attends a bf16 cache on the
+            // tensor cores, after rotating q in place) rotates copies and leaves q as it was.
+            if (l == 0 && fused && !on_tensor_cores(s)) {
               const auto q_after = download(g, qt.tensor);
               EXPECT_TRUE(bit_equal(q_after.data(), q.data(), q.size())) << shape_name(s) << ": q was rotated in place";
             }

@@ -73,16 +73,16 @@ inline std::vector<float> rounded(const std::vector<float>& values, DType dtype)
 
 // Whether the batch-invariant CUDA linear rounds x to the weights' type for this shape: 16-bit
 // weights with K a multiple of 8 take cuBLASLt (CudaTuning::invariant_cublaslt,
-// SPECDEC_CUDA_INVARIANT_LT) or the tensor-core linear (CudaTuning::invariant_tensor_cores,
-// SPECDEC_CUDA_INVARIANT_GEMM) unless both are switched off (see cuda_backend.cpp).
-inline bool invariant_rounds_x(DType wt, int64_t K) {
+// SPECDEC_CUDA_INVARIANT_LT; N a multiple of 8 too) or the tensor-core linear
+// (CudaTuning::invariant_tensor_cores, SPECDEC_CUDA_INVARIANT_GEMM) (see cuda_backend.cpp).
+inline bool invariant_rounds_x(DType wt, int64_t K, int64_t N) {
   auto on = [](const char* name, bool fallback) {
     const char* v = std::getenv(name);
     return v != nullptr ? std::strcmp(v, "0") != 0 : fallback;
   };
-  const bool tensor_cores = on("SPECDEC_CUDA_INVARIANT_LT", CudaTuning{}.invariant_cublaslt) ||
-                            on("SPECDEC_CUDA_INVARIANT_GEMM", CudaTuning{}.invariant_tensor_cores);
-  return tensor_cores && wt != DType::f32 && K % 8 == 0;
+  const bool lt = on("SPECDEC_CUDA_INVARIANT_LT", CudaTuning{}.invariant_cublaslt) && N % 8 == 0;
+  const bool gemm = on("SPECDEC_CUDA_INVARIANT_GEMM", CudaTuning{}.invariant_tensor_cores);
+  return (lt || gemm) && wt != DType::f32 && K % 8 == 0;
 }
 
 // A tensor owned together with its buffer.

@@ -60,7 +60,7 @@ TEST(GpuLinear, InvariantModeMatchesCpu) {
   };
   uint32_t seed = 100;
   for (const auto& c : cases) {
-    const bool rounds_x = invariant_rounds_x(c.wt, c.K);
+    const bool rounds_x = invariant_rounds_x(c.wt, c.K, c.N);
     EXPECT_LE(compare_with_cpu(b, c, seed += 3, rounds_x), rounds_x ? kMmaTol : 1e-5) << describe(c);
   }
 }
@@ -106,13 +106,15 @@ TEST(GpuLinear, InvariantModeIsBatchInvariant) {
 
 // The batch-invariant mode's cuBLASLt path picks the fastest algorithm per M among those that
 // keep K in one pass: tiles, clusters and kernels change with M, the bits of a row must not.
-// Shapes of an 8B model's projections, M from one row to a prefill chunk.
+// Shapes of an 8B model's projections and two that are not multiples of 64, M from one row to a
+// prefill chunk.
 TEST(GpuLinear, InvariantModeRowBitsHoldAcrossCuBlasLtAlgorithms) {
   SPECDEC_REQUIRE_GPU();
-  if (!invariant_rounds_x(DType::bf16, 4096)) GTEST_SKIP() << "the invariant mode's tensor-core linears are off";
+  if (!invariant_rounds_x(DType::bf16, 4096, 4096)) GTEST_SKIP() << "the invariant mode's tensor-core linears are off";
   Backends b = make_backends(true);
   constexpr int kMaxM = 1024;
-  for (auto [N, K] : {std::pair{1024, 4096}, std::pair{4096, 4096}, std::pair{4096, 14336}}) {
+  for (auto [N, K] : {std::pair{1024, 4096}, std::pair{4096, 4096}, std::pair{4096, 14336}, std::pair{1000, 4096},
+                      std::pair{4104, 1000}}) {
     const auto x = random_floats(static_cast<size_t>(kMaxM) * K, 400 + static_cast<uint32_t>(N));
     Owned w = upload(*b.gpu, random_floats(static_cast<size_t>(N) * K, 401), DType::bf16, {N, K});
     const auto all = linear_rows(*b.gpu, x, w, 0, kMaxM, N, K);
@@ -152,7 +154,7 @@ TEST(GpuLinear, SingleRowEqualsItsRowInAPairBits) {
 
       const uint64_t streamed = cuda::linear_stream_launches();
       g.linear(x1.tensor, Weight(wa.tensor), nullptr, o1.tensor);
-      const bool rounds_x = invariant && invariant_rounds_x(c.wt, c.K);
+      const bool rounds_x = invariant && invariant_rounds_x(c.wt, c.K, c.N);
       if (std::getenv("SPECDEC_CUDA_STREAM_LINEAR") == nullptr && !rounds_x) {  // the stream kernel ran
         EXPECT_EQ(cuda::linear_stream_launches(), streamed + 1) << what;
       }
@@ -203,7 +205,7 @@ TEST(GpuLinear, MoreRowsThanOneGridMatchCpu) {
   for (int side = 0; side < 2; ++side) {
     Backend& be = side == 0 ? *b.gpu : *b.cpu;
     // The tensor-core linear (K = 32, bf16) rounds x to bf16: the CPU takes it so rounded.
-    const bool rounds_x = side == 1 && invariant_rounds_x(DType::bf16, K);
+    const bool rounds_x = side == 1 && invariant_rounds_x(DType::bf16, K, N);
     Owned xt = upload(be, rounds_x ? rounded(x, DType::bf16) : x, DType::f32, {M, K});
     Owned at = upload(be, wa, DType::bf16, {N, K}), bt = upload(be, wb, DType::bf16, {N, K});
     Owned o = upload(be, std::vector<float>(static_cast<size_t>(M) * N, NAN), DType::f32, {M, N});
@@ -216,7 +218,7 @@ TEST(GpuLinear, MoreRowsThanOneGridMatchCpu) {
     be.linear_add(xt.tensor, Weight(at.tensor), nullptr, r.tensor);
     into[2] = download(be, r.tensor);
   }
-  const double tol = invariant_rounds_x(DType::bf16, K) ? kMmaTol : 1e-5;
+  const double tol = invariant_rounds_x(DType::bf16, K, N) ? kMmaTol : 1e-5;
   EXPECT_LE(rel_error(got[0], want[0]), tol) << "linear";
   EXPECT_LE(rel_error(got[1], want[1]), tol) << "gated_linear";
   EXPECT_LE(rel_error(got[2], want[2]), tol) << "linear_add";

@@ -676,10 +676,11 @@ class CudaBackend final : public Backend {
     return invariant_ ? !invariant_lt(sh) : sh.m <= kSmallM;
   }
   // Whether the batch-invariant mode runs this linear on cuBLASLt with K unsplit: 16-bit weights
-  // whose rows start on 16-byte boundaries (K a multiple of 8), where cuBLASLt's tensor-core
-  // algorithms apply whatever M is.
+  // with K and N multiples of 8 (rows of x, w and out on 16-byte boundaries). Those are the shapes
+  // whose row bits were measured to agree across cuBLASLt's algorithms; with N = 4,100 a row's
+  // bits at M = 1 and 2 differed, so other shapes keep the row kernel.
   bool invariant_lt(const LinearShape& sh) const {
-    return invariant_ && tuning().invariant_cublaslt && sh.type != ElemType::f32 && sh.k % 8 == 0 &&
+    return invariant_ && tuning().invariant_cublaslt && sh.type != ElemType::f32 && sh.k % 8 == 0 && sh.n % 8 == 0 &&
            !tensor_core_type(sh);
   }
 

@@ -5,6 +5,10 @@
 
 #include "backend/cuda/cuda_check.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 namespace specdec::cuda {
 
 struct LtGemm::Plan {
@@ -21,40 +25,69 @@ struct LtGemm::Plan {
 
 namespace {
 
-int32_t split_count(const cublasLtMatmulAlgo_t& algo) {
-  int32_t split = 1;
+template <typename T>
+T algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr, T fallback) {
+  T value = fallback;
   size_t written = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split, &written) !=
-      CUBLAS_STATUS_SUCCESS)
-    return -1;  // unknown: not kept where K must stay whole
-  return split;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof value, &written) != CUBLAS_STATUS_SUCCESS)
+    return fallback;
+  return value;
+}
+
+bool same_algo(const cublasLtMatmulAlgo_t& a, const cublasLtMatmulAlgo_t& b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+// SPECDEC_CUDA_LT_LOG=1 prints each plan's choice to stderr (which algorithm the timing kept).
+bool log_plans() {
+  static const bool on = [] {
+    const char* v = std::getenv("SPECDEC_CUDA_LT_LOG");
+    return v != nullptr && std::strcmp(v, "0") != 0;
+  }();
+  return on;
 }
 
 }  // namespace
 
-// Keeps, in order, the candidates that do not split K; with none, the first candidate set to one
-// split (if cuBLASLt accepts it for this shape). Returns how many are left in results.
-int LtGemm::keep_whole_k(cublasLtMatmulHeuristicResult_t* results, int found, cublasLtMatmulDesc_t desc,
-                         cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                         const std::string& sizes) {
-  int kept = 0;
-  for (int i = 0; i < found; ++i)
-    if (split_count(results[i].algo) <= 1 && split_count(results[i].algo) >= 0) results[kept++] = results[i];
-  if (kept > 0) return kept;
-  cublasLtMatmulAlgo_t algo = results[0].algo;
-  const int32_t one = 1;
-  const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
-  cublasLtMatmulHeuristicResult_t checked{};
-  const bool ok =
-      cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one) ==
-          CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none) ==
-          CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulAlgoCheck(handle_, desc, a, b, c, c, &algo, &checked) == CUBLAS_STATUS_SUCCESS;
-  SPECDEC_CHECK(ok, "cuBLASLt offers no algorithm for ", sizes, " that keeps K in one pass (batch-invariant mode)");
-  results[0] = checked;
-  results[0].algo = algo;
-  return 1;
+// Candidates that keep K in one pass: each heuristic result as it is when unsplit, else set to one
+// split (cuBLASLt's best tiles for a few rows are often split ones), if cuBLASLt accepts that for
+// this shape. Only algorithms of the id the first plan of this (N, K, type) chose: across ids the
+// bits were not measured to agree. With none left, that first plan's algorithm itself.
+std::vector<cublasLtMatmulAlgo_t> LtGemm::whole_k_candidates(const cublasLtMatmulHeuristicResult_t* results,
+                                                             int found, const Plan& p, const PinKey& pin,
+                                                             const std::string& sizes) {
+  const auto pinned = pinned_.find(pin);
+  std::vector<cublasLtMatmulAlgo_t> out;
+  auto accept = [&](cublasLtMatmulAlgo_t algo) {
+    if (pinned != pinned_.end() && algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID, -1) !=
+                                       algo_config<int32_t>(pinned->second, CUBLASLT_ALGO_CONFIG_ID, -2))
+      return;
+    if (algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1) != 1) {
+      const int32_t one = 1;
+      const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+      if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one, sizeof one) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof none) !=
+              CUBLAS_STATUS_SUCCESS)
+        return;
+    }
+    cublasLtMatmulHeuristicResult_t checked{};
+    if (cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.c, p.c, &algo, &checked) != CUBLAS_STATUS_SUCCESS)
+      return;
+    for (const auto& have : out)
+      if (same_algo(have, algo)) return;
+    out.push_back(algo);
+  };
+  for (int i = 0; i < found; ++i) accept(results[i].algo);
+  if (out.empty() && pinned != pinned_.end()) {
+    cublasLtMatmulHeuristicResult_t checked{};
+    if (cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.c, p.c, &pinned->second, &checked) ==
+        CUBLAS_STATUS_SUCCESS)
+      out.push_back(pinned->second);
+  }
+  SPECDEC_CHECK(!out.empty(), "cuBLASLt offers no algorithm for ", sizes,
+                " that keeps K in one pass with the algorithm of this shape's other plans (batch-invariant mode)");
+  return out;
 }
 
 LtGemm::LtGemm() { SPECDEC_CUBLAS_CHECK(cublasLtCreate(&handle_), "creating the cuBLASLt handle"); }
@@ -97,26 +130,32 @@ LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, fl
   cublasLtMatmulPreferenceDestroy(pref);
   SPECDEC_CUBLAS_CHECK(st, "cublasLtMatmulAlgoGetHeuristic for ", sizes);
   SPECDEC_CHECK(found > 0, "cuBLASLt has no algorithm for ", sizes, " with ", workspace_bytes, " bytes of workspace");
-  if (whole_k) found = keep_whole_k(results, found, p->desc, p->a, p->b, p->c, sizes);
-  p->algo = results[0].algo;
+  const PinKey pin{N, K, static_cast<int>(type)};
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  if (whole_k) {
+    candidates = whole_k_candidates(results, found, *p, pin, sizes);
+  } else {
+    for (int i = 0; i < found; ++i) candidates.push_back(results[i].algo);
+  }
+  p->algo = candidates[0];
+  float best = -1.0f;
 
   // Time the candidates on the real operands (out is overwritten by the call that follows).
   // Not while the stream is being captured into a graph: events cannot be waited on there.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   SPECDEC_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), sizes);
-  if (found > 1 && capture == cudaStreamCaptureStatusNone) {
+  if (candidates.size() > 1 && capture == cudaStreamCaptureStatusNone) {
     cudaEvent_t start = nullptr, stop = nullptr;
     SPECDEC_CUDA_CHECK(cudaEventCreate(&start), sizes);
     SPECDEC_CUDA_CHECK(cudaEventCreate(&stop), sizes);
     const float alpha = 1.0f, beta = 0.0f;
-    float best = 0.0f;
     bool have = false;
-    for (int i = 0; i < found; ++i) {
+    for (size_t i = 0; i < candidates.size(); ++i) {
       float ms = 0.0f;
       bool ok = true;
       for (int rep = 0; rep < 3 && ok; ++rep) {  // the first run warms up; the last one is timed
         ok = cudaEventRecord(start, stream) == cudaSuccess &&
-             cublasLtMatmul(handle_, p->desc, &alpha, w, p->a, x, p->b, &beta, out, p->c, out, p->c, &results[i].algo,
+             cublasLtMatmul(handle_, p->desc, &alpha, w, p->a, x, p->b, &beta, out, p->c, out, p->c, &candidates[i],
                             workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS &&
              cudaEventRecord(stop, stream) == cudaSuccess && cudaEventSynchronize(stop) == cudaSuccess &&
              cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
@@ -124,13 +163,20 @@ LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, fl
       if (ok && (!have || ms < best)) {
         have = true;
         best = ms;
-        p->algo = results[i].algo;
+        p->algo = candidates[i];
       }
     }
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
     SPECDEC_CUDA_CHECK(cudaGetLastError(), "timing cuBLASLt candidates for ", sizes);
   }
+  if (whole_k) pinned_.emplace(pin, p->algo);
+  if (log_plans())
+    std::fprintf(stderr, "cuBLASLt plan %s: %zu candidates, kept id %d tile %u stages %u split %d (%.4f ms)\n",
+                 sizes.c_str(), candidates.size(), algo_config<int32_t>(p->algo, CUBLASLT_ALGO_CONFIG_ID, -1),
+                 algo_config<uint32_t>(p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, 0),
+                 algo_config<uint32_t>(p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, 0),
+                 algo_config<int32_t>(p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1), static_cast<double>(best));
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 

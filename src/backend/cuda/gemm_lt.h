@@ -4,10 +4,11 @@
 // and type; the algorithm is the fastest of cuBLASLt's heuristic candidates, timed once on the
 // first call of a shape.
 //
-// whole_k: only algorithms that do not split K. Each output is then one accumulator over K in
-// order, whatever the tile, cluster or M; across every candidate cuBLASLt offers for the linears
-// of an 8B model on Hopper, the algorithms of one split count gave the same bits for a row at
-// every M (tools/gpu/lt_pin_probe.cpp; the GPU tests check it for the shapes they run). So the
+// whole_k: only algorithms that do not split K, and of the algorithm id that the first plan of the
+// same (N, K, type) chose. Each output is then one accumulator over K in order, whatever the tile,
+// cluster or M: across every candidate cuBLASLt offers for the linears of an 8B model on Hopper,
+// the algorithms of one split count gave the same bits for a row at every M
+// (tools/gpu/lt_pin_probe.cpp; the GPU tests check it for the shapes they run). So the
 // batch-invariant mode may still pick the fastest unsplit algorithm per M.
 #pragma once
 
@@ -19,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace specdec::cuda {
 
@@ -41,12 +43,13 @@ class LtGemm {
   Plan& plan(const void* x, const void* w, cudaDataType_t type, float* timing_out, int M, int N, int K,
              void* workspace, size_t workspace_bytes, cudaStream_t stream, bool whole_k);
 
-  int keep_whole_k(cublasLtMatmulHeuristicResult_t* results, int found, cublasLtMatmulDesc_t desc,
-                   cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                   const std::string& sizes);
+  using PinKey = std::tuple<int, int, int>;  // N, K, type
+  std::vector<cublasLtMatmulAlgo_t> whole_k_candidates(const cublasLtMatmulHeuristicResult_t* results, int found,
+                                                       const Plan& p, const PinKey& pin, const std::string& sizes);
 
   cublasLtHandle_t handle_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::map<PinKey, cublasLtMatmulAlgo_t> pinned_;  // whole_k: the first plan's algorithm per (N, K, type)
 };
 
 }  // namespace specdec::cuda
