@@ -4,6 +4,7 @@
 #include <numeric>
 #include <string>
 
+#include "backend/cuda/kernels.h"
 #include "gpu/gpu_test_util.h"
 
 namespace specdec::gpu_test {
@@ -254,7 +255,7 @@ std::string shape_name(const Shape& s) {
 
 // Whether the batch-invariant mode attends this shape on the tensor cores (flash_attention.cu).
 bool on_tensor_cores(const Shape& s) {
-  return CudaTuning{}.flash_prefill && s.kv == DType::bf16 && (s.D == 64 || s.D == 96 || s.D == 128);
+  return CudaTuning{}.flash_prefill && s.kv == DType::bf16 && cuda::flash_attention_supports(cuda::ElemType::bf16, s.D);
 }
 
 Backends backends_with_kv(DType kv, bool invariant = true) {
