@@ -53,6 +53,10 @@ struct CudaTuning {
   // weights slower than the row kernel (docs/benchmarks.md), and one row is the commonest call.
   // Either way one reduction order serves every M of a backend.
   bool invariant_tensor_cores = false;
+  // Projections whose weights lie one after another (q/k/v, gate/up as the model binds them) run
+  // as one cuBLASLt GEMM each group; false runs one GEMM a weight (SPECDEC_CUDA_STACKED=0). In
+  // the batch-invariant mode (K never split) either gives the same bits.
+  bool stacked_projections = true;
   // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
   // gives the same bits.

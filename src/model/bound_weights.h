@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@ class BoundWeights {
   Tensor tensor(const std::string& name);
   // A linear layer's weight.
   Weight weight(const std::string& name) { return Weight(tensor(name)); }
+  // Linear weights that read the same input (q/k/v, gate/up), in order. Uploaded into one
+  // buffer, each right after the one before, when they share a dtype and K: a backend may then
+  // run them as one product over the stacked rows. Otherwise (and where the backend reads host
+  // memory) each as weight() gives it.
+  std::vector<Weight> adjacent(const std::vector<std::string>& names);
 
   // Of every tensor bound so far (a tensor bound once and used twice, e.g. a tied LM head,
   // counts once).

@@ -92,6 +92,74 @@ TEST(GpuFused, EqualsComposedCalls) {
   }
 }
 
+// Weights in one buffer, one after another (as the model binds q/k/v and gate/up, so that the
+// backend runs each group as one GEMM), with the contents make_weights gives them.
+struct Stacked {
+  Buffer qkv, gate_up;
+  Weights w;
+};
+
+Stacked make_stacked(Backend& g, int K, int Nq, int Nkv, int I, DType wt) {
+  const auto stack = [&](Buffer& buffer, std::vector<std::pair<int, uint32_t>> parts) {
+    size_t total = 0;
+    for (auto [rows, seed] : parts) total += encode(random_floats(size_t(rows) * K, seed), wt).size();
+    buffer = g.allocate(total);
+    std::vector<Owned> out;
+    auto* at = static_cast<uint8_t*>(buffer.data());
+    for (auto [rows, seed] : parts) {
+      const auto bytes = encode(random_floats(size_t(rows) * K, seed), wt);
+      Owned o{Buffer(), Tensor(at, wt, {rows, K}, Device::cuda)};
+      g.copy(Tensor(const_cast<uint8_t*>(bytes.data()), wt, {rows, K}, Device::cpu), o.tensor);
+      at += bytes.size();
+      out.push_back(std::move(o));
+    }
+    return out;
+  };
+  Stacked s;
+  auto qkv = stack(s.qkv, {{Nq, 11}, {Nkv, 12}, {Nkv, 13}});
+  auto gu = stack(s.gate_up, {{I, 15}, {I, 16}});
+  s.w = {std::move(qkv[0]), std::move(qkv[1]), std::move(qkv[2]),
+         upload(g, random_floats(size_t(Nq), 14), DType::f32, {Nq}), std::move(gu[0]), std::move(gu[1]),
+         upload(g, random_floats(size_t(K) * I, 17), wt, {K, I})};
+  return s;
+}
+
+// Stacked weights run as one GEMM a group in the cuBLASLt path (up to a few hundred rows): in
+// batch-invariant mode (K never split) each output keeps its bits, in fast mode it agrees within
+// rounding.
+TEST(GpuFused, StackedWeightsEqualSeparateOnes) {
+  SPECDEC_REQUIRE_GPU();
+  struct Case {
+    bool invariant;
+    int M;
+    DType wt;
+    double tol;  // 0: bit equality
+  };
+  const int K = 512, Nq = 256, Nkv = 64, I = 704;
+  for (const Case& c : {Case{true, 1, DType::bf16, 0}, Case{true, 3, DType::bf16, 0}, Case{true, 40, DType::f16, 0},
+                        Case{true, 200, DType::bf16, 0},  Case{true, 300, DType::bf16, 0}, Case{false, 2, DType::bf16, 0},
+                        Case{false, 8, DType::bf16, 1e-5}, Case{false, 300, DType::bf16, 1e-5}}) {
+    Backends b = make_backends(c.invariant);
+    const Weights separate = make_weights(*b.gpu, K, Nq, Nkv, I, c.wt);
+    const Stacked stacked = make_stacked(*b.gpu, K, Nq, Nkv, I, c.wt);
+    const Results want = run(*b.gpu, separate, c.M, K, Nq, Nkv, I, true);
+    const Results got = run(*b.gpu, stacked.w, c.M, K, Nq, Nkv, I, true);
+    const std::string what = str_cat("invariant=", c.invariant, " M=", c.M, " ", dtype_name(c.wt));
+    const std::array<std::pair<const std::vector<float>*, const std::vector<float>*>, 5> pairs = {
+        {{&got.q, &want.q}, {&got.k, &want.k}, {&got.v, &want.v}, {&got.gated, &want.gated},
+         {&got.residual, &want.residual}}};
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      ASSERT_EQ(pairs[i].first->size(), pairs[i].second->size());
+      if (c.tol == 0) {
+        EXPECT_TRUE(bit_equal(pairs[i].first->data(), pairs[i].second->data(), pairs[i].second->size()))
+            << what << " output " << i;
+      } else {
+        EXPECT_LE(rel_error(*pairs[i].first, *pairs[i].second), c.tol) << what << " output " << i;
+      }
+    }
+  }
+}
+
 // RMSNorm folded into the q/k/v and gate/up calls (one or two rows, a whole row of K staged at
 // once) against rms_norm followed by the call: bit-equal. Shapes the kernel does not fold (more
 // rows, K past one staged tile, cuBLASLt's larger M in fast mode) take the composition and must

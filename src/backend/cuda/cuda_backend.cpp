@@ -33,6 +33,10 @@ using cuda::ElemType;
 // rows); beyond it cuBLASLt's tensor-core GEMM streams the weights faster.
 constexpr int64_t kSmallM = 2;
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+// Most rows for which projections of stacked weights run as one GEMM a group. Decode steps gain
+// (fewer launches, wider GEMMs); prefill chunks, whose GEMMs are compute-bound, would only pay the
+// extra pass that moves the wide output's columns to their projections.
+constexpr int kStackedMaxM = 256;
 
 void expect_cuda(const Tensor& t, const char* op, const char* what) {
   SPECDEC_CHECK(t.device == Device::cuda, op, ": ", what, " ", t.shape_string(), " must be in cuda memory, not ",
@@ -89,6 +93,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_level("SPECDEC_CUDA_FLASH_DECODE_BLOCKS", 1 << 30, tuning.flash_decode_blocks);
   set_switch("SPECDEC_CUDA_INVARIANT_GEMM", tuning.invariant_tensor_cores);
   set_switch("SPECDEC_CUDA_INVARIANT_LT", tuning.invariant_cublaslt);
+  set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
   return tuning;
 }
@@ -125,6 +130,7 @@ class CudaBackend final : public Backend {
     lt_workspace_ = Buffer();
     scratch_ = Buffer();
     epilogue_ = Buffer();
+    wide_ = Buffer();
     arrivals_ = Buffer();
     cudaStreamSynchronize(stream_);
   }
@@ -893,10 +899,47 @@ class CudaBackend final : public Backend {
 
   // out = silu(xin · w_gateᵀ) * (xin · w_upᵀ).
   void gated_lt(const void* xin, const Tensor& w_gate, const Tensor& w_up, const Tensor& out, const LinearShape& sh) {
+    if (const std::array<const Tensor*, 2> ws = {&w_gate, &w_up}; stacked(sh.m, ws)) {
+      // One GEMM over both weights' rows, then the gate from each row's first half.
+      LinearShape both = sh;
+      both.n = 2 * sh.n;
+      const Tensor gu = wide_scratch(both);
+      lt_gemm(xin, stacked_weight(w_gate, both.n), gu, both);
+      cuda::launch_silu_mul_halves(gu.ptr<float>(), out.ptr<float>(), sh.m, sh.n, ctx_);
+      check_launch("silu_mul (stacked gate and up)", sh.m, "x", sh.n);
+      return;
+    }
     const Tensor tmp = epilogue_scratch(out);
     lt_gemm(xin, w_gate, out, sh);
     lt_gemm(xin, w_up, tmp, sh);
     silu_mul(out, tmp, out);
+  }
+
+  // Whether the weights lie one after another in memory, all of one type and K (the model binds
+  // q/k/v and gate/up so: BoundWeights::adjacent), and m rows are few enough to gain from reading
+  // them in one GEMM.
+  bool stacked(int m, std::span<const Tensor* const> weights) const {
+    if (!tuning().stacked_projections || m > kStackedMaxM) return false;
+    const Tensor* prev = nullptr;
+    for (const Tensor* w : weights) {
+      if (w->rank != 2) return false;
+      if (prev && (w->dtype != prev->dtype || w->dim(1) != prev->dim(1) ||
+                   static_cast<const char*>(prev->data) + prev->bytes() != w->data))
+        return false;
+      prev = w;
+    }
+    return weights.size() > 1;
+  }
+  // The first of stacked weights widened to all n of their rows.
+  static Tensor stacked_weight(const Tensor& first, int n) {
+    Tensor t = first;
+    t.dims[0] = n;
+    return t;
+  }
+  // [M, n] f32 scratch for one GEMM over stacked weights, before its columns go to their outputs.
+  Tensor wide_scratch(const LinearShape& sh) {
+    void* p = grow(wide_, static_cast<size_t>(sh.m) * sh.n * sizeof(float), "scratch (stacked projections)");
+    return Tensor(p, DType::f32, {sh.m, sh.n}, Device::cuda);
   }
 
   // Every projection of one x (normalised first when norm_weight is given) through cuBLASLt, x
@@ -914,6 +957,26 @@ class CudaBackend final : public Backend {
     }
     const LinearShape& first = linears[0].second;
     const void* xin = norm_weight ? lt_normed_input(x, *norm_weight, eps, normed, first) : lt_input(x, first);
+    std::array<const Tensor*, cuda::kMaxLinearSegments> ws{};
+    for (size_t j = 0; j < linears.size() && j < ws.size(); ++j) ws[j] = linears[j].first;
+    if (linears.size() <= ws.size() && stacked(first.m, std::span(ws).first(linears.size()))) {
+      // One GEMM over the stacked weights, then each projection's columns to its output.
+      LinearShape all = first;
+      all.bias = nullptr;
+      all.n = 0;
+      cuda::ColumnParts parts;
+      for (size_t j = 0; j < linears.size(); ++j) {
+        all.n += linears[j].second.n;
+        parts.out[j] = projections[j].out.ptr<float>();
+        parts.n[j] = linears[j].second.n;
+      }
+      const Tensor wide = wide_scratch(all);
+      lt_gemm(xin, stacked_weight(*linears[0].first, all.n), wide, all);
+      cuda::launch_split_columns(wide.ptr<float>(), all.m, parts, ctx_);
+      check_launch("linear_many (columns of stacked weights)", all.m, "x", all.n);
+      for (size_t j = 0; j < linears.size(); ++j) add_bias(projections[j].out, linears[j].second);
+      return true;
+    }
     for (size_t j = 0; j < projections.size(); ++j) {
       lt_gemm(xin, *linears[j].first, projections[j].out, linears[j].second);
       add_bias(projections[j].out, linears[j].second);
@@ -931,6 +994,7 @@ class CudaBackend final : public Backend {
   Buffer lt_workspace_;
   Buffer scratch_;
   Buffer epilogue_;
+  Buffer wide_;
   Buffer arrivals_;
   std::shared_ptr<uint64_t> generation_ = std::make_shared<uint64_t>(0);  // bumped when a buffer above moves
   bool recording_ = false;

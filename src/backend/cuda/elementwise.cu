@@ -85,6 +85,37 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
   }
 }
 
+__global__ void silu_mul_halves_kernel(const float* gu, float* out, int M, int n) {
+  enter_kernel();
+  const int64_t total = int64_t{M} * n;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / n, j = i % n;
+    const float g = gu[m * 2 * n + j];
+    out[i] = g / (1.0f + expf(-g)) * gu[m * 2 * n + n + j];
+  }
+}
+
+__global__ void split_columns_kernel(const float* src, int M, ColumnParts p) {
+  enter_kernel();
+  const int width = p.n[0] + p.n[1] + p.n[2];
+  const int64_t total = int64_t{M} * width;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / width;
+    int c = static_cast<int>(i % width);
+    // Constant indices into p only (a computed one would put the parameters in local memory).
+    if (c < p.n[0]) {
+      p.out[0][m * p.n[0] + c] = src[i];
+    } else if ((c -= p.n[0]) < p.n[1]) {
+      p.out[1][m * p.n[1] + c] = src[i];
+    } else {
+      c -= p.n[1];
+      p.out[2][m * p.n[2] + c] = src[i];
+    }
+  }
+}
+
 __global__ void add_kernel(const float* a, const float* b, float* out, int64_t n) {
   enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -226,6 +257,18 @@ void launch_rope_kv_write(float* q, float* k, const float* v, const int* positio
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, const Context& ctx) {
   if (n == 0) return;
   launch(silu_mul_kernel, blocks_for(n, 256), 256, 0, ctx, gate, up, out, n);
+}
+
+void launch_silu_mul_halves(const float* gu, float* out, int M, int n, const Context& ctx) {
+  const int64_t total = int64_t{M} * n;
+  if (total == 0) return;
+  launch(silu_mul_halves_kernel, blocks_for(total, 256), 256, 0, ctx, gu, out, M, n);
+}
+
+void launch_split_columns(const float* src, int M, const ColumnParts& parts, const Context& ctx) {
+  const int64_t total = int64_t{M} * (parts.n[0] + parts.n[1] + parts.n[2]);
+  if (total == 0) return;
+  launch(split_columns_kernel, blocks_for(total, 256), 256, 0, ctx, src, M, parts);
 }
 
 void launch_add(const float* a, const float* b, float* out, int64_t n, const Context& ctx) {

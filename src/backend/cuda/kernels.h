@@ -36,6 +36,15 @@ void launch_rms_norm_16(const float* x, const void* weight, ElemType type, float
 void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,
                  int head_dim, const Context& ctx);
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, const Context& ctx);
+// out[m, j] = silu(gu[m, j]) * gu[m, n + j] for rows of gu [M, 2n] (gate then up, as one product
+// over stacked weights writes them): launch_silu_mul's arithmetic.
+void launch_silu_mul_halves(const float* gu, float* out, int M, int n, const Context& ctx);
+// Columns of src [M, sum of n[j]] into out[j] [M, n[j]], in order (up to kMaxLinearSegments parts).
+struct ColumnParts {
+  float* out[3] = {nullptr, nullptr, nullptr};
+  int n[3] = {0, 0, 0};  // 0 for parts not used
+};
+void launch_split_columns(const float* src, int M, const ColumnParts& parts, const Context& ctx);
 void launch_add(const float* a, const float* b, float* out, int64_t n, const Context& ctx);
 // rope on q [T, heads, D] and k [T, kv_heads, D] in place (as launch_rope), then k and v written
 // into the pools at slots[t] (as launch_kv_write): one launch, one block per token.

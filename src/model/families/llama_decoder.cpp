@@ -88,9 +88,12 @@ LlamaDecoder::Layer LlamaDecoder::bind_layer(BoundWeights& weights, int i) const
   Layer l;
   l.input_norm = weights.tensor(p + "input_layernorm.weight");
   l.post_norm = weights.tensor(p + "post_attention_layernorm.weight");
-  l.q_proj = weights.weight(p + "self_attn.q_proj.weight");
-  l.k_proj = weights.weight(p + "self_attn.k_proj.weight");
-  l.v_proj = weights.weight(p + "self_attn.v_proj.weight");
+  // Stacked where the backend keeps its own copy, so that it may run each group as one GEMM.
+  std::vector<Weight> qkv =
+      weights.adjacent({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"});
+  l.q_proj = qkv[0];
+  l.k_proj = qkv[1];
+  l.v_proj = qkv[2];
   l.o_proj = weights.weight(p + "self_attn.o_proj.weight");
   if (c.attention_bias) {
     l.q_bias = weights.tensor(p + "self_attn.q_proj.bias");
@@ -102,8 +105,9 @@ LlamaDecoder::Layer LlamaDecoder::bind_layer(BoundWeights& weights, int i) const
     l.q_norm = weights.tensor(p + "self_attn.q_norm.weight");
     l.k_norm = weights.tensor(p + "self_attn.k_norm.weight");
   }
-  l.gate_proj = weights.weight(p + "mlp.gate_proj.weight");
-  l.up_proj = weights.weight(p + "mlp.up_proj.weight");
+  std::vector<Weight> gate_up = weights.adjacent({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
+  l.gate_proj = gate_up[0];
+  l.up_proj = gate_up[1];
   l.down_proj = weights.weight(p + "mlp.down_proj.weight");
   return l;
 }
