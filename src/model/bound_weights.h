@@ -36,6 +36,11 @@ class BoundWeights {
   size_t bytes() const { return bytes_; }
 
  private:
+  // Adds host to the counts of what the model binds.
+  void count(const Tensor& host);
+  // host copied to `at` (backend memory from one of uploads_).
+  Tensor place(const Tensor& host, void* at);
+
   WeightStore store_;  // keeps the mappings the CPU views point into alive
   Backend& backend_;
   std::vector<Buffer> uploads_;

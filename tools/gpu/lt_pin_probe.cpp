@@ -24,16 +24,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "probe_check.h"
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    auto e_ = (x);                                                                   \
-    if (e_ != 0) {                                                                   \
-      std::fprintf(stderr, "%s failed (%d) at line %d\n", #x, int(e_), __LINE__); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
+namespace {
 
 constexpr int kMaxM = 2048;
 const int kCheckM[] = {1, 3, 17, 100};

@@ -20,14 +20,7 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                     \
-  do {                                                                            \
-    auto e_ = (x);                                                                \
-    if (e_ != 0) {                                                                \
-      std::fprintf(stderr, "%s failed (%d) at line %d\n", #x, int(e_), __LINE__); \
-      std::exit(1);                                                               \
-    }                                                                             \
-  } while (0)
+#include "probe_check.h"
 
 namespace {
 
@@ -57,8 +50,6 @@ __global__ void mma_linear(const __nv_bfloat16* x, const __nv_bfloat16* w, float
                            int variant) {
   const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
   float d[4] = {0, 0, 0, 0};
-  static const __nv_bfloat16 zero_row[8] = {};
-  (void)zero_row;
   if (variant == 0 || variant == 2) {
     const int n0 = blockIdx.x * 16, m0 = blockIdx.y * 8;
     const int na = n0 + g, nb = n0 + g + 8, m = m0 + g;

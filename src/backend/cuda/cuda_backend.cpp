@@ -957,9 +957,9 @@ class CudaBackend final : public Backend {
     }
     const LinearShape& first = linears[0].second;
     const void* xin = norm_weight ? lt_normed_input(x, *norm_weight, eps, normed, first) : lt_input(x, first);
-    std::array<const Tensor*, cuda::kMaxLinearSegments> ws{};
-    for (size_t j = 0; j < linears.size() && j < ws.size(); ++j) ws[j] = linears[j].first;
-    if (linears.size() <= ws.size() && stacked(first.m, std::span(ws).first(linears.size()))) {
+    std::vector<const Tensor*> ws;
+    for (const auto& linear : linears) ws.push_back(linear.first);
+    if (ws.size() <= cuda::kMaxLinearSegments && stacked(first.m, ws)) {
       // One GEMM over the stacked weights, then each projection's columns to its output.
       LinearShape all = first;
       all.bias = nullptr;

@@ -76,12 +76,14 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict
   store_kv_row(k, v, k_pool, v_pool, t, slot, kv_heads * head_dim);
 }
 
+// silu(g) * u: the arithmetic of both SwiGLU kernels, so that they give the same bits.
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
   enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + expf(-g)) * up[i];
+    out[i] = silu_times(gate[i], up[i]);
   }
 }
 
@@ -90,9 +92,9 @@ __global__ void silu_mul_halves_kernel(const float* gu, float* out, int M, int n
   const int64_t total = int64_t{M} * n;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t m = i / n, j = i % n;
-    const float g = gu[m * 2 * n + j];
-    out[i] = g / (1.0f + expf(-g)) * gu[m * 2 * n + n + j];
+    const float* row = gu + i / n * 2 * n;
+    const int64_t j = i % n;
+    out[i] = silu_times(row[j], row[n + j]);
   }
 }
 
