@@ -385,6 +385,67 @@ TEST(GpuAttention, EveryTokenAloneEqualsItsBatchBits) {
   }
 }
 
+// Decode steps and windows of up to 16 tokens attend one warp per (row, kv head, 16 (token, head)
+// pairs, 64-position tile) and fold the tiles after (tile decode); longer windows take the flash
+// kernel. Rows of 1,000, 300, 200, 129, 65 and 64 positions, GQA groups of 1 to 32, head sizes 64,
+// 96 and 128: in the batch-invariant mode each step's bits and each token's bits in a 4-token
+// window equal the flash kernel's for the same token in a 17-token window (what keeps verify
+// windows and prefill equal to steps), with the stated max_row_len exact or overstated;
+// understated (the longest rows then fold their last tiles in one slot) still close to the CPU.
+// Both modes match the CPU within bf16 rounding.
+TEST(GpuAttention, DecodeTilesEqualFlashWindowsAndMatchCpu) {
+  SPECDEC_REQUIRE_GPU();
+  constexpr int kLong = 17, kShort = 4;
+  std::vector<RowSpec> steps, shorts, longs;
+  for (const RowSpec& r : ragged_rows(kRaggedPoolBlocks)) {
+    if (r.len < kLong) continue;
+    steps.push_back({r.len, {r.len - 1}, r.blocks});
+    RowSpec s{r.len, {}, r.blocks}, l{r.len, {}, r.blocks};
+    for (int p = r.len - kShort; p < r.len; ++p) s.positions.push_back(p);
+    for (int p = r.len - kLong; p < r.len; ++p) l.positions.push_back(p);
+    shorts.push_back(s);
+    longs.push_back(l);
+  }
+  const int mb = max_blocks_of(steps), R = static_cast<int>(steps.size());
+  for (const Shape& s : {Shape{32, 8, 128, DType::bf16}, Shape{8, 1, 128, DType::bf16}, Shape{32, 1, 64, DType::bf16},
+                         Shape{12, 2, 96, DType::bf16}}) {
+    const size_t per_token = static_cast<size_t>(s.heads) * s.D;
+    const auto ql = random_floats(static_cast<size_t>(R) * kLong * per_token, 35, 0.05f, 2.0f);
+    std::vector<float> qs, q1;  // the long windows' last 4 tokens and last token
+    for (int r = 0; r < R; ++r) {
+      const auto end = ql.begin() + static_cast<ptrdiff_t>((r + 1) * kLong * per_token);
+      qs.insert(qs.end(), end - static_cast<ptrdiff_t>(kShort * per_token), end);
+      q1.insert(q1.end(), end - static_cast<ptrdiff_t>(per_token), end);
+    }
+    for (bool invariant : {true, false}) {
+      Backends b = backends_with_kv(s.kv, invariant);
+      Pools cp = filled_pools_shaped(*b.cpu, steps, s, mb);
+      Pools gp = filled_pools_shaped(*b.gpu, steps, s, mb);
+      const std::string what = shape_name(s) + (invariant ? ", invariant" : ", fast");
+      const auto want = run_shaped(*b.cpu, cp, steps, s, q1.data(), mb);
+      const auto got = run_shaped(*b.gpu, gp, steps, s, q1.data(), mb);
+      EXPECT_LE(rel_error(got, want), kTensorCoreTol) << what;
+      const auto under = run_shaped(*b.gpu, gp, steps, s, q1.data(), mb, 100);
+      EXPECT_LE(rel_error(under, want), kTensorCoreTol) << what << ", understated max_row_len";
+      const auto want_short = run_shaped(*b.cpu, cp, shorts, s, qs.data(), mb);
+      const auto got_short = run_shaped(*b.gpu, gp, shorts, s, qs.data(), mb);
+      EXPECT_LE(rel_error(got_short, want_short), kTensorCoreTol) << what << ", 4-token windows";
+      if (!invariant) continue;
+      const auto over = run_shaped(*b.gpu, gp, steps, s, q1.data(), mb, 5000);
+      EXPECT_TRUE(bit_equal(over.data(), got.data(), got.size())) << what << ": overstated max_row_len";
+      const auto flash = run_shaped(*b.gpu, gp, longs, s, ql.data(), mb);
+      for (int r = 0; r < R; ++r) {
+        const float* last = flash.data() + static_cast<size_t>((r + 1) * kLong) * per_token;
+        EXPECT_TRUE(bit_equal(got.data() + static_cast<size_t>(r) * per_token, last - per_token, per_token))
+            << what << ": step, row of " << steps[static_cast<size_t>(r)].len << " positions";
+        EXPECT_TRUE(bit_equal(got_short.data() + static_cast<size_t>(r) * kShort * per_token,
+                              last - kShort * per_token, kShort * per_token))
+            << what << ": 4-token window, row of " << steps[static_cast<size_t>(r)].len << " positions";
+      }
+    }
+  }
+}
+
 // ---- the fused decode call: rotate, cache and attend in one launch ----
 
 // The raw bytes of a tensor in device memory, as 32-bit words (for bitwise comparison of pools).

@@ -91,6 +91,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_MERGE_LAUNCH", tuning.merge_launch);
   set_switch("SPECDEC_CUDA_FLASH", tuning.flash_prefill);
   set_level("SPECDEC_CUDA_FLASH_DECODE_BLOCKS", 1 << 30, tuning.flash_decode_blocks);
+  set_switch("SPECDEC_CUDA_TILE_DECODE", tuning.tile_decode);
   set_switch("SPECDEC_CUDA_INVARIANT_GEMM", tuning.invariant_tensor_cores);
   set_switch("SPECDEC_CUDA_INVARIANT_LT", tuning.invariant_cublaslt);
   set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
@@ -377,9 +378,10 @@ class CudaBackend final : public Backend {
   void attention(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const AttentionBatch& batch, float scale,
                  const Tensor& out) override {
     const char* op = "attention";
+    if (tile_decode(batch, k_pool) && attend_tiles(op, q, k_pool, v_pool, batch, scale, out)) return;
     const bool flash = flash_attention(batch, k_pool);
     const cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out, !flash);
-    if (flash && cuda::launch_flash_attention(a, batch.max_row_tokens, ctx_)) {
+    if (flash && cuda::launch_flash_attention(a, batch.max_row_tokens, invariant_, ctx_)) {
       check_launch("attention (tensor cores)", a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ",
                    batch.rows, ", max_row_tokens ", batch.max_row_tokens);
       return;
@@ -403,6 +405,37 @@ class CudaBackend final : public Backend {
   // Fewest new tokens of a row for which the fast mode attends with the tensor-core kernel.
   static constexpr int kFlashMinRowTokens = 16;
 
+  // Whether a batch of decode steps and short windows attends one warp per (row, kv head, 16
+  // (token, head) pairs, tile) (CudaTuning::tile_decode): a bf16 cache the tensor cores take, at
+  // most kTileMaxRowTokens new tokens a row (past that the flash kernel's blocks of 16 tokens
+  // share each K/V tile among more of them).
+  bool tile_decode(const AttentionBatch& batch, const Tensor& k_pool) const {
+    return tuning().flash_prefill && tuning().tile_decode && batch.max_row_tokens <= kTileMaxRowTokens &&
+           k_pool.rank == 4 && k_pool.dtype == DType::bf16 &&
+           cuda::flash_attention_supports(ElemType::bf16, static_cast<int>(k_pool.dim(3)));
+  }
+  static constexpr int kTileMaxRowTokens = 16;
+  // The tile decode launch, with room for every tile of the longest stated row; false, having
+  // launched nothing, where those partials would pass kMaxTilePartialBytes (the flash kernel then
+  // walks each row's tiles in one block, to the same bits in the batch-invariant mode).
+  bool attend_tiles(const char* op, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                    const AttentionBatch& batch, float scale, const Tensor& out) {
+    constexpr size_t kMaxTilePartialBytes = size_t{512} << 20;
+    cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out, false);
+    const int64_t tiles = std::max<int64_t>(1, (int64_t{batch.max_row_len} + 63) / 64);
+    const size_t n = static_cast<size_t>(a.tokens) * static_cast<size_t>(a.heads) * static_cast<size_t>(tiles);
+    const size_t bytes = n * (static_cast<size_t>(a.head_dim) + 2) * sizeof(float);
+    if (tiles > 65535 || bytes > kMaxTilePartialBytes) return false;
+    float* base = static_cast<float*>(scratch(bytes));
+    a.partial_m = base;
+    a.partial_l = base + n;
+    a.partial_acc = base + 2 * n;
+    if (!cuda::launch_tile_decode_attention(a, batch.max_row_tokens, static_cast<int>(tiles), ctx_)) return false;
+    check_launch("attention (tensor cores, tiles)", a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim,
+                 ", tiles ", tiles);
+    return true;
+  }
+
   void rope_kv_write_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                                const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,
                                const Tensor& v_pool, const AttentionBatch& batch, float scale,
@@ -414,7 +447,7 @@ class CudaBackend final : public Backend {
       return Backend::rope_kv_write_attention(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch,
                                               scale, out);
     }
-    if (flash_attention(batch, k_pool)) {
+    if (flash_attention(batch, k_pool) && (invariant_ || !tile_decode(batch, k_pool))) {
       rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
       return attention(q, k_pool, v_pool, batch, scale, out);
     }
@@ -423,7 +456,7 @@ class CudaBackend final : public Backend {
     // many waves each block redoing its token's rotation costs more than the launches it saves.
     if (!tuning().fused_attention || attention_blocks(a) > kAttentionWave) {
       rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
-      return launch_attention("attention", a, batch);
+      return attention(q, k_pool, v_pool, batch, scale, out);
     }
     check_rope(op, q, positions, inv_freq);
     check_rope(op, k, positions, inv_freq);

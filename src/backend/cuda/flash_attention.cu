@@ -1,13 +1,22 @@
-// Causal paged attention on the tensor cores: one block per (row, kv head, tile of the row's new
-// tokens), flash-style online softmax over 64-position tiles of the paged cache, bf16 mma with f32
-// accumulation. q and the probabilities are rounded to bf16 for the products, so results differ
-// from attention.cu's f32 kernel within bf16 rounding.
+// Causal paged attention on the tensor cores over 64-position tiles of the paged cache, bf16 mma
+// with f32 accumulation. q and the probabilities are rounded to bf16 for the products, so results
+// differ from attention.cu's f32 kernel within bf16 rounding. Two kernels:
+// - flash_attention_kernel: one block per (row, kv head, tile of the row's new tokens), walking
+//   the row's tiles in order (prefill chunks, windows, and large decode batches in the fast mode).
+// - tile_decode_kernel: decode steps and short windows, one warp per (row, kv head, 16 of the
+//   row's (token, head) pairs, tile), so a long history is read by many SMs at once; a second
+//   kernel folds the tiles in order.
 // Batch invariant: a token's output depends only on its q and its row's cache. Every token walks
 // the cache tiles 0, 1, 2, ... in order whatever its block; the tiles past its own visible length
 // (its block reaches further for a later token) mask it to nothing and leave its sums exactly as
 // they were (the rescale factor is exactly 1 when the running maximum does not change, and its
 // probabilities there are exactly 0). Mma rows do not mix. So a prefill chunk, a verify window
-// and single decode steps give each token the same bits, alone or beside other rows.
+// and single decode steps give each token the same bits, alone or beside other rows. For the
+// decode kernel to give those bits too, the batch-invariant mode's flash kernel runs its tile-fold
+// form: each tile is a softmax from nothing (its own maximum, sum and P·V) folded into the running
+// result by fold_weights/fold_sum, which is exactly what the decode kernel's merge does with the
+// tiles it computed apart. The fast mode's flash kernel keeps the running accumulator (one
+// multiply fewer an element a tile) and does not promise bits equal to its decode kernel.
 #include <cuda_bf16.h>
 
 #include "backend/cuda/device_util.cuh"
@@ -52,13 +61,117 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// ---- One tile, shared by both kernels so that a token's tile gives the same bits in either ----
+// Lane (g = lane / 4, q4 = lane % 4) holds mma rows g and g + 8 and, of each 8-position block nb,
+// positions nb * 8 + 2 * q4 and + 1 (the accumulator layout of m16n8k16).
+
+// s = q · Kᵀ over the tile's 64 staged K rows (row stride LD), q as bf16 A fragments.
+template <int D, int LD>
+__device__ __forceinline__ void tile_scores(float (&s)[kKvTile / 8][4], const uint32_t (&qa)[D / 16][4],
+                                            const __nv_bfloat16* ks, int g, int q4) {
+#pragma unroll
+  for (int nb = 0; nb < kKvTile / 8; ++nb) {
+    s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+    const __nv_bfloat16* krow = ks + (nb * 8 + g) * LD + 2 * q4;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + kk * 16);
+      const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + kk * 16 + 8);
+      mma_bf16(s[nb], qa[kk], b0, b1);
+    }
+  }
+}
+
+// Scales the scores to log2 units and masks positions at or past each row's visible length;
+// returns each row's maximum over the tile (exact; -inf when nothing is visible).
+__device__ __forceinline__ void tile_mask_max(float (&s)[kKvTile / 8][4], int kv0, const int (&vis)[2], float scale2,
+                                              int q4, float (&mx)[2]) {
+  mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+  for (int nb = 0; nb < kKvTile / 8; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e / 2, pos = kv0 + nb * 8 + 2 * q4 + (e & 1);
+      s[nb][e] = pos < vis[i] ? s[nb][e] * scale2 : -INFINITY;
+      mx[i] = fmaxf(mx[i], s[nb][e]);
+    }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+  }
+}
+
+// The tile's softmax from nothing: p = exp2(s - m_t) in place, l_t = each row's sum of p (this
+// lane's parts in position order, then the quad's by a fixed butterfly), and P packed to bf16 A
+// fragments, 16 positions each.
+__device__ __forceinline__ void tile_probabilities(float (&s)[kKvTile / 8][4], const float (&mt)[2], float (&lt)[2],
+                                                   uint32_t (&pa)[kKvTile / 16][4]) {
+  lt[0] = lt[1] = 0.0f;
+#pragma unroll
+  for (int nb = 0; nb < kKvTile / 8; ++nb)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float base = mt[e / 2] == -INFINITY ? 0.0f : mt[e / 2];
+      s[nb][e] = exp2f(s[nb][e] - base);
+      lt[e / 2] += s[nb][e];
+    }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    lt[i] += __shfl_xor_sync(0xffffffffu, lt[i], 1);
+    lt[i] += __shfl_xor_sync(0xffffffffu, lt[i], 2);
+  }
+#pragma unroll
+  for (int kp16 = 0; kp16 < kKvTile / 16; ++kp16) {
+    pa[kp16][0] = pack_bf16(s[2 * kp16][0], s[2 * kp16][1]);
+    pa[kp16][1] = pack_bf16(s[2 * kp16][2], s[2 * kp16][3]);
+    pa[kp16][2] = pack_bf16(s[2 * kp16 + 1][0], s[2 * kp16 + 1][1]);
+    pa[kp16][3] = pack_bf16(s[2 * kp16 + 1][2], s[2 * kp16 + 1][3]);
+  }
+}
+
+// t0, t1 = P · V of output blocks nb and nb + 1 over the tile's 64 positions, from zero, 16
+// positions a step in order. V is read transposed by ldmatrix: lanes 0-7 positions 0-7 and lanes
+// 8-15 positions 8-15 at columns nb * 8, lanes 16-31 the same at nb * 8 + 8.
+template <int LD>
+__device__ __forceinline__ void tile_pv_pair(const uint32_t (&pa)[kKvTile / 16][4], const __nv_bfloat16* vs, int nb,
+                                             int lane, float (&t0)[4], float (&t1)[4]) {
+  t0[0] = t0[1] = t0[2] = t0[3] = 0.0f;
+  t1[0] = t1[1] = t1[2] = t1[3] = 0.0f;
+#pragma unroll
+  for (int kp16 = 0; kp16 < kKvTile / 16; ++kp16) {
+    const int prow = kp16 * 16 + (lane % 8) + 8 * ((lane / 8) & 1);
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, vs + prow * LD + nb * 8 + 8 * (lane / 16));
+    mma_bf16(t0, pa[kp16], b[0], b[1]);
+    mma_bf16(t1, pa[kp16], b[2], b[3]);
+  }
+}
+
+// Folding a tile's (m_t, l_t, o_t) into the running (M, L, O): M' = max(M, m_t), and the weights
+// of the old and the new part, exactly 1 where that part holds the maximum (so a fully masked
+// tile, m_t = -inf, leaves the sums as they were). Rounded the same way wherever it runs (no
+// contraction left to the compiler).
+__device__ __forceinline__ void fold_weights(float& M, float mt, float& wa, float& wb) {
+  const float mn = fmaxf(M, mt);
+  wa = M == mn ? 1.0f : exp2f(M - mn);
+  wb = mt == mn ? 1.0f : exp2f(mt - mn);
+  M = mn;
+}
+__device__ __forceinline__ float fold_sum(float acc, float wa, float part, float wb) {
+  return __fmaf_rn(acc, wa, __fmul_rn(part, wb));
+}
+// The final division, one expression for both kernels.
+__device__ __forceinline__ float normalized(float o, float l) { return o * (l > 0.0f ? 1.0f / l : 0.0f); }
+
 // Block: 4 warps; warp w takes q head h0 + w % hpc and 16 tokens starting at (w / hpc) * 16 of
 // the block's tile of 16 * 4 / hpc tokens (hpc: q heads a block serves, sharing each K/V tile).
 // Per K/V tile of 64 positions (staged in shared memory, the next tile's copies in flight during
 // this one's products): S = q·Kᵀ (mma, K rows read as the B operand), masked by each token's
 // visible length, online softmax in f32 (exp2), then O += P·V with P taken from S's accumulator
 // layout as the A operand and V transposed by ldmatrix.
-template <int D>
+// kFold: the tile-fold form (see the top), for the batch-invariant mode.
+template <int D, bool kFold>
 __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(AttentionArgs a, int tiles_per_row, int hpc) {
   enter_kernel();
   static_assert(D % 16 == 0 && D <= 128, "head_dim a multiple of 16, at most 128");
@@ -164,95 +277,96 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
     const int kv0 = j * kKvTile;
 
     float s[kKvTile / 8][4];
+    tile_scores<D, LD>(s, qa, ks, g, q4);
+    float mx[2];
+    tile_mask_max(s, kv0, vis, scale2, q4, mx);
+    if constexpr (kFold) {
+      float lt[2], wa[2], wb[2];
+      uint32_t pa[kKvTile / 16][4];
+      tile_probabilities(s, mx, lt, pa);
 #pragma unroll
-    for (int nb = 0; nb < kKvTile / 8; ++nb) {
-      s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
-      const __nv_bfloat16* krow = ks + (nb * 8 + g) * LD + 2 * q4;
-#pragma unroll
-      for (int kk = 0; kk < KK; ++kk) {
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + kk * 16);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + kk * 16 + 8);
-        mma_bf16(s[nb], qa[kk], b0, b1);
+      for (int i = 0; i < 2; ++i) {
+        fold_weights(m[i], mx[i], wa[i], wb[i]);
+        l[i] = fold_sum(l[i], wa[i], lt[i], wb[i]);
       }
-    }
-    // Mask, scale, and the rows' maxima (each row's 64 scores are spread over a quad of lanes).
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nb = 0; nb < kKvTile / 8; ++nb)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e / 2, pos = kv0 + nb * 8 + 2 * q4 + (e & 1);
-        s[nb][e] = pos < vis[i] ? s[nb][e] * scale2 : -INFINITY;
-        mx[i] = fmaxf(mx[i], s[nb][e]);
-      }
-    float alpha[2], base[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      const float m_new = fmaxf(m[i], mx[i]);
-      base[i] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet stays at zero
-      // 0 for the first visible tile (m = -inf); exactly 1 while the maximum holds (see the top).
-      alpha[i] = m_new == m[i] ? 1.0f : exp2f(m[i] - base[i]);
-      m[i] = m_new;
-      l[i] *= alpha[i];
-    }
-#pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {
-      o[nb][0] *= alpha[0];
-      o[nb][1] *= alpha[0];
-      o[nb][2] *= alpha[1];
-      o[nb][3] *= alpha[1];
-    }
-#pragma unroll
-    for (int nb = 0; nb < kKvTile / 8; ++nb) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[nb][e] - base[e / 2]);  // exp2(-inf) = 0 for masked positions
-        s[nb][e] = p;
-        l[e / 2] += p;  // this lane's part of the row sum; the quad's parts are added at the end
-      }
-    }
-    // O += P · V, 16 positions per step: P's A fragment is S's accumulators of two 8-wide blocks.
-#pragma unroll
-    for (int kp16 = 0; kp16 < kKvTile / 16; ++kp16) {
-      uint32_t pa[4];
-      pa[0] = pack_bf16(s[2 * kp16][0], s[2 * kp16][1]);
-      pa[1] = pack_bf16(s[2 * kp16][2], s[2 * kp16][3]);
-      pa[2] = pack_bf16(s[2 * kp16 + 1][0], s[2 * kp16 + 1][1]);
-      pa[3] = pack_bf16(s[2 * kp16 + 1][2], s[2 * kp16 + 1][3]);
-      // ldmatrix rows: lanes 0-7 positions 0-7 and lanes 8-15 positions 8-15 at columns d0,
-      // lanes 16-31 the same at d0 + 8: the B fragments of output blocks d0 and d0 + 8.
-      const int prow = kp16 * 16 + (lane % 8) + 8 * ((lane / 8) & 1);
-      const int pcol = 8 * (lane / 16);
 #pragma unroll
       for (int nb = 0; nb < NB; nb += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vs + prow * LD + nb * 8 + pcol);
-        mma_bf16(o[nb], pa, b[0], b[1]);
-        mma_bf16(o[nb + 1], pa, b[2], b[3]);
+        float t0[4], t1[4];
+        tile_pv_pair<LD>(pa, vs, nb, lane, t0, t1);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          o[nb][e] = fold_sum(o[nb][e], wa[e / 2], t0[e], wb[e / 2]);
+          o[nb + 1][e] = fold_sum(o[nb + 1][e], wa[e / 2], t1[e], wb[e / 2]);
+        }
+      }
+    } else {
+      float alpha[2], base[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float m_new = fmaxf(m[i], mx[i]);
+        base[i] = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet stays at zero
+        // 0 for the first visible tile (m = -inf); exactly 1 while the maximum holds (see the top).
+        alpha[i] = m_new == m[i] ? 1.0f : exp2f(m[i] - base[i]);
+        m[i] = m_new;
+        l[i] *= alpha[i];
+      }
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb) {
+        o[nb][0] *= alpha[0];
+        o[nb][1] *= alpha[0];
+        o[nb][2] *= alpha[1];
+        o[nb][3] *= alpha[1];
+      }
+#pragma unroll
+      for (int nb = 0; nb < kKvTile / 8; ++nb) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p = exp2f(s[nb][e] - base[e / 2]);  // exp2(-inf) = 0 for masked positions
+          s[nb][e] = p;
+          l[e / 2] += p;  // this lane's part of the row sum; the quad's parts are added at the end
+        }
+      }
+      // O += P · V, 16 positions per step: P's A fragment is S's accumulators of two 8-wide blocks.
+#pragma unroll
+      for (int kp16 = 0; kp16 < kKvTile / 16; ++kp16) {
+        uint32_t pa[4];
+        pa[0] = pack_bf16(s[2 * kp16][0], s[2 * kp16][1]);
+        pa[1] = pack_bf16(s[2 * kp16][2], s[2 * kp16][3]);
+        pa[2] = pack_bf16(s[2 * kp16 + 1][0], s[2 * kp16 + 1][1]);
+        pa[3] = pack_bf16(s[2 * kp16 + 1][2], s[2 * kp16 + 1][3]);
+        const int prow = kp16 * 16 + (lane % 8) + 8 * ((lane / 8) & 1);
+        const int pcol = 8 * (lane / 16);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + prow * LD + nb * 8 + pcol);
+          mma_bf16(o[nb], pa, b[0], b[1]);
+          mma_bf16(o[nb + 1], pa, b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // this buffer is consumed: the next iteration stages into it
   }
 
+  if constexpr (!kFold) {
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    for (int i = 0; i < 2; ++i) {
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    if (!valid[i]) continue;
-    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;  // a token with no visible position gets zeros
+    if (!valid[i]) continue;  // a token with no visible position gets zeros (normalized)
     float* out = a.out + (static_cast<int64_t>(t0 + wt0 + g + 8 * i) * a.heads + h) * D + 2 * q4;
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
-      *reinterpret_cast<float2*>(out + nb * 8) = make_float2(o[nb][2 * i] * inv, o[nb][2 * i + 1] * inv);
+      *reinterpret_cast<float2*>(out + nb * 8) =
+          make_float2(normalized(o[nb][2 * i], l[i]), normalized(o[nb][2 * i + 1], l[i]));
   }
 }
 
-template <int D>
+template <int D, bool kFold>
 bool launch_flash_typed(const AttentionArgs& a, int max_row_tokens, const Context& ctx) {
   const int group = a.heads / a.kv_heads;
   const int hpc = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
@@ -262,14 +376,201 @@ bool launch_flash_typed(const AttentionArgs& a, int max_row_tokens, const Contex
   if (blocks > 0x7fffffff || a.kv_heads * (group / hpc) > 65535) return false;
   const size_t smem = size_t{4} * kKvTile * (D + 8) * sizeof(__nv_bfloat16);
   static const bool raised =
-      cudaFuncSetAttribute(flash_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      cudaFuncSetAttribute(flash_attention_kernel<D, kFold>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem)) == cudaSuccess;
   if (!raised) {
     cudaGetLastError();
     return false;
   }
-  launch(flash_attention_kernel<D>, dim3(static_cast<unsigned>(blocks), a.kv_heads * (group / hpc)), kFlashThreads,
-         smem, ctx, a, tiles_per_row, hpc);
+  launch(flash_attention_kernel<D, kFold>, dim3(static_cast<unsigned>(blocks), a.kv_heads * (group / hpc)),
+         kFlashThreads, smem, ctx, a, tiles_per_row, hpc);
+  return true;
+}
+
+// Row r of a batch: the one whose [row_starts[r], row_starts[r + 1]) holds token t.
+__device__ __forceinline__ int row_of_token(const int* row_starts, int rows, int t) {
+  int lo = 0, hi = rows - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (row_starts[mid] <= t) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Decode steps and short windows: one warp per (row, kv head, 16 of the row's (token, q head)
+// pairs of that kv head, tile). Pair p is the row's token p / group and the group's head
+// p % group: the mma's 16 rows, each with its own visible length. The warp stages its tile's K
+// and V (V's copies land while it scores), computes the tile as the tile-fold flash kernel does
+// and writes each pair's (m_t, l_t, o_t) to the partials [tokens, heads, tiles]; the tiles are
+// folded by tile_decode_merge_kernel. The grid's last tile slot also folds any tiles past the
+// partials' room, in order (a stated max_row_len below a row's length: close, not the flash
+// kernel's bits).
+template <int D>
+__global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int tiles, int pair_blocks) {
+  static_assert(D % 16 == 0 && D <= 128, "head_dim a multiple of 16, at most 128");
+  constexpr int LD = D + 8;
+  constexpr int KK = D / 16;
+  constexpr int NB = D / 8;
+  constexpr int CH = D / 8;
+  extern __shared__ __align__(16) unsigned char decode_smem[];
+  __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(decode_smem);  // [kKvTile][LD]
+  __nv_bfloat16* sv = sk + kKvTile * LD;                              // [kKvTile][LD]
+
+  const int lane = static_cast<int>(threadIdx.x), g = lane / 4, q4 = lane % 4;
+  const int group = a.heads / a.kv_heads;
+  const int x = static_cast<int>(blockIdx.x);
+  const int r = x / (a.kv_heads * pair_blocks), kvh = (x / pair_blocks) % a.kv_heads, pb = x % pair_blocks;
+  const int j0 = static_cast<int>(blockIdx.y);
+  enter_kernel();
+  const int row_begin = a.row_starts[r], pairs = (a.row_starts[r + 1] - row_begin) * group;
+  const int row_len = a.row_lens[r];
+  if (pb * 16 >= pairs) return;  // warp-uniform
+  bool valid[2];
+  int tok[2], head[2], vis[2];
+  for (int i = 0; i < 2; ++i) {
+    const int p = pb * 16 + g + 8 * i;
+    valid[i] = p < pairs;
+    const int pc = min(p, pairs - 1);
+    tok[i] = row_begin + pc / group;
+    head[i] = kvh * group + pc % group;
+    vis[i] = valid[i] ? max(0, min(a.positions[tok[i]] + 1, row_len)) : 0;
+  }
+  int len = max(vis[0], vis[1]);
+  for (int off = 16; off > 0; off /= 2) len = max(len, __shfl_xor_sync(0xffffffffu, len, off));
+  const int n_tiles = (len + kKvTile - 1) / kKvTile;
+  if (j0 >= n_tiles) return;  // warp-uniform
+  const int j1 = j0 == tiles - 1 ? n_tiles : j0 + 1;
+
+  uint32_t qa[KK][4];
+  {
+    const float* q0 = a.q + (static_cast<int64_t>(tok[0]) * a.heads + head[0]) * D;
+    const float* q1 = a.q + (static_cast<int64_t>(tok[1]) * a.heads + head[1]) * D;
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk) {
+      const int c = kk * 16 + 2 * q4;
+      const float2 z = make_float2(0.0f, 0.0f);
+      const float2 x00 = valid[0] ? *reinterpret_cast<const float2*>(q0 + c) : z;
+      const float2 x10 = valid[1] ? *reinterpret_cast<const float2*>(q1 + c) : z;
+      const float2 x01 = valid[0] ? *reinterpret_cast<const float2*>(q0 + c + 8) : z;
+      const float2 x11 = valid[1] ? *reinterpret_cast<const float2*>(q1 + c + 8) : z;
+      qa[kk][0] = pack_bf16(x00.x, x00.y);
+      qa[kk][1] = pack_bf16(x10.x, x10.y);
+      qa[kk][2] = pack_bf16(x01.x, x01.y);
+      qa[kk][3] = pack_bf16(x11.x, x11.y);
+    }
+  }
+
+  const int64_t pool_slots = a.pool_blocks * a.block_size;
+  const int* table = a.block_table + static_cast<int64_t>(r) * a.max_blocks;
+  // One pool's rows of tile j into dst, as the flash kernel stages them (zeros past the warp's
+  // longest visible length).
+  auto stage = [&](__nv_bfloat16* dst, const void* pool, int j) {
+    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(pool);
+    for (int i = lane; i < kKvTile * CH; i += 32) {
+      const int p = i / CH, c = i % CH, pos = j * kKvTile + p;
+      int64_t slot = -1;
+      if (pos < len && pos / a.block_size < a.max_blocks) {
+        slot = static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
+        if (slot >= pool_slots) slot = -1;
+      }
+      const int64_t off = (max(slot, int64_t{0}) * a.kv_heads + kvh) * D + c * 8;
+      cp_async16_zfill(dst + p * LD + c * 8, src + off, slot >= 0 ? 16 : 0);
+    }
+    cp_async_commit_group();
+  };
+
+  float o[NB][4];
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const float scale2 = a.scale * 1.4426950408889634f;
+  for (int j = j0; j < j1; ++j) {
+    stage(sk, a.k_pool, j);
+    stage(sv, a.v_pool, j);
+    cp_async_wait_group<1>();  // K
+    __syncwarp();
+    float s[kKvTile / 8][4];
+    tile_scores<D, LD>(s, qa, sk, g, q4);
+    float mx[2], lt[2], wa[2], wb[2];
+    tile_mask_max(s, j * kKvTile, vis, scale2, q4, mx);
+    uint32_t pa[kKvTile / 16][4];
+    tile_probabilities(s, mx, lt, pa);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      fold_weights(m[i], mx[i], wa[i], wb[i]);
+      l[i] = fold_sum(l[i], wa[i], lt[i], wb[i]);
+    }
+    cp_async_wait_group<0>();  // V
+    __syncwarp();
+#pragma unroll
+    for (int nb = 0; nb < NB; nb += 2) {
+      float t0[4], t1[4];
+      tile_pv_pair<LD>(pa, sv, nb, lane, t0, t1);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        o[nb][e] = fold_sum(o[nb][e], wa[e / 2], t0[e], wb[e / 2]);
+        o[nb + 1][e] = fold_sum(o[nb + 1][e], wa[e / 2], t1[e], wb[e / 2]);
+      }
+    }
+    __syncwarp();  // the tile is consumed before the next one is staged over it
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!valid[i]) continue;
+    const int64_t n = (static_cast<int64_t>(tok[i]) * a.heads + head[i]) * tiles + j0;
+    if (q4 == 0) {
+      a.partial_m[n] = m[i];
+      a.partial_l[n] = l[i];
+    }
+    float* po = a.partial_acc + n * D + 2 * q4;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) *reinterpret_cast<float2*>(po + nb * 8) = make_float2(o[nb][2 * i], o[nb][2 * i + 1]);
+  }
+}
+
+// One warp per (token, head): folds the token's tile partials in tile order, as the tile-fold
+// flash kernel folds its tiles, and writes the normalized output.
+template <int D>
+__global__ void __launch_bounds__(128) tile_decode_merge_kernel(AttentionArgs a, int tiles) {
+  constexpr int C = D / 32;  // columns a lane folds
+  enter_kernel();
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (w >= static_cast<int64_t>(a.tokens) * a.heads) return;
+  const int t = static_cast<int>(w / a.heads);
+  const int len = max(0, min(a.positions[t] + 1, a.row_lens[row_of_token(a.row_starts, a.rows, t)]));
+  const int n_tiles = min((len + kKvTile - 1) / kKvTile, tiles);
+  float M = -INFINITY, L = 0.0f, O[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) O[c] = 0.0f;
+  const int64_t n0 = w * tiles;
+#pragma unroll 4
+  for (int j = 0; j < n_tiles; ++j) {
+    const float mt = a.partial_m[n0 + j], lt = a.partial_l[n0 + j];
+    const float* po = a.partial_acc + (n0 + j) * D + lane * C;
+    float wa, wb;
+    fold_weights(M, mt, wa, wb);
+    L = fold_sum(L, wa, lt, wb);
+#pragma unroll
+    for (int c = 0; c < C; ++c) O[c] = fold_sum(O[c], wa, po[c], wb);
+  }
+  float* out = a.out + w * D + lane * C;
+#pragma unroll
+  for (int c = 0; c < C; ++c) out[c] = normalized(O[c], L);
+}
+
+template <int D>
+bool launch_tile_decode_typed(const AttentionArgs& a, int max_row_tokens, int tiles, const Context& ctx) {
+  const int group = a.heads / a.kv_heads;
+  const int pair_blocks = static_cast<int>((int64_t{max_row_tokens} * group + 15) / 16);
+  const int64_t blocks = int64_t{a.rows} * a.kv_heads * pair_blocks;
+  const int64_t merge_blocks = (int64_t{a.tokens} * a.heads + 3) / 4;
+  if (blocks > 0x7fffffff || merge_blocks > 0x7fffffff || tiles < 1 || tiles > 65535) return false;
+  const size_t smem = size_t{2} * kKvTile * (D + 8) * sizeof(__nv_bfloat16);  // under the 48 KB default
+  launch(tile_decode_kernel<D>, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(tiles)), 32, smem, ctx, a,
+         tiles, pair_blocks);
+  launch(tile_decode_merge_kernel<D>, dim3(static_cast<unsigned>(merge_blocks)), 128, 0, ctx, a, tiles);
   return true;
 }
 
@@ -279,16 +580,34 @@ bool flash_attention_supports(ElemType pool_type, int head_dim) {
   return pool_type == ElemType::bf16 && (head_dim == 64 || head_dim == 96 || head_dim == 128);
 }
 
-bool launch_flash_attention(const AttentionArgs& a, int max_row_tokens, const Context& ctx) {
+bool launch_flash_attention(const AttentionArgs& a, int max_row_tokens, bool fold, const Context& ctx) {
   if (a.tokens == 0 || a.heads == 0 || max_row_tokens <= 0) return true;
   if (!flash_attention_supports(a.pool_type, a.head_dim)) return false;
   switch (a.head_dim) {
     case 64:
-      return launch_flash_typed<64>(a, max_row_tokens, ctx);
+      return fold ? launch_flash_typed<64, true>(a, max_row_tokens, ctx)
+                  : launch_flash_typed<64, false>(a, max_row_tokens, ctx);
     case 96:
-      return launch_flash_typed<96>(a, max_row_tokens, ctx);
+      return fold ? launch_flash_typed<96, true>(a, max_row_tokens, ctx)
+                  : launch_flash_typed<96, false>(a, max_row_tokens, ctx);
     case 128:
-      return launch_flash_typed<128>(a, max_row_tokens, ctx);
+      return fold ? launch_flash_typed<128, true>(a, max_row_tokens, ctx)
+                  : launch_flash_typed<128, false>(a, max_row_tokens, ctx);
+    default:
+      return false;
+  }
+}
+
+bool launch_tile_decode_attention(const AttentionArgs& a, int max_row_tokens, int tiles, const Context& ctx) {
+  if (a.tokens == 0 || a.heads == 0 || max_row_tokens <= 0) return true;
+  if (!flash_attention_supports(a.pool_type, a.head_dim) || a.partial_acc == nullptr) return false;
+  switch (a.head_dim) {
+    case 64:
+      return launch_tile_decode_typed<64>(a, max_row_tokens, tiles, ctx);
+    case 96:
+      return launch_tile_decode_typed<96>(a, max_row_tokens, tiles, ctx);
+    case 128:
+      return launch_tile_decode_typed<128>(a, max_row_tokens, tiles, ctx);
     default:
       return false;
   }

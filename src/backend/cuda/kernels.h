@@ -174,13 +174,24 @@ constexpr int kAttentionGroup = 4;
 // 32 up to 256.
 void launch_attention(const AttentionArgs& args, const Context& ctx);
 
-// Causal paged attention on the tensor cores (flash_attention.cu), for the fast mode's prefill
-// chunks: the contract of launch_attention (split and fused fields ignored) with q and the
-// probabilities rounded to bf16 for the products; not batch invariant. Rows may have at most
-// max_row_tokens new tokens. Supported: bf16 pools, head_dim 64, 96 or 128. Returns false, having
-// launched nothing, where it does not apply.
+// Causal paged attention on the tensor cores (flash_attention.cu): the contract of
+// launch_attention (split and fused fields ignored) with q and the probabilities rounded to bf16
+// for the products. Rows may have at most max_row_tokens new tokens. fold: the tile-fold form,
+// whose bits launch_tile_decode_attention reproduces (the batch-invariant mode); without it a
+// little faster, batch invariant still, but not equal to the decode kernel's bits. Supported: bf16
+// pools, head_dim 64, 96 or 128. Returns false, having launched nothing, where it does not apply.
 bool flash_attention_supports(ElemType pool_type, int head_dim);
-bool launch_flash_attention(const AttentionArgs& args, int max_row_tokens, const Context& ctx);
+bool launch_flash_attention(const AttentionArgs& args, int max_row_tokens, bool fold, const Context& ctx);
+
+// Decode steps and short windows on the tensor cores (flash_attention.cu), rows of at most
+// max_row_tokens new tokens: one warp per (row, kv head, 16 of the row's (token, q head) pairs,
+// 64-position tile of the history) writes the tile's softmax partial to partial_m, partial_l
+// ([tokens, heads, tiles]) and partial_acc ([tokens, heads, tiles, head_dim]); a second kernel
+// folds them in tile order. tiles: the room per token, normally ceil(max_row_len / 64); a token
+// with more tiles has the rest folded into its last slot (close, but not the flash kernel's bits).
+// With room enough, each token's bits equal launch_flash_attention's with fold. Returns false,
+// having launched nothing, where it does not apply.
+bool launch_tile_decode_attention(const AttentionArgs& args, int max_row_tokens, int tiles, const Context& ctx);
 
 // out[i] = the token logits[i, :] draws under rows[i] (sampling.cu): the host pipeline of
 // sampling.cpp in one block per row, -1 where the host would throw (a NaN logit, or no finite
