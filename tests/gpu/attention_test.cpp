@@ -634,9 +634,9 @@ TEST(GpuAttention, FastModePrefillChunksMatchCpu) {
 }
 
 // Fast mode, decode steps of many rows (one new token each over histories of 1 to 700
-// positions): past enough (row, kv head) blocks the tensor-core kernel takes them too, and must
-// match the CPU's f32 attention within bf16 rounding; fewer rows (the single kv head) keep the
-// split f32 kernel and are checked the same way.
+// positions): on the tensor cores (the tile decode kernel, or the flash kernel past enough
+// (row, kv head) blocks without it) they must match the CPU's f32 attention within bf16
+// rounding, for one kv head as for eight.
 TEST(GpuAttention, FastModeManyDecodeRowsMatchCpu) {
   SPECDEC_REQUIRE_GPU();
   constexpr int kRows = 40;
