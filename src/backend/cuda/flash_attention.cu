@@ -19,6 +19,8 @@
 // multiply fewer an element a tile) and does not promise bits equal to its decode kernel.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -398,7 +400,7 @@ __device__ __forceinline__ int row_of_token(const int* row_starts, int rows, int
 }
 
 // Decode steps and short windows: one warp per (row, kv head, 16 of the row's (token, q head)
-// pairs of that kv head, tile). Pair p is the row's token p / group and the group's head
+// pairs of that kv head, tile; or every stride-th tile when the rows alone give warps enough). Pair p is the row's token p / group and the group's head
 // p % group: the mma's 16 rows, each with its own visible length. The warp stages its tile's K
 // and V (V's copies land while it scores), computes the tile as the tile-fold flash kernel does
 // and writes each pair's (m_t, l_t, o_t) to the partials [tokens, heads, tiles]; the tiles are
@@ -406,7 +408,7 @@ __device__ __forceinline__ int row_of_token(const int* row_starts, int rows, int
 // partials' room, in order (a stated max_row_len below a row's length: close, not the flash
 // kernel's bits).
 template <int D>
-__global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int tiles, int pair_blocks) {
+__global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int tiles, int pair_blocks, int stride) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim a multiple of 16, at most 128");
   constexpr int LD = D + 8;
   constexpr int KK = D / 16;
@@ -420,7 +422,6 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
   const int group = a.heads / a.kv_heads;
   const int x = static_cast<int>(blockIdx.x);
   const int r = x / (a.kv_heads * pair_blocks), kvh = (x / pair_blocks) % a.kv_heads, pb = x % pair_blocks;
-  const int j0 = static_cast<int>(blockIdx.y);
   enter_kernel();
   const int row_begin = a.row_starts[r], pairs = (a.row_starts[r + 1] - row_begin) * group;
   const int row_len = a.row_lens[r];
@@ -438,8 +439,7 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
   int len = max(vis[0], vis[1]);
   for (int off = 16; off > 0; off /= 2) len = max(len, __shfl_xor_sync(0xffffffffu, len, off));
   const int n_tiles = (len + kKvTile - 1) / kKvTile;
-  if (j0 >= n_tiles) return;  // warp-uniform
-  const int j1 = j0 == tiles - 1 ? n_tiles : j0 + 1;
+  if (static_cast<int>(blockIdx.y) >= n_tiles) return;  // warp-uniform
 
   uint32_t qa[KK][4];
   {
@@ -462,70 +462,88 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
 
   const int64_t pool_slots = a.pool_blocks * a.block_size;
   const int* table = a.block_table + static_cast<int64_t>(r) * a.max_blocks;
-  // One pool's rows of tile j into dst, as the flash kernel stages them (zeros past the warp's
-  // longest visible length).
-  auto stage = [&](__nv_bfloat16* dst, const void* pool, int j) {
-    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(pool);
-    for (int i = lane; i < kKvTile * CH; i += 32) {
-      const int p = i / CH, c = i % CH, pos = j * kKvTile + p;
-      int64_t slot = -1;
-      if (pos < len && pos / a.block_size < a.max_blocks) {
-        slot = static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
-        if (slot >= pool_slots) slot = -1;
-      }
-      const int64_t off = (max(slot, int64_t{0}) * a.kv_heads + kvh) * D + c * 8;
-      cp_async16_zfill(dst + p * LD + c * 8, src + off, slot >= 0 ? 16 : 0);
-    }
-    cp_async_commit_group();
-  };
-
-  float o[NB][4];
-#pragma unroll
-  for (int nb = 0; nb < NB; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float scale2 = a.scale * 1.4426950408889634f;
-  for (int j = j0; j < j1; ++j) {
-    stage(sk, a.k_pool, j);
-    stage(sv, a.v_pool, j);
-    cp_async_wait_group<1>();  // K
-    __syncwarp();
-    float s[kKvTile / 8][4];
-    tile_scores<D, LD>(s, qa, sk, g, q4);
-    float mx[2], lt[2], wa[2], wb[2];
-    tile_mask_max(s, j * kKvTile, vis, scale2, q4, mx);
-    uint32_t pa[kKvTile / 16][4];
-    tile_probabilities(s, mx, lt, pa);
+  // Tiles j0, j0 + stride, ... of the warp's pairs, each its own partial; the grid's last tile
+  // slot (tiles - 1) folds every tile from there on into one.
+  for (int j0 = static_cast<int>(blockIdx.y); j0 < n_tiles; j0 += stride) {
+    const int j1 = j0 == tiles - 1 ? n_tiles : j0 + 1;
+    float o[NB][4];
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int j = j0; j < j1; ++j) {
+      // Pool row (slot * kv_heads + kvh) of positions lane and lane + 32, -1 past the warp's
+      // longest visible length or for a bad table entry (staged as zeros, as the flash kernel
+      // does). Looked up once a tile, before the copies: a table load between two copies would
+      // wait behind them.
+      int64_t prow[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int pos = j * kKvTile + lane + 32 * h;
+        int64_t slot = -1;
+        if (pos < len && pos / a.block_size < a.max_blocks) {
+          slot = static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
+          if (slot >= pool_slots) slot = -1;
+        }
+        prow[h] = slot >= 0 ? slot * a.kv_heads + kvh : -1;
+      }
+      // Copy i of a pool: position i / CH, 16-byte piece i % CH (consecutive lanes, consecutive
+      // pieces of one position).
+      auto stage = [&](__nv_bfloat16* dst, const void* pool) {
+        const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(pool);
+#pragma unroll 4
+        for (int i = lane; i < kKvTile * CH; i += 32) {
+          const int p = i / CH, c = i % CH;
+          const int64_t lo = __shfl_sync(0xffffffffu, prow[0], p % 32);
+          const int64_t hi = __shfl_sync(0xffffffffu, prow[1], p % 32);
+          const int64_t row = p < 32 ? lo : hi;
+          cp_async16_zfill(dst + p * LD + c * 8, src + max(row, int64_t{0}) * D + c * 8, row >= 0 ? 16 : 0);
+        }
+        cp_async_commit_group();
+      };
+      stage(sk, a.k_pool);
+      stage(sv, a.v_pool);
+      cp_async_wait_group<1>();  // K
+      __syncwarp();
+      float s[kKvTile / 8][4];
+      tile_scores<D, LD>(s, qa, sk, g, q4);
+      float mx[2], lt[2], wa[2], wb[2];
+      tile_mask_max(s, j * kKvTile, vis, scale2, q4, mx);
+      uint32_t pa[kKvTile / 16][4];
+      tile_probabilities(s, mx, lt, pa);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        fold_weights(m[i], mx[i], wa[i], wb[i]);
+        l[i] = fold_sum(l[i], wa[i], lt[i], wb[i]);
+      }
+      cp_async_wait_group<0>();  // V
+      __syncwarp();
+#pragma unroll
+      for (int nb = 0; nb < NB; nb += 2) {
+        float t0[4], t1[4];
+        tile_pv_pair<LD>(pa, sv, nb, lane, t0, t1);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          o[nb][e] = fold_sum(o[nb][e], wa[e / 2], t0[e], wb[e / 2]);
+          o[nb + 1][e] = fold_sum(o[nb + 1][e], wa[e / 2], t1[e], wb[e / 2]);
+        }
+      }
+      __syncwarp();  // the tile is consumed before the next one is staged over it
+    }
+
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      fold_weights(m[i], mx[i], wa[i], wb[i]);
-      l[i] = fold_sum(l[i], wa[i], lt[i], wb[i]);
-    }
-    cp_async_wait_group<0>();  // V
-    __syncwarp();
-#pragma unroll
-    for (int nb = 0; nb < NB; nb += 2) {
-      float t0[4], t1[4];
-      tile_pv_pair<LD>(pa, sv, nb, lane, t0, t1);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        o[nb][e] = fold_sum(o[nb][e], wa[e / 2], t0[e], wb[e / 2]);
-        o[nb + 1][e] = fold_sum(o[nb + 1][e], wa[e / 2], t1[e], wb[e / 2]);
+      if (!valid[i]) continue;
+      const int64_t n = (static_cast<int64_t>(tok[i]) * a.heads + head[i]) * tiles + j0;
+      if (q4 == 0) {
+        a.partial_m[n] = m[i];
+        a.partial_l[n] = l[i];
       }
-    }
-    __syncwarp();  // the tile is consumed before the next one is staged over it
-  }
-
+      float* po = a.partial_acc + n * D + 2 * q4;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if (!valid[i]) continue;
-    const int64_t n = (static_cast<int64_t>(tok[i]) * a.heads + head[i]) * tiles + j0;
-    if (q4 == 0) {
-      a.partial_m[n] = m[i];
-      a.partial_l[n] = l[i];
+      for (int nb = 0; nb < NB; ++nb)
+        *reinterpret_cast<float2*>(po + nb * 8) = make_float2(o[nb][2 * i], o[nb][2 * i + 1]);
     }
-    float* po = a.partial_acc + n * D + 2 * q4;
-#pragma unroll
-    for (int nb = 0; nb < NB; ++nb) *reinterpret_cast<float2*>(po + nb * 8) = make_float2(o[nb][2 * i], o[nb][2 * i + 1]);
   }
 }
 
@@ -568,8 +586,13 @@ bool launch_tile_decode_typed(const AttentionArgs& a, int max_row_tokens, int ti
   const int64_t merge_blocks = (int64_t{a.tokens} * a.heads + 3) / 4;
   if (blocks > 0x7fffffff || merge_blocks > 0x7fffffff || tiles < 1 || tiles > 65535) return false;
   const size_t smem = size_t{2} * kKvTile * (D + 8) * sizeof(__nv_bfloat16);  // under the 48 KB default
-  launch(tile_decode_kernel<D>, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(tiles)), 32, smem, ctx, a,
-         tiles, pair_blocks);
+  // Enough warps to keep every SM's six tile buffers busy a few times over; past that, a warp
+  // takes several of its row's tiles in turn (fewer warps that find nothing to do once the
+  // stated length is padded past the rows' own).
+  constexpr int64_t kWarpsWanted = 2048;
+  const int stride = static_cast<int>(std::min<int64_t>(tiles, std::max<int64_t>(1, (kWarpsWanted + blocks - 1) / blocks)));
+  launch(tile_decode_kernel<D>, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(stride)), 32, smem, ctx, a,
+         tiles, pair_blocks, stride);
   launch(tile_decode_merge_kernel<D>, dim3(static_cast<unsigned>(merge_blocks)), 128, 0, ctx, a, tiles);
   return true;
 }
