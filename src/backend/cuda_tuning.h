@@ -38,17 +38,16 @@ struct CudaTuning {
   // false keeps the f32 kernel everywhere (SPECDEC_CUDA_FLASH=0). Changes results within bf16
   // rounding (q and the probabilities are rounded for the products).
   bool flash_prefill = true;
-  // With flash_prefill, decode steps and short windows take the flash kernel from this many
-  // (row, kv head) pairs on (SPECDEC_CUDA_FLASH_DECODE_BLOCKS): each pair is one block over the
-  // row's whole history, so fewer pairs leave SMs idle that the tile decode kernel (below) or,
-  // without it, the f32 kernel's split launch would use.
+  // With flash_prefill and without tile_decode, the fast mode's decode steps and short windows
+  // take the flash kernel too from this many (row, kv head) pairs on
+  // (SPECDEC_CUDA_FLASH_DECODE_BLOCKS): each pair is one block over the row's whole history, so
+  // fewer pairs leave SMs idle that the f32 kernel's split launch would use.
   int flash_decode_blocks = 256;
-  // With flash_prefill, decode steps and windows of up to 16 tokens a row, in batches of fewer
-  // (row, kv head) pairs than flash_decode_blocks, attend with one warp per (row, kv head, 16
-  // (token, q head) pairs, 64-position tile) and a fold of the tiles (flash_attention.cu), in
-  // both modes; false leaves them to the f32 kernel in the fast mode and to the flash kernel in
-  // the batch-invariant mode (SPECDEC_CUDA_TILE_DECODE=0), where both give the same bits. The
-  // fast mode's one-wave fused decode (fused_attention) still comes first.
+  // With flash_prefill, decode steps and windows of up to 16 tokens a row attend with one warp
+  // per (row, kv head, 16 (token, q head) pairs, 64-position tile) and a fold of the tiles
+  // (flash_attention.cu), in both modes; false leaves them to the kernels above in the fast mode
+  // and to the flash kernel in the batch-invariant mode (SPECDEC_CUDA_TILE_DECODE=0), where both
+  // give the same bits. The fast mode's one-wave fused decode (fused_attention) still comes first.
   bool tile_decode = true;
   // Batch-invariant mode runs its 16-bit linears on cuBLASLt at every M, with K never split
   // (gemm_lt.h); false takes the row-streaming kernel with f32 x instead, several times slower

@@ -408,13 +408,11 @@ class CudaBackend final : public Backend {
   // Whether a batch of decode steps and short windows attends one warp per (row, kv head, 16
   // (token, head) pairs, tile) (CudaTuning::tile_decode): a bf16 cache the tensor cores take, at
   // most kTileMaxRowTokens new tokens a row (past that the flash kernel's blocks of 16 tokens
-  // share each K/V tile among more of them), and fewer (row, kv head) pairs than
-  // CudaTuning::flash_decode_blocks (from there on the flash kernel's blocks fill the GPU by
-  // themselves). In the batch-invariant mode both kernels give the same bits.
+  // share each K/V tile among more of them). In the batch-invariant mode both kernels give the
+  // same bits.
   bool tile_decode(const AttentionBatch& batch, const Tensor& k_pool) const {
     return tuning().flash_prefill && tuning().tile_decode && batch.max_row_tokens <= kTileMaxRowTokens &&
            k_pool.rank == 4 && k_pool.dtype == DType::bf16 &&
-           int64_t{batch.rows} * k_pool.dim(2) < tuning().flash_decode_blocks &&
            cuda::flash_attention_supports(ElemType::bf16, static_cast<int>(k_pool.dim(3)));
   }
   static constexpr int kTileMaxRowTokens = 16;

@@ -465,7 +465,7 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
   const float scale2 = a.scale * 1.4426950408889634f;
   // Tiles j0, j0 + stride, ... of the warp's pairs, each its own partial; the grid's last tile
   // slot (tiles - 1) folds every tile from there on into one.
-  for (int j0 = static_cast<int>(blockIdx.y); j0 < n_tiles; j0 += stride) {
+  for (int j0 = static_cast<int>(blockIdx.y); j0 < n_tiles && j0 < tiles; j0 += stride) {
     const int j1 = j0 == tiles - 1 ? n_tiles : j0 + 1;
     float o[NB][4];
 #pragma unroll
