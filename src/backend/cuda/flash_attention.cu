@@ -67,6 +67,26 @@ __device__ __forceinline__ void cp_async_wait_group() {
 // Lane (g = lane / 4, q4 = lane % 4) holds mma rows g and g + 8 and, of each 8-position block nb,
 // positions nb * 8 + 2 * q4 and + 1 (the accumulator layout of m16n8k16).
 
+// The lane's two q rows (q0, q1; zeros where not valid) as bf16 A fragments, one per 16 columns
+// of the head.
+template <int D>
+__device__ __forceinline__ void q_fragments(uint32_t (&qa)[D / 16][4], const float* q0, const float* q1,
+                                            const bool (&valid)[2], int q4) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int c = kk * 16 + 2 * q4;
+    const float2 z = make_float2(0.0f, 0.0f);
+    const float2 x00 = valid[0] ? *reinterpret_cast<const float2*>(q0 + c) : z;
+    const float2 x10 = valid[1] ? *reinterpret_cast<const float2*>(q1 + c) : z;
+    const float2 x01 = valid[0] ? *reinterpret_cast<const float2*>(q0 + c + 8) : z;
+    const float2 x11 = valid[1] ? *reinterpret_cast<const float2*>(q1 + c + 8) : z;
+    qa[kk][0] = pack_bf16(x00.x, x00.y);
+    qa[kk][1] = pack_bf16(x10.x, x10.y);
+    qa[kk][2] = pack_bf16(x01.x, x01.y);
+    qa[kk][3] = pack_bf16(x11.x, x11.y);
+  }
+}
+
 // s = q · Kᵀ over the tile's 64 staged K rows (row stride LD), q as bf16 A fragments.
 template <int D, int LD>
 __device__ __forceinline__ void tile_scores(float (&s)[kKvTile / 8][4], const uint32_t (&qa)[D / 16][4],
@@ -163,6 +183,32 @@ __device__ __forceinline__ void fold_weights(float& M, float mt, float& wa, floa
 __device__ __forceinline__ float fold_sum(float acc, float wa, float part, float wb) {
   return __fmaf_rn(acc, wa, __fmul_rn(part, wb));
 }
+// Folds a tile's row maxima mt and sums lt into the running m and l, leaving the two weights
+// for the tile's P·V.
+__device__ __forceinline__ void fold_tile_sums(float (&m)[2], float (&l)[2], const float (&mt)[2],
+                                               const float (&lt)[2], float (&wa)[2], float (&wb)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    fold_weights(m[i], mt[i], wa[i], wb[i]);
+    l[i] = fold_sum(l[i], wa[i], lt[i], wb[i]);
+  }
+}
+// Folds the tile's P·V (V staged at vs) into the running output o, output blocks two at a time.
+template <int D, int LD>
+__device__ __forceinline__ void fold_tile_pv(float (&o)[D / 8][4], const uint32_t (&pa)[kKvTile / 16][4],
+                                             const __nv_bfloat16* vs, int lane, const float (&wa)[2],
+                                             const float (&wb)[2]) {
+#pragma unroll
+  for (int nb = 0; nb < D / 8; nb += 2) {
+    float t0[4], t1[4];
+    tile_pv_pair<LD>(pa, vs, nb, lane, t0, t1);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      o[nb][e] = fold_sum(o[nb][e], wa[e / 2], t0[e], wb[e / 2]);
+      o[nb + 1][e] = fold_sum(o[nb + 1][e], wa[e / 2], t1[e], wb[e / 2]);
+    }
+  }
+}
 // The final division, one expression for both kernels.
 __device__ __forceinline__ float normalized(float o, float l) { return o * (l > 0.0f ? 1.0f / l : 0.0f); }
 
@@ -219,20 +265,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
   uint32_t qa[KK][4];
   {
     const float* q0 = a.q + (static_cast<int64_t>(t0 + wt0 + g) * a.heads + h) * D;
-    const float* q1 = q0 + static_cast<int64_t>(8) * a.heads * D;
-#pragma unroll
-    for (int kk = 0; kk < KK; ++kk) {
-      const int c = kk * 16 + 2 * q4;
-      const float2 z = make_float2(0.0f, 0.0f);
-      const float2 x00 = valid[0] ? *reinterpret_cast<const float2*>(q0 + c) : z;
-      const float2 x10 = valid[1] ? *reinterpret_cast<const float2*>(q1 + c) : z;
-      const float2 x01 = valid[0] ? *reinterpret_cast<const float2*>(q0 + c + 8) : z;
-      const float2 x11 = valid[1] ? *reinterpret_cast<const float2*>(q1 + c + 8) : z;
-      qa[kk][0] = pack_bf16(x00.x, x00.y);
-      qa[kk][1] = pack_bf16(x10.x, x10.y);
-      qa[kk][2] = pack_bf16(x01.x, x01.y);
-      qa[kk][3] = pack_bf16(x11.x, x11.y);
-    }
+    q_fragments<D>(qa, q0, q0 + static_cast<int64_t>(8) * a.heads * D, valid, q4);
   }
 
   const __nv_bfloat16* kp = static_cast<const __nv_bfloat16*>(a.k_pool);
@@ -286,21 +319,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
       float lt[2], wa[2], wb[2];
       uint32_t pa[kKvTile / 16][4];
       tile_probabilities(s, mx, lt, pa);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        fold_weights(m[i], mx[i], wa[i], wb[i]);
-        l[i] = fold_sum(l[i], wa[i], lt[i], wb[i]);
-      }
-#pragma unroll
-      for (int nb = 0; nb < NB; nb += 2) {
-        float t0[4], t1[4];
-        tile_pv_pair<LD>(pa, vs, nb, lane, t0, t1);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          o[nb][e] = fold_sum(o[nb][e], wa[e / 2], t0[e], wb[e / 2]);
-          o[nb + 1][e] = fold_sum(o[nb + 1][e], wa[e / 2], t1[e], wb[e / 2]);
-        }
-      }
+      fold_tile_sums(m, l, mx, lt, wa, wb);
+      fold_tile_pv<D, LD>(o, pa, vs, lane, wa, wb);
     } else {
       float alpha[2], base[2];
 #pragma unroll
@@ -442,23 +462,8 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
   if (static_cast<int>(blockIdx.y) >= n_tiles) return;  // warp-uniform
 
   uint32_t qa[KK][4];
-  {
-    const float* q0 = a.q + (static_cast<int64_t>(tok[0]) * a.heads + head[0]) * D;
-    const float* q1 = a.q + (static_cast<int64_t>(tok[1]) * a.heads + head[1]) * D;
-#pragma unroll
-    for (int kk = 0; kk < KK; ++kk) {
-      const int c = kk * 16 + 2 * q4;
-      const float2 z = make_float2(0.0f, 0.0f);
-      const float2 x00 = valid[0] ? *reinterpret_cast<const float2*>(q0 + c) : z;
-      const float2 x10 = valid[1] ? *reinterpret_cast<const float2*>(q1 + c) : z;
-      const float2 x01 = valid[0] ? *reinterpret_cast<const float2*>(q0 + c + 8) : z;
-      const float2 x11 = valid[1] ? *reinterpret_cast<const float2*>(q1 + c + 8) : z;
-      qa[kk][0] = pack_bf16(x00.x, x00.y);
-      qa[kk][1] = pack_bf16(x10.x, x10.y);
-      qa[kk][2] = pack_bf16(x01.x, x01.y);
-      qa[kk][3] = pack_bf16(x11.x, x11.y);
-    }
-  }
+  q_fragments<D>(qa, a.q + (static_cast<int64_t>(tok[0]) * a.heads + head[0]) * D,
+                 a.q + (static_cast<int64_t>(tok[1]) * a.heads + head[1]) * D, valid, q4);
 
   const int64_t pool_slots = a.pool_blocks * a.block_size;
   const int* table = a.block_table + static_cast<int64_t>(r) * a.max_blocks;
@@ -511,23 +516,10 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
       tile_mask_max(s, j * kKvTile, vis, scale2, q4, mx);
       uint32_t pa[kKvTile / 16][4];
       tile_probabilities(s, mx, lt, pa);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        fold_weights(m[i], mx[i], wa[i], wb[i]);
-        l[i] = fold_sum(l[i], wa[i], lt[i], wb[i]);
-      }
+      fold_tile_sums(m, l, mx, lt, wa, wb);
       cp_async_wait_group<0>();  // V
       __syncwarp();
-#pragma unroll
-      for (int nb = 0; nb < NB; nb += 2) {
-        float t0[4], t1[4];
-        tile_pv_pair<LD>(pa, sv, nb, lane, t0, t1);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          o[nb][e] = fold_sum(o[nb][e], wa[e / 2], t0[e], wb[e / 2]);
-          o[nb + 1][e] = fold_sum(o[nb + 1][e], wa[e / 2], t1[e], wb[e / 2]);
-        }
-      }
+      fold_tile_pv<D, LD>(o, pa, sv, lane, wa, wb);
       __syncwarp();  // the tile is consumed before the next one is staged over it
     }
 
