@@ -423,7 +423,8 @@ class CudaBackend final : public Backend {
                     const AttentionBatch& batch, float scale, const Tensor& out) {
     constexpr size_t kMaxTilePartialBytes = size_t{512} << 20;
     cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out, false);
-    const int64_t tiles = std::max<int64_t>(1, (int64_t{batch.max_row_len} + 63) / 64);
+    const int64_t tiles =
+        std::max<int64_t>(1, (int64_t{batch.max_row_len} + cuda::kFlashKvTile - 1) / cuda::kFlashKvTile);
     const size_t n = static_cast<size_t>(a.tokens) * static_cast<size_t>(a.heads) * static_cast<size_t>(tiles);
     const size_t bytes = n * (static_cast<size_t>(a.head_dim) + 2) * sizeof(float);
     if (tiles > 65535 || bytes > kMaxTilePartialBytes) return false;
@@ -457,7 +458,8 @@ class CudaBackend final : public Backend {
     // many waves each block redoing its token's rotation costs more than the launches it saves.
     if (!tuning().fused_attention || attention_blocks(a) > kAttentionWave) {
       rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
-      return attention(q, k_pool, v_pool, batch, scale, out);
+      if (tile_decode(batch, k_pool)) return attention(q, k_pool, v_pool, batch, scale, out);
+      return launch_attention("attention", a, batch);  // the split launch `a` already holds
     }
     check_rope(op, q, positions, inv_freq);
     check_rope(op, k, positions, inv_freq);

@@ -29,7 +29,7 @@ namespace {
 
 constexpr int kFlashWarps = 4;
 constexpr int kFlashThreads = kFlashWarps * 32;
-constexpr int kKvTile = 64;  // cached positions per tile (one pass of the softmax)
+constexpr int kKvTile = kFlashKvTile;
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
@@ -61,6 +61,15 @@ __device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async
 template <int N>
 __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// The pool slot of cached position pos of a row (its block table `table`), -1 at or past `end`
+// or for a table entry outside the pool: such positions are staged as zeros.
+__device__ __forceinline__ int64_t cache_slot(const AttentionArgs& a, const int* table, int pos, int end,
+                                              int64_t pool_slots) {
+  if (pos >= end || pos / a.block_size >= a.max_blocks) return -1;
+  const int64_t slot = static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
+  return slot < pool_slots ? slot : -1;
 }
 
 // ---- One tile, shared by both kernels so that a token's tile gives the same bits in either ----
@@ -278,12 +287,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
     __nv_bfloat16* kd = sk + (j & 1) * kKvTile * LD;
     __nv_bfloat16* vd = sv + (j & 1) * kKvTile * LD;
     for (int i = tid; i < kKvTile * CH; i += kFlashThreads) {
-      const int p = i / CH, c = i % CH, pos = j * kKvTile + p;
-      int64_t slot = -1;
-      if (pos < kv_end && pos / a.block_size < a.max_blocks) {
-        slot = static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
-        if (slot >= pool_slots) slot = -1;
-      }
+      const int p = i / CH, c = i % CH;
+      const int64_t slot = cache_slot(a, table, j * kKvTile + p, kv_end, pool_slots);
       const int64_t off = (max(slot, int64_t{0}) * a.kv_heads + kvh) * D + c * 8;
       const int bytes = slot >= 0 ? 16 : 0;
       cp_async16_zfill(kd + p * LD + c * 8, kp + off, bytes);
@@ -414,7 +419,11 @@ __device__ __forceinline__ int row_of_token(const int* row_starts, int rows, int
   int lo = 0, hi = rows - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (row_starts[mid] <= t) lo = mid; else hi = mid - 1;
+    if (row_starts[mid] <= t) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
   }
   return lo;
 }
@@ -484,12 +493,7 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
       int64_t prow[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int pos = j * kKvTile + lane + 32 * h;
-        int64_t slot = -1;
-        if (pos < len && pos / a.block_size < a.max_blocks) {
-          slot = static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
-          if (slot >= pool_slots) slot = -1;
-        }
+        const int64_t slot = cache_slot(a, table, j * kKvTile + lane + 32 * h, len, pool_slots);
         prow[h] = slot >= 0 ? slot * a.kv_heads + kvh : -1;
       }
       // Copy i of a pool: position i / CH, 16-byte piece i % CH (consecutive lanes, consecutive

@@ -180,6 +180,9 @@ void launch_attention(const AttentionArgs& args, const Context& ctx);
 // whose bits launch_tile_decode_attention reproduces (the batch-invariant mode); without it a
 // little faster, batch invariant still, but not equal to the decode kernel's bits. Supported: bf16
 // pools, head_dim 64, 96 or 128. Returns false, having launched nothing, where it does not apply.
+// Cached positions per tile of the tensor-core kernels (one pass of the softmax; the tile decode
+// kernel's partials are one per tile).
+constexpr int kFlashKvTile = 64;
 bool flash_attention_supports(ElemType pool_type, int head_dim);
 bool launch_flash_attention(const AttentionArgs& args, int max_row_tokens, bool fold, const Context& ctx);
 
