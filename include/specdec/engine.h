@@ -49,6 +49,11 @@ struct EngineStats {
   int64_t prefix_cache_hits = 0;                        // of which found
   int64_t preemptions = 0;                              // rows preempted for KV (they recompute later)
   int64_t iterations = 0;                               // target forwards
+  // Iterations whose rows all decoded: how many, their wall seconds, and the seconds of those
+  // in which the target's forward kept the device (or the CPU backend) working; the difference
+  // is host work between forwards (scheduling, verifying, streaming).
+  int64_t decode_iterations = 0;
+  double decode_iteration_seconds = 0, decode_device_seconds = 0;
   std::map<std::string, DraftMethodStats> speculation;  // by draft method id
 };
 

@@ -122,6 +122,9 @@ EngineStats Engine::stats() const {
   s.prefix_cache_hits = c.prefix_hit_tokens;
   s.preemptions = c.preemptions;
   s.iterations = c.forwards;
+  s.decode_iterations = c.decode_iterations;
+  s.decode_iteration_seconds = c.decode_iteration_seconds;
+  s.decode_device_seconds = c.decode_device_seconds;
   for (const auto& [id, t] : c.speculation)
     s.speculation[id] = DraftMethodStats{t.drafted, t.accepted, t.emitted, t.rounds, t.accepted_at};
   return s;

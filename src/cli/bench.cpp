@@ -106,13 +106,21 @@ void plain_rows(const BenchCommand& o, Engine& engine, bool invariant, const Mem
   for (int b : o.batches) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < b; ++i) prompts.push_back(synthetic_prompt(engine, text, o.prompt_tokens, i * 37));
+    const EngineStats before = engine.stats();
     RunResult r = run_batch(engine, prompts, o.gen_tokens, o.sampling);
+    const EngineStats after = engine.stats();
+    // Per decode iteration: its wall time and the host's part of it (the device waits then).
+    const int64_t steps = after.decode_iterations - before.decode_iterations;
+    const double step_ms = steps > 0 ? 1e3 * (after.decode_iteration_seconds - before.decode_iteration_seconds) / steps : 0;
+    const double host_ms =
+        steps > 0 ? step_ms - 1e3 * (after.decode_device_seconds - before.decode_device_seconds) / steps : 0;
     const double prefill_tps = r.prompt_tokens / std::max(1e-9, r.max_ttft);
     const std::string why = unmeasured_decode(r, o, context);
     nlohmann::json row = {
         {"mode", mode}, {"batch", b}, {"prefill_tokens_per_s", prefill_tps}, {"ttft_ms", r.max_ttft * 1e3}};
     if (!why.empty()) {
-      std::printf("%-10s %6d %14.1f %14s %10.1f %12s\n", mode.c_str(), b, prefill_tps, "-", r.max_ttft * 1e3, "-");
+      std::printf("%-10s %6d %14.1f %14s %10.1f %12s %9s %9s\n", mode.c_str(), b, prefill_tps, "-", r.max_ttft * 1e3,
+                  "-", "-", "-");
       notes.push_back(mode + ", batch " + std::to_string(b) + ": " + why);
       row["decode_unmeasured"] = why;
     } else {
@@ -124,11 +132,13 @@ void plain_rows(const BenchCommand& o, Engine& engine, bool invariant, const Mem
       const double kv_bytes = double(engine.kv_bytes_per_token()) * mean_ctx * b;
       const double step_bytes = double(engine.step_weight_bytes(b)) + kv_bytes;
       const double fraction = step_bytes * (decode_tps / b) / bandwidth.bytes_per_s;
-      std::printf("%-10s %6d %14.1f %14.1f %10.1f %12.2f\n", mode.c_str(), b, prefill_tps, decode_tps, r.max_ttft * 1e3,
-                  fraction);
+      std::printf("%-10s %6d %14.1f %14.1f %10.1f %12.2f %9.3f %9.3f\n", mode.c_str(), b, prefill_tps, decode_tps,
+                  r.max_ttft * 1e3, fraction, step_ms, host_ms);
       row["decode_tokens_per_s"] = decode_tps;
       row["bytes_per_step"] = step_bytes;
       row["bandwidth_fraction"] = fraction;
+      row["decode_step_ms"] = step_ms;
+      row["host_ms_per_step"] = host_ms;
     }
     std::fflush(stdout);
     rows.push_back(std::move(row));
@@ -339,8 +349,8 @@ void run_bench(const BenchCommand& o) {
       if (i == 0) {
         std::printf("\nplain decoding, %s, prompt %d tokens, %d new tokens, %s\n", engine.device_name().c_str(),
                     o.prompt_tokens, o.gen_tokens, describe(o.sampling).c_str());
-        std::printf("%-10s %6s %14s %14s %10s %12s\n", "mode", "batch", "prefill tok/s", "decode tok/s", "TTFT ms",
-                    "BW fraction");
+        std::printf("%-10s %6s %14s %14s %10s %12s %9s %9s\n", "mode", "batch", "prefill tok/s", "decode tok/s",
+                    "TTFT ms", "BW fraction", "step ms", "host ms");
       }
       plain_rows(o, engine, modes[i], bandwidth, rows, notes);
       const bool gpu = engine.device() == DeviceKind::cuda;

@@ -173,6 +173,7 @@ void EngineCore::cancel(int64_t id) {
 }
 
 bool EngineCore::step() {
+  const auto started = Clock::now();
   scheduler_.admit();
   if (scheduler_.running().empty()) return false;
   propose();
@@ -187,6 +188,11 @@ bool EngineCore::step() {
   const ForwardResult out = forward(request, batch);
   verify_and_commit(batch, out, on_backend, seconds_since(t0));
   retire();
+  if (!out.one_off && std::all_of(batch.begin(), batch.end(), [](const ScheduledRow& s) { return s.decode; })) {
+    ++decode_iterations_;
+    decode_iteration_seconds_ += seconds_since(started);
+    decode_device_seconds_ += out.device_seconds;
+  }
   return true;
 }
 
@@ -402,6 +408,9 @@ EngineCounters EngineCore::stats() const {
   c.prefix_hit_tokens = kv_->prefix_hit_tokens();
   c.preemptions = scheduler_.preemptions();
   c.forwards = forwards_;
+  c.decode_iterations = decode_iterations_;
+  c.decode_iteration_seconds = decode_iteration_seconds_;
+  c.decode_device_seconds = decode_device_seconds_;
   c.speculation = speculation_.methods();
   return c;
 }

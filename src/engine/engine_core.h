@@ -37,6 +37,12 @@ struct EngineCounters {
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t forwards = 0;
+  // Iterations whose rows all decoded (no prefill chunk, no one-off costs): their count, their
+  // wall seconds, and of those the seconds the target's forward kept the device working
+  // (ForwardResult::device_seconds). The rest is the host's share of a decode iteration, during
+  // which the device waits.
+  int64_t decode_iterations = 0;
+  double decode_iteration_seconds = 0, decode_device_seconds = 0;
   std::map<std::string, SpecTelemetry> speculation;  // by method id, over finished requests
 };
 
@@ -126,6 +132,8 @@ class EngineCore {
   SpecTelemetryByMethod speculation_;  // finished requests' speculation, per method
   int64_t next_id_ = 1;
   int64_t forwards_ = 0;
+  int64_t decode_iterations_ = 0;
+  double decode_iteration_seconds_ = 0, decode_device_seconds_ = 0;
 };
 
 }  // namespace specdec

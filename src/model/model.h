@@ -55,6 +55,9 @@ struct ForwardResult {
   // its shape ran call by call for the first time or recorded its replay. Its time is no price
   // of the next forward of that shape.
   bool one_off = false;
+  // Wall seconds from the forward's first launch until its results were on the host: the part
+  // of the forward the device works on (with the launches' own host time, which overlaps it).
+  double device_seconds = 0;
 
   // Logits row i (of the total), vocab floats.
   const float* logits_row(int i) const { return logits.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab); }

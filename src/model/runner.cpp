@@ -5,6 +5,7 @@
 #include "model/runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 
@@ -196,6 +197,7 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
       backend_.sample(out.logits.rows(0, N), meta.sample_rows.rows(0, N), out.tokens.rows(0, N));
   };
 
+  const auto launched = std::chrono::steady_clock::now();
   if (replayable) {
     ReplayKey key{plan.rows,        plan.tokens, plan.max_row_tokens,  plan.max_blocks,
                   plan.max_row_len, selection,   tap_layers,           plan.taps,
@@ -210,6 +212,7 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
   }
   result.one_off = one_off_;
   finish(out, N, selects, sampling, result);
+  result.device_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - launched).count();
 }
 
 void ModelRunner::finish(const OutputViews& out, int64_t N, bool selects, std::span<const SampleRow> sampling,

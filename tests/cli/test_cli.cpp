@@ -201,6 +201,10 @@ TEST_F(Cli, BenchComparesPlainAndSpeculativeRuns) {
   for (const auto& row : plain["rows"]) {
     EXPECT_GT(row["decode_tokens_per_s"].get<double>(), 0) << row;
     EXPECT_GT(row["bandwidth_fraction"].get<double>(), 0) << row;
+    // The host's share is a part of the decode iteration, and the device's part is not empty.
+    EXPECT_GT(row["decode_step_ms"].get<double>(), 0) << row;
+    EXPECT_GE(row["host_ms_per_step"].get<double>(), 0) << row;
+    EXPECT_LT(row["host_ms_per_step"].get<double>(), row["decode_step_ms"].get<double>()) << row;
   }
   EXPECT_GT(plain["bandwidth_bytes_per_s"].get<double>(), 0);
   EXPECT_EQ(plain["bandwidth_kind"], "host read");
