@@ -20,6 +20,10 @@ IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_spe
     : tokenizer_(tokenizer), skip_special_(skip_special) {}
 
 std::string IncrementalDecoder::push(int32_t id) {
+  // A skipped special token adds no text and changes nothing the ids around it decode to (the
+  // decoder drops it first): it is not kept, or a run of them would be decoded again at every
+  // push. (An id that decodes to nothing alone, like a leading metaspace, may still count.)
+  if (skip_special_ && tokenizer_.is_special(id)) return {};
   ids_.push_back(id);
   const std::span<const int32_t> all(ids_);
   const std::string context = tokenizer_.decode(all.subspan(prefix_, read_ - prefix_), skip_special_);

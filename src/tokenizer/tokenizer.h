@@ -56,6 +56,7 @@ class IncrementalDecoder {
   explicit IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special = true);
   std::string push(int32_t id);
   std::string flush();
+  size_t window() const { return ids_.size(); }  // ids a push decodes again (context and held ids)
 
  private:
   Tokenizer tokenizer_;  // shares the state; the decoder never dangles

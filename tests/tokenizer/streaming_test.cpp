@@ -2,6 +2,7 @@
 // valid UTF-8, and their concatenation equals decode(all ids) whenever that has no U+FFFD.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -94,6 +95,27 @@ TEST_P(StreamingTest, FlushReturnsHeldBytesAndResets) {
   for (int32_t id : tok.encode("ok")) again += stream.push(id);
   again += stream.flush();
   EXPECT_EQ(again, "ok");
+}
+
+TEST_P(StreamingTest, IdsWithoutTextAreNotDecodedAgain) {
+  // A model that emits a long run of special tokens (skipped from the text) must not make every
+  // later push decode the whole run again.
+  const Tokenizer tok = Tokenizer::load(fixture_dir(GetParam()));
+  const std::vector<int32_t> specials = tok.special_ids();
+  ASSERT_FALSE(specials.empty());
+  std::vector<int32_t> ids = tok.encode("a = 1");
+  for (int i = 0; i < 2000; ++i) ids.push_back(specials[static_cast<size_t>(i) % specials.size()]);
+  for (int32_t id : tok.encode(" + 2")) ids.push_back(id);
+  IncrementalDecoder stream(tok, true);
+  std::string joined;
+  size_t widest = 0;
+  for (int32_t id : ids) {
+    joined += stream.push(id);
+    widest = std::max(widest, stream.window());
+  }
+  joined += stream.flush();
+  EXPECT_EQ(joined, tok.decode(ids, true));
+  EXPECT_LE(widest, 8u) << "the decoder kept the skipped ids";
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, StreamingTest, ::testing::Values("bytelevel", "metaspace"));
