@@ -637,20 +637,55 @@ TEST(GpuAttention, FastModePrefillChunksMatchCpu) {
 // positions): on the tensor cores (the tile decode kernel, or the flash kernel past enough
 // (row, kv head) blocks without it) they must match the CPU's f32 attention within bf16
 // rounding, for one kv head as for eight.
-TEST(GpuAttention, FastModeManyDecodeRowsMatchCpu) {
-  SPECDEC_REQUIRE_GPU();
+// 40 decode rows (one new token each) over histories of 1 to 700 positions, each in its own
+// blocks; `pool` is set to the blocks they use.
+std::vector<RowSpec> many_decode_rows(int& pool) {
   constexpr int kRows = 40;
   std::vector<RowSpec> rows;
-  int next = 0;
+  pool = 0;
   for (int r = 0; r < kRows; ++r) {
     const int len = 1 + (r * 149) % 700;
     RowSpec row{len, {len - 1}, {}};
-    for (int b = 0; b < (len + kBlockSize - 1) / kBlockSize; ++b) row.blocks.push_back(next++);
+    for (int b = 0; b < (len + kBlockSize - 1) / kBlockSize; ++b) row.blocks.push_back(pool++);
     rows.push_back(row);
   }
-  const int pool = next, mb = max_blocks_of(rows), T = tokens_of(rows);
+  return rows;
+}
+
+TEST(GpuAttention, FastModeManyDecodeRowsMatchCpu) {
+  SPECDEC_REQUIRE_GPU();
+  int pool = 0;
+  const auto rows = many_decode_rows(pool);
+  const int mb = max_blocks_of(rows), T = tokens_of(rows);
   for (const Shape& s : {Shape{32, 8, 128, DType::bf16}, Shape{8, 8, 64, DType::bf16}, Shape{8, 1, 128, DType::bf16}}) {
     EXPECT_LE(fast_against_cpu(rows, s, pool, mb, T, 61).error, 2e-2) << shape_name(s);
+  }
+}
+
+// Batch-invariant mode, the same 40 decode rows: with 8 kv heads the tile decode launch has
+// enough (row, kv head) warps that each takes every 7th tile of its row in turn (several
+// partials a warp, the next tile staged while one is computed), where a row alone gives each
+// tile its own warp. Each row's bits must be the same both ways, and close to the CPU.
+TEST(GpuAttention, InvariantDecodeRowsEqualEachRowAlone) {
+  SPECDEC_REQUIRE_GPU();
+  int pool = 0;
+  const auto rows = many_decode_rows(pool);
+  const int mb = max_blocks_of(rows), T = tokens_of(rows);
+  const Shape s{32, 8, 128, DType::bf16};
+  Backends b = backends_with_kv(s.kv, true);
+  const size_t per_token = static_cast<size_t>(s.heads) * s.D;
+  const auto q = random_floats(static_cast<size_t>(T) * per_token, 71, 0.05f, 2.0f);
+  Pools cp = filled_pools_blocks(*b.cpu, rows, s, pool, mb, 72);
+  Pools gp = filled_pools_blocks(*b.gpu, rows, s, pool, mb, 72);
+  const auto want = run_poisoned(*b.cpu, cp, rows, s, q, mb);
+  const auto got = run_poisoned(*b.gpu, gp, rows, s, q, mb);
+  EXPECT_LE(rel_error(got, want), kTensorCoreTol);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const std::vector<float> qr(q.begin() + static_cast<ptrdiff_t>(r * per_token),
+                                q.begin() + static_cast<ptrdiff_t>((r + 1) * per_token));
+    const auto alone = run_poisoned(*b.gpu, gp, {rows[r]}, s, qr, mb);
+    EXPECT_TRUE(bit_equal(alone.data(), got.data() + r * per_token, per_token))
+        << "row of " << rows[r].len << " positions alone";
   }
 }
 
