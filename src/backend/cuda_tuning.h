@@ -63,12 +63,6 @@ struct CudaTuning {
   // as one cuBLASLt GEMM each group; false runs one GEMM a weight (SPECDEC_CUDA_STACKED=0). In
   // the batch-invariant mode (K never split) either gives the same bits.
   bool stacked_projections = true;
-  // cuBLASLt candidates are timed with the L2 cache emptied before each timed call, as a decode
-  // step finds it (every weight is read once a step, and a layer's weights outgrow the L2 before
-  // they are read again); false times them on back-to-back calls, where a weight matrix that
-  // fits in the L2 is read from there (SPECDEC_CUDA_LT_COLD=0). Only the choice of algorithm
-  // changes; in the batch-invariant mode every candidate gives the same bits.
-  bool lt_cold_timing = true;
   // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
   // gives the same bits.

@@ -95,7 +95,6 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_INVARIANT_GEMM", tuning.invariant_tensor_cores);
   set_switch("SPECDEC_CUDA_INVARIANT_LT", tuning.invariant_cublaslt);
   set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
-  set_switch("SPECDEC_CUDA_LT_COLD", tuning.lt_cold_timing);
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
   return tuning;
 }
@@ -924,7 +923,7 @@ class CudaBackend final : public Backend {
                bool accumulate = false) {
     grow(lt_workspace_, kLtWorkspaceBytes, "cuBLASLt workspace");
     float* timing = accumulate ? epilogue_scratch(out).ptr<float>() : nullptr;
-    if (!lt_) lt_ = std::make_unique<cuda::LtGemm>(tuning().lt_cold_timing);
+    if (!lt_) lt_ = std::make_unique<cuda::LtGemm>();
     const cudaDataType_t type = sh.type == ElemType::bf16  ? CUDA_R_16BF
                                 : sh.type == ElemType::f16 ? CUDA_R_16F
                                                            : CUDA_R_32F;

@@ -101,9 +101,7 @@ std::vector<cublasLtMatmulAlgo_t> LtGemm::whole_k_candidates(const cublasLtMatmu
   return out;
 }
 
-LtGemm::LtGemm(bool cold_timing) : cold_timing_(cold_timing) {
-  SPECDEC_CUBLAS_CHECK(cublasLtCreate(&handle_), "creating the cuBLASLt handle");
-}
+LtGemm::LtGemm() { SPECDEC_CUBLAS_CHECK(cublasLtCreate(&handle_), "creating the cuBLASLt handle"); }
 
 LtGemm::~LtGemm() {
   plans_.clear();
@@ -158,63 +156,38 @@ LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, fl
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   SPECDEC_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), sizes);
   if (candidates.size() > 1 && capture == cudaStreamCaptureStatusNone) {
-    // One call warms up; then the stream is held while kTimed calls are enqueued, so that they
-    // run back to back and the events time the GPU: a few-row GEMM takes about as long as
-    // launching one, so timing calls as they are launched would rank candidates by launch noise.
-    // Cold: before each timed call a buffer twice the L2's size is written, which evicts the
-    // weights, and each call is timed between its own events.
-    constexpr int kTimed = 4;
-    int l2_bytes = 0;
-    void* flush = nullptr;
-    size_t flush_bytes = 0;
-    if (cold_timing_ && cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0) == cudaSuccess && l2_bytes > 0) {
-      flush_bytes = 2 * static_cast<size_t>(l2_bytes);
-      if (cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
-        flush = nullptr;  // no room: time warm (the choice is only a speed)
-        cudaGetLastError();
-      }
-    }
-    cudaEvent_t start[kTimed] = {}, stop[kTimed] = {};
-    for (int rep = 0; rep < kTimed; ++rep) {
-      SPECDEC_CUDA_CHECK(cudaEventCreate(&start[rep]), sizes);
-      SPECDEC_CUDA_CHECK(cudaEventCreate(&stop[rep]), sizes);
-    }
+    cudaEvent_t start = nullptr, stop = nullptr;
+    SPECDEC_CUDA_CHECK(cudaEventCreate(&start), sizes);
+    SPECDEC_CUDA_CHECK(cudaEventCreate(&stop), sizes);
     const float alpha = 1.0f, beta = 0.0f;
     bool have = false;
     for (size_t i = 0; i < candidates.size(); ++i) {
+      float ms = 0.0f;
+      bool ok = true;
+      // One call warms up; then the stream is held while kTimed calls are enqueued, so that they
+      // run back to back and the events time the GPU: a few-row GEMM takes about as long as
+      // launching one, so timing calls as they are launched would rank candidates by launch noise.
+      constexpr int kTimed = 4;
       auto call = [&] {
         return cublasLtMatmul(handle_, p->desc, &alpha, w, p->a, x, p->b, &beta, out, p->c, out, p->c, &candidates[i],
                               workspace, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
       };
       StreamGate gate;
-      bool ok = call() && cudaLaunchHostFunc(stream, StreamGate::wait, &gate) == cudaSuccess;
-      for (int rep = 0; rep < kTimed && ok; ++rep) {
-        // Warm: one pair of events around all the calls.
-        if (flush) ok = cudaMemsetAsync(flush, rep, flush_bytes, stream) == cudaSuccess;
-        if (ok && (flush || rep == 0)) ok = cudaEventRecord(start[rep], stream) == cudaSuccess;
-        ok = ok && call();
-        if (ok && (flush || rep == kTimed - 1)) ok = cudaEventRecord(stop[flush ? rep : 0], stream) == cudaSuccess;
-      }
+      ok = call() && cudaLaunchHostFunc(stream, StreamGate::wait, &gate) == cudaSuccess &&
+           cudaEventRecord(start, stream) == cudaSuccess;
+      for (int rep = 0; rep < kTimed && ok; ++rep) ok = call();
+      ok = ok && cudaEventRecord(stop, stream) == cudaSuccess;
       gate.open.store(true, std::memory_order_release);
-      ok = cudaStreamSynchronize(stream) == cudaSuccess && ok;
-      float total = 0.0f;
-      for (int rep = 0; rep < (flush ? kTimed : 1) && ok; ++rep) {
-        float ms = 0.0f;
-        ok = cudaEventElapsedTime(&ms, start[rep], stop[rep]) == cudaSuccess;
-        total += ms;
-      }
-      const float ms = total / kTimed;
+      ok = cudaStreamSynchronize(stream) == cudaSuccess && ok && cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+      ms /= kTimed;
       if (ok && (!have || ms < best)) {
         have = true;
         best = ms;
         p->algo = candidates[i];
       }
     }
-    for (int rep = 0; rep < kTimed; ++rep) {
-      cudaEventDestroy(start[rep]);
-      cudaEventDestroy(stop[rep]);
-    }
-    if (flush) cudaFree(flush);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
     SPECDEC_CUDA_CHECK(cudaGetLastError(), "timing cuBLASLt candidates for ", sizes);
   }
   if (whole_k) pinned_.emplace(pin, p->algo);

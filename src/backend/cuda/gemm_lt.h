@@ -26,8 +26,7 @@ namespace specdec::cuda {
 
 class LtGemm {
  public:
-  // cold_timing: candidates are timed with the L2 cache emptied before each call (CudaTuning).
-  explicit LtGemm(bool cold_timing = true);
+  LtGemm();
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
@@ -48,7 +47,6 @@ class LtGemm {
   std::vector<cublasLtMatmulAlgo_t> whole_k_candidates(const cublasLtMatmulHeuristicResult_t* results, int found,
                                                        const Plan& p, const PinKey& pin, const std::string& sizes);
 
-  bool cold_timing_ = true;
   cublasLtHandle_t handle_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::map<PinKey, cublasLtMatmulAlgo_t> pinned_;  // whole_k: the first plan's algorithm per (N, K, type)
