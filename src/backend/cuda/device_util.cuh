@@ -17,8 +17,7 @@ namespace specdec::cuda {
 // Every kernel here is started by launch(), which lets it begin while the kernel before it on the
 // stream is still finishing. So each kernel calls grid_dependency_wait() before it reads what an
 // earlier kernel wrote or writes what an earlier kernel reads; work before that point may only
-// touch memory no kernel writes (weights, and a forward's metadata: positions, row starts and
-// lengths, block tables and slots, copied from the host before the forward's first kernel). allow_dependents() lets the next kernel be scheduled
+// touch memory no kernel writes (weights). allow_dependents() lets the next kernel be scheduled
 // now: its blocks start when there is room and wait in turn. Both are no-ops for a kernel
 // started without the attribute (CudaTuning::overlapped_launches off, or a launch outside launch()).
 __device__ __forceinline__ void grid_dependency_wait() {

@@ -22,7 +22,7 @@ __global__ void embedding_kernel(const T* __restrict__ table, const int* __restr
 // nearest even, so the bits equal rms_norm followed by launch_convert_f32.
 template <typename T, typename O = float>
 __global__ void rms_norm_kernel(const float* __restrict__ x, const T* __restrict__ w, float eps, O* out, int dim) {
-  allow_dependents();
+  enter_kernel();
   __shared__ float scratch[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   O* o = out + static_cast<int64_t>(blockIdx.x) * dim;
@@ -33,15 +33,10 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const T* __restrict
   if (dim <= kHeld * static_cast<int>(blockDim.x)) {
     float xv[kHeld], wv[kHeld];
 #pragma unroll
-    for (int j = 0; j < kHeld; ++j) {  // the weight, while the kernel before still runs
-      const int i = static_cast<int>(threadIdx.x) + j * static_cast<int>(blockDim.x);
-      wv[j] = i < dim ? to_float(w[i]) : 0.0f;
-    }
-    grid_dependency_wait();
-#pragma unroll
     for (int j = 0; j < kHeld; ++j) {
       const int i = static_cast<int>(threadIdx.x) + j * static_cast<int>(blockDim.x);
       xv[j] = i < dim ? xr[i] : 0.0f;
+      wv[j] = i < dim ? to_float(w[i]) : 0.0f;
     }
     float ss = 0.0f;
 #pragma unroll
@@ -56,7 +51,6 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const T* __restrict
     }
     return;
   }
-  grid_dependency_wait();
   float ss = 0.0f;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
   const float total = block_sum(ss, scratch);
@@ -91,7 +85,7 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict
                                      const float* __restrict__ inv_freq, float scaling, int heads, int kv_heads,
                                      int head_dim, T* __restrict__ k_pool, T* __restrict__ v_pool,
                                      const int* __restrict__ slots, int64_t pool_slots) {
-  allow_dependents();
+  enter_kernel();
   constexpr int kMaxHalf = 256, kHeld = 16;
   __shared__ float cos_sin[2 * kMaxHalf];
   const int t = blockIdx.x;
@@ -103,11 +97,8 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict
                      : k + (static_cast<int64_t>(t) * kv_heads + (h - heads)) * head_dim;
   };
   const int stride = static_cast<int>(blockDim.x);
-  const int slot = slots[t];
   if (half <= kMaxHalf && pairs <= kHeld * stride) {
-    // The angles need only the position: computed while the kernel before still runs.
     for (int i = threadIdx.x; i < half; i += stride) sincosf(pos * inv_freq[i], &cos_sin[half + i], &cos_sin[i]);
-    grid_dependency_wait();
     float a[kHeld], b[kHeld];
 #pragma unroll
     for (int j = 0; j < kHeld; ++j) {
@@ -126,7 +117,6 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict
       rotate_pair(a[j], b[j], cos_sin[i], cos_sin[half + i], scaling, x[i], x[i + half]);
     }
   } else {
-    grid_dependency_wait();
     for (int j = threadIdx.x; j < pairs; j += stride) {
       const int h = j / half, i = j % half;
       const float angle = pos * inv_freq[i];
@@ -136,6 +126,7 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict
       rotate_pair(x[i], x[i + half], c, s, scaling, x[i], x[i + half]);
     }
   }
+  const int slot = slots[t];
   if (slot < 0 || slot >= pool_slots) return;
   __syncthreads();
   store_kv_row(k, v, k_pool, v_pool, t, slot, kv_heads * head_dim);

@@ -451,10 +451,7 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
   const int group = a.heads / a.kv_heads;
   const int x = static_cast<int>(blockIdx.x);
   const int r = x / (a.kv_heads * pair_blocks), kvh = (x / pair_blocks) % a.kv_heads, pb = x % pair_blocks;
-  // The metadata and the first tile's table entries are read before the wait for the kernel
-  // before (they come from the host); q and the cache after it (that kernel wrote this step's
-  // rotated q, k and v).
-  allow_dependents();
+  enter_kernel();
   const int row_begin = a.row_starts[r], pairs = (a.row_starts[r + 1] - row_begin) * group;
   const int row_len = a.row_lens[r];
   if (pb * 16 >= pairs) return;  // warp-uniform
@@ -472,6 +469,10 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
   for (int off = 16; off > 0; off /= 2) len = max(len, __shfl_xor_sync(0xffffffffu, len, off));
   const int n_tiles = (len + kKvTile - 1) / kKvTile;
   if (static_cast<int>(blockIdx.y) >= n_tiles) return;  // warp-uniform
+
+  uint32_t qa[KK][4];
+  q_fragments<D>(qa, a.q + (static_cast<int64_t>(tok[0]) * a.heads + head[0]) * D,
+                 a.q + (static_cast<int64_t>(tok[1]) * a.heads + head[1]) * D, valid, q4);
 
   const int64_t pool_slots = a.pool_blocks * a.block_size;
   const int* table = a.block_table + static_cast<int64_t>(r) * a.max_blocks;
@@ -517,13 +518,9 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
   {
     int64_t prow[2];
     pool_rows(prow, j);
-    grid_dependency_wait();
     stage(sk, a.k_pool, prow, true);
     stage(sv, a.v_pool, prow, true);
   }
-  uint32_t qa[KK][4];
-  q_fragments<D>(qa, a.q + (static_cast<int64_t>(tok[0]) * a.heads + head[0]) * D,
-                 a.q + (static_cast<int64_t>(tok[1]) * a.heads + head[1]) * D, valid, q4);
   float o[NB][4];
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
@@ -580,15 +577,13 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
 template <int D>
 __global__ void __launch_bounds__(128) tile_decode_merge_kernel(AttentionArgs a, int tiles) {
   constexpr int C = D / 32;  // columns a lane folds
-  allow_dependents();
+  enter_kernel();
   const int64_t w = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (w >= static_cast<int64_t>(a.tokens) * a.heads) return;
   const int t = static_cast<int>(w / a.heads);
-  // The metadata before the wait for the tile kernel (it comes from the host), the partials after.
   const int len = max(0, min(a.positions[t] + 1, a.row_lens[row_of_token(a.row_starts, a.rows, t)]));
   const int n_tiles = min((len + kKvTile - 1) / kKvTile, tiles);
-  grid_dependency_wait();
   float M = -INFINITY, L = 0.0f, O[C];
 #pragma unroll
   for (int c = 0; c < C; ++c) O[c] = 0.0f;
