@@ -26,31 +26,6 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const T* __restrict
   __shared__ float scratch[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   O* o = out + static_cast<int64_t>(blockIdx.x) * dim;
-  // A row of up to kHeld elements a thread is loaded once, all loads issued together, and kept
-  // in registers for the output: a loop that loads as it goes waits a memory latency every few
-  // elements, twice. The sum runs over the same elements in the same order either way.
-  constexpr int kHeld = 32;
-  if (dim <= kHeld * static_cast<int>(blockDim.x)) {
-    float xv[kHeld], wv[kHeld];
-#pragma unroll
-    for (int j = 0; j < kHeld; ++j) {
-      const int i = static_cast<int>(threadIdx.x) + j * static_cast<int>(blockDim.x);
-      xv[j] = i < dim ? xr[i] : 0.0f;
-      wv[j] = i < dim ? to_float(w[i]) : 0.0f;
-    }
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kHeld; ++j)
-      if (static_cast<int>(threadIdx.x) + j * static_cast<int>(blockDim.x) < dim) ss = fmaf(xv[j], xv[j], ss);
-    const float total = block_sum(ss, scratch);
-    const float inv = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
-#pragma unroll
-    for (int j = 0; j < kHeld; ++j) {
-      const int i = static_cast<int>(threadIdx.x) + j * static_cast<int>(blockDim.x);
-      if (i < dim) o[i] = from_float<O>((xv[j] * inv) * wv[j]);
-    }
-    return;
-  }
   float ss = 0.0f;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
   const float total = block_sum(ss, scratch);
@@ -76,55 +51,24 @@ __global__ void rope_kernel(float* x, const int* __restrict__ positions, const f
 }
 
 // One block per token: q and k heads rotated as rope_kernel does, then k and v stored in the
-// pools (after the rotation, by the same threads: __syncthreads orders the two phases). The
-// token's cosines and sines are computed once per frequency, and a thread loads all of its pairs
-// before it writes any (q and k are written in place, so loads placed after a store would each
-// wait for memory in turn).
+// pools (after the rotation, by the same threads: __syncthreads orders the two phases).
 template <typename T>
 __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict__ v, const int* __restrict__ positions,
                                      const float* __restrict__ inv_freq, float scaling, int heads, int kv_heads,
                                      int head_dim, T* __restrict__ k_pool, T* __restrict__ v_pool,
                                      const int* __restrict__ slots, int64_t pool_slots) {
   enter_kernel();
-  constexpr int kMaxHalf = 256, kHeld = 16;
-  __shared__ float cos_sin[2 * kMaxHalf];
   const int t = blockIdx.x;
   const int half = head_dim / 2;
   const float pos = static_cast<float>(positions[t]);
-  const int pairs = (heads + kv_heads) * half;
-  const auto row = [&](int h) {
-    return h < heads ? q + (static_cast<int64_t>(t) * heads + h) * head_dim
-                     : k + (static_cast<int64_t>(t) * kv_heads + (h - heads)) * head_dim;
-  };
-  const int stride = static_cast<int>(blockDim.x);
-  if (half <= kMaxHalf && pairs <= kHeld * stride) {
-    for (int i = threadIdx.x; i < half; i += stride) sincosf(pos * inv_freq[i], &cos_sin[half + i], &cos_sin[i]);
-    float a[kHeld], b[kHeld];
-#pragma unroll
-    for (int j = 0; j < kHeld; ++j) {
-      const int p = static_cast<int>(threadIdx.x) + j * stride;
-      const float* x = row(min(p, pairs - 1) / half);
-      a[j] = p < pairs ? x[p % half] : 0.0f;
-      b[j] = p < pairs ? x[p % half + half] : 0.0f;
-    }
-    __syncthreads();  // cos_sin written
-#pragma unroll
-    for (int j = 0; j < kHeld; ++j) {
-      const int p = static_cast<int>(threadIdx.x) + j * stride;
-      if (p >= pairs) continue;
-      const int i = p % half;
-      float* x = row(p / half);
-      rotate_pair(a[j], b[j], cos_sin[i], cos_sin[half + i], scaling, x[i], x[i + half]);
-    }
-  } else {
-    for (int j = threadIdx.x; j < pairs; j += stride) {
-      const int h = j / half, i = j % half;
-      const float angle = pos * inv_freq[i];
-      float s, c;
-      sincosf(angle, &s, &c);
-      float* x = row(h);
-      rotate_pair(x[i], x[i + half], c, s, scaling, x[i], x[i + half]);
-    }
+  for (int j = threadIdx.x; j < (heads + kv_heads) * half; j += blockDim.x) {
+    const int h = j / half, i = j % half;
+    const float angle = pos * inv_freq[i];
+    float s, c;
+    sincosf(angle, &s, &c);
+    float* x = h < heads ? q + (static_cast<int64_t>(t) * heads + h) * head_dim
+                         : k + (static_cast<int64_t>(t) * kv_heads + (h - heads)) * head_dim;
+    rotate_pair(x[i], x[i + half], c, s, scaling, x[i], x[i + half]);
   }
   const int slot = slots[t];
   if (slot < 0 || slot >= pool_slots) return;
