@@ -478,77 +478,55 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
   const int* table = a.block_table + static_cast<int64_t>(r) * a.max_blocks;
   const float scale2 = a.scale * 1.4426950408889634f;
   // Tiles j0, j0 + stride, ... of the warp's pairs, each its own partial; the grid's last tile
-  // slot (tiles - 1) folds every tile from there on into one. A tile's K is staged while the
-  // previous tile's P·V runs and its V while the scores run, so the warp always has a copy in
-  // flight (one buffer each for K and V: the SM keeps six such warps).
-  const auto partial_end = [&](int j0) { return j0 == tiles - 1 ? n_tiles : j0 + 1; };
-  const auto next_tile = [&](int j, int j0) {
-    if (j + 1 < partial_end(j0)) return j + 1;
-    const int next = j0 + stride;
-    return next < n_tiles && next < tiles ? next : -1;
-  };
-  // Pool row (slot * kv_heads + kvh) of tile j's positions lane and lane + 32, -1 past the
-  // warp's longest visible length or for a bad table entry (staged as zeros, as the flash kernel
-  // does). Looked up a tile ahead: a table load between two copies would wait behind them.
-  const auto pool_rows = [&](int64_t (&prow)[2], int j) {
+  // slot (tiles - 1) folds every tile from there on into one.
+  for (int j0 = static_cast<int>(blockIdx.y); j0 < n_tiles && j0 < tiles; j0 += stride) {
+    const int j1 = j0 == tiles - 1 ? n_tiles : j0 + 1;
+    float o[NB][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t slot = cache_slot(a, table, j * kKvTile + lane + 32 * h, len, pool_slots);
-      prow[h] = slot >= 0 ? slot * a.kv_heads + kvh : -1;
-    }
-  };
-  // Copy i of a pool: position i / CH, 16-byte piece i % CH (consecutive lanes, consecutive
-  // pieces of one position). One commit group per call, empty when there is no tile.
-  const auto stage = [&](__nv_bfloat16* dst, const void* pool, const int64_t (&prow)[2], bool any) {
-    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(pool);
-    if (any) {
-#pragma unroll 4
-      for (int i = lane; i < kKvTile * CH; i += 32) {
-        const int p = i / CH, c = i % CH;
-        const int64_t lo = __shfl_sync(0xffffffffu, prow[0], p % 32);
-        const int64_t hi = __shfl_sync(0xffffffffu, prow[1], p % 32);
-        const int64_t row = p < 32 ? lo : hi;
-        cp_async16_zfill(dst + p * LD + c * 8, src + max(row, int64_t{0}) * D + c * 8, row >= 0 ? 16 : 0);
+    for (int nb = 0; nb < NB; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int j = j0; j < j1; ++j) {
+      // Pool row (slot * kv_heads + kvh) of positions lane and lane + 32, -1 past the warp's
+      // longest visible length or for a bad table entry (staged as zeros, as the flash kernel
+      // does). Looked up once a tile, before the copies: a table load between two copies would
+      // wait behind them.
+      int64_t prow[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t slot = cache_slot(a, table, j * kKvTile + lane + 32 * h, len, pool_slots);
+        prow[h] = slot >= 0 ? slot * a.kv_heads + kvh : -1;
       }
+      // Copy i of a pool: position i / CH, 16-byte piece i % CH (consecutive lanes, consecutive
+      // pieces of one position).
+      auto stage = [&](__nv_bfloat16* dst, const void* pool) {
+        const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(pool);
+#pragma unroll 4
+        for (int i = lane; i < kKvTile * CH; i += 32) {
+          const int p = i / CH, c = i % CH;
+          const int64_t lo = __shfl_sync(0xffffffffu, prow[0], p % 32);
+          const int64_t hi = __shfl_sync(0xffffffffu, prow[1], p % 32);
+          const int64_t row = p < 32 ? lo : hi;
+          cp_async16_zfill(dst + p * LD + c * 8, src + max(row, int64_t{0}) * D + c * 8, row >= 0 ? 16 : 0);
+        }
+        cp_async_commit_group();
+      };
+      stage(sk, a.k_pool);
+      stage(sv, a.v_pool);
+      cp_async_wait_group<1>();  // K
+      __syncwarp();
+      float s[kKvTile / 8][4];
+      tile_scores<D, LD>(s, qa, sk, g, q4);
+      float mx[2], lt[2], wa[2], wb[2];
+      tile_mask_max(s, j * kKvTile, vis, scale2, q4, mx);
+      uint32_t pa[kKvTile / 16][4];
+      tile_probabilities(s, mx, lt, pa);
+      fold_tile_sums(m, l, mx, lt, wa, wb);
+      cp_async_wait_group<0>();  // V
+      __syncwarp();
+      fold_tile_pv<D, LD>(o, pa, sv, lane, wa, wb);
+      __syncwarp();  // the tile is consumed before the next one is staged over it
     }
-    cp_async_commit_group();
-  };
 
-  int j0 = static_cast<int>(blockIdx.y), j = j0;  // j0 < n_tiles (above) and < stride <= tiles
-  {
-    int64_t prow[2];
-    pool_rows(prow, j);
-    stage(sk, a.k_pool, prow, true);
-    stage(sv, a.v_pool, prow, true);
-  }
-  float o[NB][4];
-#pragma unroll
-  for (int nb = 0; nb < NB; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  for (;;) {
-    const int jn = next_tile(j, j0);
-    int64_t prow_next[2] = {-1, -1};
-    if (jn >= 0) pool_rows(prow_next, jn);
-    cp_async_wait_group<1>();  // K of tile j (its V may still be in flight)
-    __syncwarp();
-    float s[kKvTile / 8][4];
-    tile_scores<D, LD>(s, qa, sk, g, q4);
-    __syncwarp();  // every lane has read K before the next tile's K is staged over it
-    stage(sk, a.k_pool, prow_next, jn >= 0);
-    float mx[2], lt[2], wa[2], wb[2];
-    tile_mask_max(s, j * kKvTile, vis, scale2, q4, mx);
-    uint32_t pa[kKvTile / 16][4];
-    tile_probabilities(s, mx, lt, pa);
-    fold_tile_sums(m, l, mx, lt, wa, wb);
-    cp_async_wait_group<1>();  // V of tile j (the next K may still be in flight)
-    __syncwarp();
-    fold_tile_pv<D, LD>(o, pa, sv, lane, wa, wb);
-    __syncwarp();  // likewise for V
-    stage(sv, a.v_pool, prow_next, jn >= 0);
-    if (j + 1 < partial_end(j0)) {  // the partial goes on with tile jn = j + 1
-      j = jn;
-      continue;
-    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       if (!valid[i]) continue;
@@ -562,14 +540,7 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
       for (int nb = 0; nb < NB; ++nb)
         *reinterpret_cast<float2*>(po + nb * 8) = make_float2(o[nb][2 * i], o[nb][2 * i + 1]);
     }
-    if (jn < 0) break;
-    j0 = j = jn;
-#pragma unroll
-    for (int nb = 0; nb < NB; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
-    m[0] = m[1] = -INFINITY;
-    l[0] = l[1] = 0.0f;
   }
-  cp_async_wait_group<0>();  // no copy outlives the warp (the last two groups are empty)
 }
 
 // One warp per (token, head): folds the token's tile partials in tile order, as the tile-fold
