@@ -51,7 +51,7 @@ struct EngineStats {
   int64_t iterations = 0;                               // target forwards
   // Iterations whose rows all decoded: how many, their wall seconds, and the seconds of those
   // in which the target's forward kept the device (or the CPU backend) working; the difference
-  // is host work between forwards (scheduling, verifying, streaming).
+  // is work between forwards (scheduling, drafting, verifying, streaming).
   int64_t decode_iterations = 0;
   double decode_iteration_seconds = 0, decode_device_seconds = 0;
   std::map<std::string, DraftMethodStats> speculation;  // by draft method id
