@@ -212,8 +212,9 @@ class Eagle3Head(nn.Module):
         return outs
 
     # --- export -----------------------------------------------------------------------------
-    def state_for_export(self, dtype):
-        names = {
+    def export_params(self):
+        """The trained tensors by their names in the published layout."""
+        return {
             "fc.weight": self.fc.weight,
             "midlayer.hidden_norm.weight": self.hidden_norm.weight,
             "midlayer.input_layernorm.weight": self.input_layernorm.weight,
@@ -228,7 +229,9 @@ class Eagle3Head(nn.Module):
             "norm.weight": self.norm.weight,
             "lm_head.weight": self.lm_head.weight,
         }
-        out = {k: v.detach().to(dtype).cpu() for k, v in names.items()}
+
+    def state_for_export(self, dtype):
+        out = {k: v.detach().to(dtype).cpu() for k, v in self.export_params().items()}
         if self.embed_tokens is not None:
             out["embed_tokens.weight"] = self.embed_tokens.weight.detach().to(dtype).cpu()
         out["d2t"] = self.d2t.detach().cpu().to(torch.int64)

@@ -11,6 +11,9 @@ vocabulary (positions whose target argmax lies outside it are left out).
 Usage (GPU host): python3 tools/train/train_eagle3.py --target models/target \
     --corpus python-slice.jsonl.xz --out models/eagle3 --time-budget 140
 A CPU smoke test: --device cpu --smoke (tiny sizes, a few steps).
+--init DIR starts from an exported head instead of from scratch (its layer, fc and norms; its LM
+head rows for the tokens that stay in the draft vocabulary, the target's rows for the new ones),
+e.g. to widen the draft vocabulary without losing the training it already had.
 """
 import argparse
 import json
@@ -28,7 +31,30 @@ from common import is_heldout, read_corpus  # noqa: E402
 from eagle3_torch import (Eagle3Head, default_tap_hidden_states, export_config, load_safetensors,  # noqa: E402
                           rope_cos_sin, rotate, save_safetensors)
 
-SIZE_CAP = int(5.5 * 1024 * 1024)
+MIB = 1024 * 1024
+
+
+def init_from(head, folder, draft_ids):
+    """Copies an exported head's tensors into `head` (shapes must match), and its LM head rows for
+    the target ids both draft vocabularies hold. Returns how many LM head rows it carried over."""
+    init = load_safetensors(os.path.join(folder, "model.safetensors"))
+    old_ids = (torch.arange(init["d2t"].numel()) + init["d2t"]).tolist()  # target id of each old row
+    row_of = {t: i for i, t in enumerate(old_ids)}
+    kept = 0
+    with torch.no_grad():
+        for name, p in head.export_params().items():
+            assert name in init, f"--init {folder}: no tensor {name}"
+            src = init[name].float()
+            if name == "lm_head.weight":
+                for j, t in enumerate(draft_ids.tolist()):
+                    if t in row_of:
+                        p[j].copy_(src[row_of[t]])
+                        kept += 1
+                continue
+            assert tuple(src.shape) == tuple(p.shape), f"--init {folder}: {name} is {tuple(src.shape)}, " \
+                                                         f"this head's is {tuple(p.shape)}"
+            p.copy_(src)
+    return kept
 
 
 def causal_attention(q, k, v):
@@ -229,6 +255,9 @@ def main():
     ap.add_argument("--taps", default="",
                     help="target layer ids whose outputs fc reads (comma-separated, e.g. 1,4,6), written to "
                          "config.json as eagle_aux_hidden_state_layer_ids; default: none written, the loaders' default")
+    ap.add_argument("--init", default="", help="an exported head (folder) to start from (see the docstring)")
+    ap.add_argument("--size-cap-mib", type=float, default=5.5,
+                    help="the exported folder's size limit with its model card, MiB")
     ap.add_argument("--smoke", action="store_true", help="tiny run for a CPU check")
     args = ap.parse_args()
     if args.smoke:
@@ -246,6 +275,12 @@ def main():
     # Hidden-state indices (0 = embeddings, i = output of layer i - 1); explicit ids name the output
     # of layer id (the EAGLE trainers' meaning, docs/formats.md), so index id + 1.
     tap_ids = [int(t) for t in args.taps.split(",")] if args.taps else []
+    if args.init:
+        with open(os.path.join(args.init, "config.json")) as f:
+            init_taps = json.load(f).get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids", [])
+        # fc was trained on these layers' outputs: a head started from it keeps them.
+        assert not tap_ids or tap_ids == init_taps, f"--taps {tap_ids} differ from --init's {init_taps}"
+        tap_ids = list(init_taps)
     if tap_ids:
         assert len(tap_ids) == 3 and all(0 <= t < L - 1 for t in tap_ids), f"--taps needs three ids in [0, {L - 2}]"
     taps = [t + 1 for t in tap_ids] if tap_ids else default_tap_hidden_states(L)
@@ -296,6 +331,9 @@ def main():
         head.t2d.copy_(in_draft_dev)
         # Start the LM head from the target's rows of the draft vocabulary (tied embeddings).
         head.lm_head.weight.copy_(target.lm_head[draft_ids_dev].float())
+    if args.init:
+        kept = init_from(head, args.init, draft_ids)
+        print(f"started from {args.init}: {kept} of {args.draft_vocab} LM head rows carried over", flush=True)
     params = [p for p in head.parameters() if p.requires_grad]
     n_params = sum(p.numel() for p in params)
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
@@ -357,7 +395,7 @@ def main():
         "tokens_seen": step * args.batch * args.seq, "ttt_steps": args.ttt_steps,
         "train_seconds": round(train_seconds, 1), "total_seconds": round(time.time() - t_start, 1),
         "parameters": n_params, "draft_vocab": args.draft_vocab, "draft_vocab_coverage": round(coverage_corpus, 4),
-        "tap_hidden_states": taps, "final_loss": log[-1]["loss"] if log else None, **held,
+        "tap_hidden_states": taps, "init": args.init or None, "final_loss": log[-1]["loss"] if log else None, **held,
         "torch": torch.__version__, "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
         "log": log,
     }
@@ -366,8 +404,9 @@ def main():
         f.write("\n")
     size = sum(os.path.getsize(os.path.join(args.out, n)) for n in os.listdir(args.out))
     print(f"exported {args.out}: {size} bytes", flush=True)
+    cap = int(args.size_cap_mib * MIB)
     if not args.smoke:
-        assert size + 8192 <= SIZE_CAP, f"{args.out} is {size} bytes, over the {SIZE_CAP} cap with the card"
+        assert size + 8192 <= cap, f"{args.out} is {size} bytes, over the {cap} cap with the card"
 
 
 if __name__ == "__main__":
