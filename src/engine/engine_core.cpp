@@ -183,12 +183,13 @@ bool EngineCore::step() {
     return !idle();
   }
   const bool on_backend = draws_on_backend(batch);
+  const bool decode_only = std::all_of(batch.begin(), batch.end(), [](const ScheduledRow& s) { return s.decode; });
   const ForwardRequest request = build_forward(batch, on_backend);
   const auto t0 = Clock::now();
-  const ForwardResult out = forward(request, batch);
+  const ForwardResult out = forward(request, decode_only);
   verify_and_commit(batch, out, on_backend, seconds_since(t0));
   retire();
-  if (!out.one_off && std::all_of(batch.begin(), batch.end(), [](const ScheduledRow& s) { return s.decode; })) {
+  if (decode_only && !out.one_off) {
     ++decode_iterations_;
     decode_iteration_seconds_ += seconds_since(started);
     decode_device_seconds_ += out.device_seconds;
@@ -270,7 +271,7 @@ bool EngineCore::draws_on_backend(const std::vector<ScheduledRow>& batch) const 
          });
 }
 
-ForwardResult EngineCore::forward(const ForwardRequest& request, const std::vector<ScheduledRow>& batch) {
+ForwardResult EngineCore::forward(const ForwardRequest& request, bool decode_only) {
   int tokens = 0;
   for (const SequenceInput& in : request.rows) tokens += static_cast<int>(in.tokens.size());
   const auto t0 = Clock::now();
@@ -280,8 +281,7 @@ ForwardResult EngineCore::forward(const ForwardRequest& request, const std::vect
   // The depth policy prices verify windows: a forward with prefill chunks would skew the fit,
   // and so would one that paid one-off costs (first pages, recording a replay), which a policy
   // that stops choosing that width would never measure again.
-  if (!out.one_off && std::all_of(batch.begin(), batch.end(), [](const ScheduledRow& s) { return s.decode; }))
-    costs_.observe_forward(tokens, secs);
+  if (decode_only && !out.one_off) costs_.observe_forward(tokens, secs);
   return out;
 }
 

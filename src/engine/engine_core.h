@@ -108,7 +108,8 @@ class EngineCore {
   // The steps of one iteration.
   void propose();
   ForwardRequest build_forward(const std::vector<ScheduledRow>& batch, bool on_backend) const;
-  ForwardResult forward(const ForwardRequest& request, const std::vector<ScheduledRow>& batch);
+  // decode_only: every row of the batch decodes (no prefill chunk).
+  ForwardResult forward(const ForwardRequest& request, bool decode_only);
   void verify_and_commit(const std::vector<ScheduledRow>& batch, const ForwardResult& out, bool on_backend,
                          double forward_secs);
   // Verifies one decoding row's window, rolls its KV back and takes the emitted tokens; returns

@@ -633,10 +633,6 @@ TEST(GpuAttention, FastModePrefillChunksMatchCpu) {
   }
 }
 
-// Fast mode, decode steps of many rows (one new token each over histories of 1 to 700
-// positions): on the tensor cores (the tile decode kernel, or the flash kernel past enough
-// (row, kv head) blocks without it) they must match the CPU's f32 attention within bf16
-// rounding, for one kv head as for eight.
 // 40 decode rows (one new token each) over histories of 1 to 700 positions, each in its own
 // blocks; `pool` is set to the blocks they use.
 std::vector<RowSpec> many_decode_rows(int& pool) {
@@ -652,6 +648,9 @@ std::vector<RowSpec> many_decode_rows(int& pool) {
   return rows;
 }
 
+// Fast mode, decode steps of many rows: on the tensor cores (the tile decode kernel, or the flash
+// kernel past enough (row, kv head) blocks without it) they must match the CPU's f32 attention
+// within bf16 rounding, for one kv head as for eight.
 TEST(GpuAttention, FastModeManyDecodeRowsMatchCpu) {
   SPECDEC_REQUIRE_GPU();
   int pool = 0;
@@ -664,8 +663,7 @@ TEST(GpuAttention, FastModeManyDecodeRowsMatchCpu) {
 
 // Batch-invariant mode, the same 40 decode rows: with 8 kv heads the tile decode launch has
 // enough (row, kv head) warps that each takes every 7th tile of its row in turn (several
-// partials a warp, the next tile staged while one is computed), where a row alone gives each
-// tile its own warp. Each row's bits must be the same both ways, and close to the CPU.
+// partials a warp), where a row alone gives each tile its own warp. Each row's bits must be the same both ways, and close to the CPU.
 TEST(GpuAttention, InvariantDecodeRowsEqualEachRowAlone) {
   SPECDEC_REQUIRE_GPU();
   int pool = 0;

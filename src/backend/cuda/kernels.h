@@ -174,15 +174,16 @@ constexpr int kAttentionGroup = 4;
 // 32 up to 256.
 void launch_attention(const AttentionArgs& args, const Context& ctx);
 
+// Cached positions per tile of the tensor-core kernels (one pass of the softmax; the tile decode
+// kernel's partials are one per tile).
+constexpr int kFlashKvTile = 64;
+
 // Causal paged attention on the tensor cores (flash_attention.cu): the contract of
 // launch_attention (split and fused fields ignored) with q and the probabilities rounded to bf16
 // for the products. Rows may have at most max_row_tokens new tokens. fold: the tile-fold form,
 // whose bits launch_tile_decode_attention reproduces (the batch-invariant mode); without it a
 // little faster, batch invariant still, but not equal to the decode kernel's bits. Supported: bf16
 // pools, head_dim 64, 96 or 128. Returns false, having launched nothing, where it does not apply.
-// Cached positions per tile of the tensor-core kernels (one pass of the softmax; the tile decode
-// kernel's partials are one per tile).
-constexpr int kFlashKvTile = 64;
 bool flash_attention_supports(ElemType pool_type, int head_dim);
 bool launch_flash_attention(const AttentionArgs& args, int max_row_tokens, bool fold, const Context& ctx);
 
