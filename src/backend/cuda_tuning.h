@@ -8,8 +8,8 @@ namespace specdec {
 // Which one-row store and add linears stream two output columns a warp instead of one.
 enum class PairedColumns : int { never = 0, with_folded_norm = 1, always = 2 };
 
-// No switch but flash_prefill changes a result: each alternative computes the same bits at
-// another speed. The CUDA backend lets the SPECDEC_CUDA_* environment variables named here
+// No switch but flash_prefill and skinny_max_m changes a result: each alternative computes the
+// same bits at another speed. The CUDA backend lets the SPECDEC_CUDA_* environment variables named here
 // override these fields (read once, when the backend is made).
 struct CudaTuning {
   // Synchronize after every call, so that an error names the call whose kernel faulted; no
@@ -63,6 +63,12 @@ struct CudaTuning {
   // as one cuBLASLt GEMM each group; false runs one GEMM a weight (SPECDEC_CUDA_STACKED=0). In
   // the batch-invariant mode (K never split) either gives the same bits.
   bool stacked_projections = true;
+  // The fast mode runs its 16-bit linears of 3 to this many rows on the skinny kernel
+  // (skinny_gemm.cu: the stacked projections' column split and SwiGLU in its epilogue) instead of
+  // cuBLASLt (SPECDEC_CUDA_SKINNY_MAX_M, 0 to 16). Changes results within f32 rounding (another
+  // order of summation over K). Off by default: a decode step of 4-16 rows measured no faster
+  // with it than with cuBLASLt (docs/perf-notes.md).
+  int skinny_max_m = 0;
   // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
   // gives the same bits.

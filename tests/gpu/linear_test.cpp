@@ -80,6 +80,57 @@ TEST(GpuLinear, FastModeMatchesCpu) {
   for (const auto& [c, tol] : cases) EXPECT_LE(compare_with_cpu(b, c, seed += 3), tol) << describe(c);
 }
 
+std::unique_ptr<Backend> fast_gpu(int skinny_max_m) {
+  BackendOptions o;
+  o.device = Device::cuda;
+  o.batch_invariant = false;
+  o.cuda.skinny_max_m = skinny_max_m;
+  return make_backend(o);
+}
+
+// The fast mode's skinny kernel (3 to kSkinnyMaxM rows of 16-bit weights) against the CPU on the
+// same rounded x: both row tilings it has (up to 8 and 16 rows), column counts that leave part of
+// a 16-column tile, K of 1 to hundreds of 32-wide chunks (fewer chunks than the block's warps
+// included), the residual add, and the same calls on cuBLASLt for comparison.
+TEST(GpuLinear, FastModeSkinnyKernelMatchesCpu) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends(false);
+  b.gpu = fast_gpu(cuda::kSkinnyMaxM);
+  const auto lt = fast_gpu(0);
+  const std::vector<LinearCase> cases = {
+      {3, 200, 4096, DType::bf16, true},  {8, 96, 1024, DType::bf16, false}, {5, 50, 96, DType::bf16, false},
+      {9, 31, 14336, DType::bf16, false}, {16, 512, 32, DType::f16, true},   {12, 40, 2048, DType::bf16, false},
+      {7, 264, 512, DType::f16, false},
+  };
+  uint32_t seed = 300;
+  for (const auto& c : cases) {
+    const auto x = random_floats(static_cast<size_t>(c.M) * c.K, seed += 3);
+    const auto w = random_floats(static_cast<size_t>(c.N) * c.K, seed + 1);
+    const auto bias = random_floats(static_cast<size_t>(c.N), seed + 2);
+    const auto* bp = c.bias ? &bias : nullptr;
+    const auto want = run_linear(*b.cpu, rounded(x, c.wt), w, bp, c);
+    const uint64_t before = cuda::skinny_gemm_launches();
+    EXPECT_LE(rel_error(run_linear(*b.gpu, x, w, bp, c), want), kMmaTol) << describe(c);
+    EXPECT_EQ(cuda::skinny_gemm_launches(), before + 1) << describe(c) << ": not served by the skinny kernel";
+    EXPECT_LE(rel_error(run_linear(*lt, x, w, bp, c), want), kMmaTol) << describe(c) << " (cuBLASLt)";
+    EXPECT_EQ(cuda::skinny_gemm_launches(), before + 1) << describe(c) << ": skinny_max_m = 0 still took it";
+
+    // The residual add: out = r + x · wᵀ inside the product.
+    const auto r = random_floats(static_cast<size_t>(c.M) * c.N, seed + 5);
+    std::vector<float> sums[2];
+    Backend* backends[2] = {b.cpu.get(), b.gpu.get()};
+    for (int i = 0; i < 2; ++i) {
+      Backend& be = *backends[i];
+      Owned xt = upload(be, i == 0 ? rounded(x, c.wt) : x, DType::f32, {c.M, c.K});
+      Owned wt = upload(be, w, c.wt, {c.N, c.K});
+      Owned out = upload(be, r, DType::f32, {c.M, c.N});
+      be.linear_add(xt.tensor, Weight(wt.tensor), nullptr, out.tensor);
+      sums[i] = download(be, out.tensor);
+    }
+    EXPECT_LE(rel_error(sums[1], sums[0]), kMmaTol) << describe(c) << " (residual add)";
+  }
+}
+
 TEST(GpuLinear, InvariantModeIsBatchInvariant) {
   SPECDEC_REQUIRE_GPU();
   Backends b = make_backends(true);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.h"
 #include "llama_step.h"
 
 namespace specdec::bench {
@@ -53,8 +54,10 @@ struct Result {
   double ms = 0, bytes = 0, flops = 0;
 };
 
-std::unique_ptr<Backend> cuda_backend(bool invariant, bool tensor_cores = false, int gemm_tile = 0) {
+std::unique_ptr<Backend> cuda_backend(bool invariant, bool tensor_cores = false, int gemm_tile = 0,
+                                      int skinny_max_m = CudaTuning{}.skinny_max_m) {
   BackendOptions o;
+  o.cuda.skinny_max_m = skinny_max_m;
   o.device = Device::cuda;
   o.batch_invariant = invariant;
   o.cuda.invariant_tensor_cores = tensor_cores;
@@ -146,6 +149,9 @@ int run(int argc, char** argv) {
   // stream kernels (CudaTuning::gemm_tile 5, 6, 9) against the row kernel at 1-16 rows, the
   // default choice at 64 and 256 rows, the two large tiles (3, 7) against the fast mode at 2,048.
   const bool gemm_kernels = argc > 2 && std::string(argv[2]) == "--gemm-kernels";
+  // --skinny: the fast mode's linears at 3-16 rows on the skinny kernel against cuBLASLt
+  // (CudaTuning::skinny_max_m 16 and 0), then recorded decode steps at 4-16 rows both ways.
+  const bool skinny = argc > 2 && std::string(argv[2]) == "--skinny";
   SPECDEC_CHECK(cuda_available(), "bench: no CUDA device");
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -184,6 +190,31 @@ int run(int argc, char** argv) {
       for (int M : {64, 256}) add(backend(0), "mma-0", M), add(*fast, "fast", M);
       for (int tile : {3, 7}) add(backend(tile), "mma-" + std::to_string(tile), 2048);
       add(*fast, "fast", 2048);
+    }
+    write_json(json, prop.name, copy_bw, results, {});
+    return 0;
+  }
+  if (skinny) {
+    auto lt = cuda_backend(false, false, 0, 0);
+    fast = cuda_backend(false, false, 0, cuda::kSkinnyMaxM);
+    const int qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
+    for (auto [N, K] : {std::pair{qd + 2 * kvd, s.hidden}, std::pair{s.hidden, qd},
+                        std::pair{2 * s.intermediate, s.hidden}, std::pair{s.hidden, s.intermediate},
+                        std::pair{s.vocab, s.hidden}}) {
+      for (int M : {3, 8, 12, 16}) {
+        for (auto* be : {fast.get(), lt.get()}) {
+          results.push_back(linear_case(*be, be == fast.get() ? "skinny" : "cublaslt", M, N, K));
+          print_row(results.back(), copy_bw);
+        }
+      }
+    }
+    const int pool_blocks = 16 * ((context + s.block_size - 1) / s.block_size);
+    Weights w = make_weights(*fast, s, pool_blocks);
+    for (int B : {4, 8, 12, 16}) {
+      for (auto* be : {fast.get(), lt.get()}) {
+        results.push_back(recorded_decode(*be, be == fast.get() ? "skinny" : "cublaslt", s, w, B, context, 3, 11));
+        print_row(results.back(), copy_bw);
+      }
     }
     write_json(json, prop.name, copy_bw, results, {});
     return 0;

@@ -7,7 +7,8 @@
 //   (linear.cu): x stays f32, f32 fma in an order fixed by K, equally invariant. With
 //   CudaTuning::invariant_tensor_cores, 16-bit weights take the tensor-core linear (gemm.cu).
 // - batch_invariant = false: M <= kSmallM uses the row-streaming kernel; larger M rounds x to
-//   the weights' 16-bit type and runs the fastest cuBLASLt algorithm, K split or not: results
+//   the weights' 16-bit type and runs the fastest cuBLASLt algorithm, K split or not (or, up to
+//   CudaTuning::skinny_max_m rows, off by default, the skinny kernel of skinny_gemm.cu): results
 //   then depend on M, so not batch invariant.
 #include "backend/cuda/cuda_backend.h"
 
@@ -96,6 +97,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_INVARIANT_LT", tuning.invariant_cublaslt);
   set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
+  set_level("SPECDEC_CUDA_SKINNY_MAX_M", cuda::kSkinnyMaxM, tuning.skinny_max_m);
   return tuning;
 }
 
@@ -105,6 +107,8 @@ void check_tuning(const CudaTuning& t) {
   const int paired = static_cast<int>(t.paired_columns);
   SPECDEC_CHECK(paired >= 0 && paired <= 2, "CudaTuning::paired_columns = ", paired, " must be 0, 1 or 2");
   SPECDEC_CHECK(t.gemm_tile >= 0 && t.gemm_tile <= 9, "CudaTuning::gemm_tile = ", t.gemm_tile, " must be 0 to 9");
+  SPECDEC_CHECK(t.skinny_max_m >= 0 && t.skinny_max_m <= cuda::kSkinnyMaxM,
+                "CudaTuning::skinny_max_m = ", t.skinny_max_m, " must be 0 to ", cuda::kSkinnyMaxM);
   SPECDEC_CHECK(t.flash_decode_blocks >= 0, "CudaTuning::flash_decode_blocks = ", t.flash_decode_blocks,
                 " must not be negative");
 }
@@ -399,7 +403,8 @@ class CudaBackend final : public Backend {
   bool flash_attention(const AttentionBatch& batch, const Tensor& k_pool) const {
     if (!tuning().flash_prefill || k_pool.rank != 4) return false;
     if (invariant_)
-      return k_pool.dtype == DType::bf16 && cuda::flash_attention_supports(ElemType::bf16, static_cast<int>(k_pool.dim(3)));
+      return k_pool.dtype == DType::bf16 &&
+             cuda::flash_attention_supports(ElemType::bf16, static_cast<int>(k_pool.dim(3)));
     return batch.max_row_tokens >= kFlashMinRowTokens || batch.rows * k_pool.dim(2) >= tuning().flash_decode_blocks;
   }
   // Fewest new tokens of a row for which the fast mode attends with the tensor-core kernel.
@@ -918,9 +923,36 @@ class CudaBackend final : public Backend {
     return xh;
   }
 
-  // out = xin · weightᵀ, or out += xin · weightᵀ with accumulate; xin from lt_input.
+  // Whether the fast mode's skinny kernel serves this cuBLASLt-path call (CudaTuning::skinny_max_m).
+  bool skinny(const LinearShape& sh, const void* xin, const void* w) const {
+    return !invariant_ && sh.m <= tuning().skinny_max_m && cuda::skinny_gemm_supports(sh.type, sh.m, sh.k, xin, w);
+  }
+  static cuda::SkinnyArgs skinny_args(const void* xin, const void* w, const LinearShape& sh) {
+    cuda::SkinnyArgs a;
+    a.x = xin;
+    a.w = w;
+    a.type = sh.type;
+    a.M = sh.m;
+    a.N = sh.n;
+    a.K = sh.k;
+    a.n[0] = sh.n;
+    return a;
+  }
+  void launch_skinny(const cuda::SkinnyArgs& a) {
+    cuda::launch_skinny_gemm(a, ctx_);
+    check_launch("linear (skinny) ", a.M, "x", a.K, " by ", a.N, "x", a.K);
+  }
+
+  // out = xin · weightᵀ, or out += xin · weightᵀ with accumulate; xin from lt_input. The fast
+  // mode's decode-sized calls take the skinny kernel (CudaTuning::skinny_max_m), the rest cuBLASLt.
   void lt_gemm(const void* xin, const Tensor& weight, const Tensor& out, const LinearShape& sh,
                bool accumulate = false) {
+    if (skinny(sh, xin, weight.data)) {
+      cuda::SkinnyArgs a = skinny_args(xin, weight.data, sh);
+      a.epilogue = accumulate ? cuda::SkinnyEpilogue::add : cuda::SkinnyEpilogue::store;
+      a.out[0] = out.ptr<float>();
+      return launch_skinny(a);
+    }
     grow(lt_workspace_, kLtWorkspaceBytes, "cuBLASLt workspace");
     float* timing = accumulate ? epilogue_scratch(out).ptr<float>() : nullptr;
     if (!lt_) lt_ = std::make_unique<cuda::LtGemm>();
@@ -939,6 +971,12 @@ class CudaBackend final : public Backend {
       // One GEMM over both weights' rows, then the gate from each row's first half.
       LinearShape both = sh;
       both.n = 2 * sh.n;
+      if (skinny(both, xin, w_gate.data)) {  // the gate in the product's epilogue
+        cuda::SkinnyArgs a = skinny_args(xin, w_gate.data, both);
+        a.epilogue = cuda::SkinnyEpilogue::silu_gate;
+        a.out[0] = out.ptr<float>();
+        return launch_skinny(a);
+      }
       const Tensor gu = wide_scratch(both);
       lt_gemm(xin, stacked_weight(w_gate, both.n), gu, both);
       cuda::launch_silu_mul_halves(gu.ptr<float>(), out.ptr<float>(), sh.m, sh.n, ctx_);
@@ -1006,10 +1044,17 @@ class CudaBackend final : public Backend {
         parts.out[j] = projections[j].out.ptr<float>();
         parts.n[j] = linears[j].second.n;
       }
-      const Tensor wide = wide_scratch(all);
-      lt_gemm(xin, stacked_weight(*linears[0].first, all.n), wide, all);
-      cuda::launch_split_columns(wide.ptr<float>(), all.m, parts, ctx_);
-      check_launch("linear_many (columns of stacked weights)", all.m, "x", all.n);
+      if (skinny(all, xin, linears[0].first->data)) {  // the columns to their outputs in the epilogue
+        cuda::SkinnyArgs a = skinny_args(xin, linears[0].first->data, all);
+        a.parts = static_cast<int>(linears.size());
+        for (int j = 0; j < a.parts; ++j) a.out[j] = parts.out[j], a.n[j] = parts.n[j];
+        launch_skinny(a);
+      } else {
+        const Tensor wide = wide_scratch(all);
+        lt_gemm(xin, stacked_weight(*linears[0].first, all.n), wide, all);
+        cuda::launch_split_columns(wide.ptr<float>(), all.m, parts, ctx_);
+        check_launch("linear_many (columns of stacked weights)", all.m, "x", all.n);
+      }
       for (size_t j = 0; j < linears.size(); ++j) add_bias(projections[j].out, linears[j].second);
       return true;
     }

@@ -95,6 +95,9 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return total;
 }
 
+// silu(g) * u: the arithmetic of every SwiGLU kernel, so that they give the same bits.
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 // One RoPE pair (x_i, x_{i + d/2}) rotated by the angle with cosine c and sine s, then scaled:
 // every kernel that rotates goes through this, with each rounding explicit, so they agree bit for
 // bit whatever the compiler would contract.
@@ -103,6 +106,39 @@ __device__ __forceinline__ void rotate_pair(float a, float b, float c, float s, 
   out_a = __fmul_rn(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), scaling);
   out_b = __fmul_rn(__fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)), scaling);
 }
+
+// One m16n8k16 tensor-core product d += a · b of 16-bit W with f32 accumulation, in the PTX
+// fragment layouts; pack rounds two floats to W's type (nearest even) for an operand register.
+template <typename W>
+struct Mma;
+
+template <>
+struct Mma<__nv_bfloat16> {
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ __forceinline__ static void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+template <>
+struct Mma<__half> {
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ __forceinline__ static void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
 
 // Calls f(ElemType-specific pointer type) for a runtime element type.
 // Token t's k and v rows (width floats each) stored into the pools at `slot`, converted to T, by

@@ -76,9 +76,6 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict
   store_kv_row(k, v, k_pool, v_pool, t, slot, kv_heads * head_dim);
 }
 
-// silu(g) * u: the arithmetic of both SwiGLU kernels, so that they give the same bits.
-__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
   enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;

@@ -108,6 +108,31 @@ uint64_t linear_stream_launches();
 bool gemm_supports(ElemType w_type, int K, const void* const* weights, int count);
 void launch_gemm(const LinearRowsArgs& args, const Context& ctx);
 
+// The fast mode's linear for a few rows (skinny_gemm.cu): x[M, K] · w[N, K]ᵀ for x and w of one
+// 16-bit type, f32 sums in an order fixed by K (deterministic; the same bits at every M it
+// serves, though not cuBLASLt's). skinny_gemm_supports: 16-bit type, 1 <= M <= kSkinnyMaxM, K a
+// multiple of 32, x and w on 16-byte boundaries.
+constexpr int kSkinnyMaxM = 16;
+enum class SkinnyEpilogue : int {
+  store = 0,     // columns into out[0..parts) in order, out[j] [M, n[j]] (stacked q/k/v: three)
+  add = 1,       // out[0] [M, N] += the product (one part: the residual add)
+  silu_gate = 2  // out[0][m, c] = silu(col c) * (col c + N/2) of [gate; up] rows (out [M, N/2])
+};
+struct SkinnyArgs {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  ElemType type = ElemType::bf16;
+  int M = 0, N = 0, K = 0;
+  SkinnyEpilogue epilogue = SkinnyEpilogue::store;
+  float* out[3] = {nullptr, nullptr, nullptr};
+  int n[3] = {0, 0, 0};  // store: the parts' widths, summing to N
+  int parts = 1;
+};
+bool skinny_gemm_supports(ElemType type, int M, int K, const void* x, const void* w);
+void launch_skinny_gemm(const SkinnyArgs& args, const Context& ctx);
+// How many skinny launches this process has made (tests check which kernel served a call).
+uint64_t skinny_gemm_launches();
+
 // out[M, N] = x[M, K] · w[N, K]ᵀ (+ bias) with f32 accumulation. Each output is reduced in an
 // order fixed by K alone (lane-strided 16-byte vectors, then a butterfly over the warp), so the
 // result of one row of x never depends on M or on the other rows: batch invariant.
