@@ -8,9 +8,9 @@ namespace specdec {
 // Which one-row store and add linears stream two output columns a warp instead of one.
 enum class PairedColumns : int { never = 0, with_folded_norm = 1, always = 2 };
 
-// No switch but flash_prefill and skinny_max_m changes a result: each alternative computes the
-// same bits at another speed. The CUDA backend lets the SPECDEC_CUDA_* environment variables named here
-// override these fields (read once, when the backend is made).
+// No switch but flash_prefill and skinny_max_m changes a result: each other alternative
+// computes the same bits at another speed. The CUDA backend lets the SPECDEC_CUDA_* environment
+// variables named here override these fields (read once, when the backend is made).
 struct CudaTuning {
   // Synchronize after every call, so that an error names the call whose kernel faulted; no
   // recordings then (SPECDEC_CUDA_SYNC=1).

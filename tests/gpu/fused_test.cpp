@@ -145,11 +145,9 @@ TEST(GpuFused, StackedWeightsEqualSeparateOnes) {
                         Case{false, 8, DType::bf16, 0, 8}, Case{false, 300, DType::bf16, 1e-5}}) {
     Backends b = make_backends(c.invariant);
     if (c.skinny) {
-      BackendOptions o;
-      o.device = Device::cuda;
-      o.batch_invariant = c.invariant;
-      o.cuda.skinny_max_m = c.skinny;
-      b.gpu = make_backend(o);
+      CudaTuning t;
+      t.skinny_max_m = c.skinny;
+      b.gpu = make_gpu(t, c.invariant);
     }
     const Weights separate = make_weights(*b.gpu, K, Nq, Nkv, I, c.wt);
     const Stacked stacked = make_stacked(*b.gpu, K, Nq, Nkv, I, c.wt);

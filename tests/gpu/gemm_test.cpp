@@ -9,13 +9,12 @@
 namespace specdec::gpu_test {
 namespace {
 
-std::unique_ptr<Backend> make_gpu(int gemm_tile = 0) {
-  BackendOptions o;
-  o.device = Device::cuda;
-  o.batch_invariant = true;
-  o.cuda.invariant_tensor_cores = true;
-  o.cuda.gemm_tile = gemm_tile;
-  return make_backend(o);
+// The batch-invariant mode on the tensor-core linear, with the given kernel.
+std::unique_ptr<Backend> tensor_core_gpu(int gemm_tile = 0) {
+  CudaTuning t;
+  t.invariant_tensor_cores = true;
+  t.gemm_tile = gemm_tile;
+  return make_gpu(t);
 }
 
 // out[m, n] = sum_k x16[m, k] * w16[n, k] in f64, x16 and w16 the 16-bit roundings.
@@ -33,7 +32,7 @@ std::vector<float> reference(const std::vector<float>& x, const std::vector<floa
 
 TEST(GpuGemm, RowBitsEqualAtEveryM) {
   SPECDEC_REQUIRE_GPU();
-  auto g = make_gpu();
+  auto g = tensor_core_gpu();
   struct Case {
     int N, K;
     DType wt;
@@ -60,7 +59,7 @@ TEST(GpuGemm, RowBitsEqualAtEveryM) {
     // Every kernel and tile gives the same bits (the choice follows M by default; the stream
     // kernel takes up to 16 rows, and hands more to the small tile).
     for (int tile : {1, 2, 3, 4, 5, 6, 7, 8, 9}) {
-      auto gt = make_gpu(tile);
+      auto gt = tensor_core_gpu(tile);
       Owned wt = upload(*gt, wv, c.wt, {c.N, c.K});
       for (auto [first, M] : {std::pair{0, 1}, std::pair{5, 16}, std::pair{40, 60}, std::pair{0, big}}) {
         const auto part = linear_rows(*gt, x, wt, first, M, c.N, c.K);
@@ -82,7 +81,7 @@ TEST(GpuGemm, RowBitsEqualAtEveryM) {
 // reference composed on the host.
 TEST(GpuGemm, FusedFormsRowBitsAndReference) {
   SPECDEC_REQUIRE_GPU();
-  auto g = make_gpu();
+  auto g = tensor_core_gpu();
   const int K = 512, Nq = 256, Nkv = 72, I = 344, big = 100, row = 37;
   const DType wt = DType::bf16;
   const auto x = random_floats(size_t(big) * K, 801);

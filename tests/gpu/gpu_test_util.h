@@ -33,6 +33,15 @@ inline Backends make_backends(bool batch_invariant = true) {
   return {make_backend(c), make_backend(g)};
 }
 
+// A CUDA backend with the given kernel switches.
+inline std::unique_ptr<Backend> make_gpu(const CudaTuning& tuning = {}, bool batch_invariant = true) {
+  BackendOptions o;
+  o.device = Device::cuda;
+  o.batch_invariant = batch_invariant;
+  o.cuda = tuning;
+  return make_backend(o);
+}
+
 #define SPECDEC_REQUIRE_GPU() \
   if (!::specdec::cuda_available()) GTEST_SKIP() << "no CUDA device"
 

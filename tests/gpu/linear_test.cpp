@@ -81,11 +81,9 @@ TEST(GpuLinear, FastModeMatchesCpu) {
 }
 
 std::unique_ptr<Backend> fast_gpu(int skinny_max_m) {
-  BackendOptions o;
-  o.device = Device::cuda;
-  o.batch_invariant = false;
-  o.cuda.skinny_max_m = skinny_max_m;
-  return make_backend(o);
+  CudaTuning t;
+  t.skinny_max_m = skinny_max_m;
+  return make_gpu(t, /*batch_invariant=*/false);
 }
 
 // The fast mode's skinny kernel (3 to kSkinnyMaxM rows of 16-bit weights) against the CPU on the

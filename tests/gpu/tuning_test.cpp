@@ -11,13 +11,6 @@
 namespace specdec::gpu_test {
 namespace {
 
-std::unique_ptr<Backend> make_gpu(const CudaTuning& tuning) {
-  BackendOptions o;
-  o.device = Device::cuda;
-  o.cuda = tuning;
-  return make_backend(o);
-}
-
 // A decode layer's linears on M rows: q/k/v and gate*up with the norm folded, down added into
 // the residual. Same inputs on every backend.
 std::vector<std::vector<float>> run_linears(Backend& g, int M, int K, int Nq, int Nkv, int I, DType wt) {
