@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dflash_torch import Drafter, Target, export, make_config, tap_layers, target_features  # noqa: E402
+from dflash_torch import Drafter, Target, export, make_config, st_load, tap_layers, target_features  # noqa: E402
 import calibrate_dflash  # noqa: E402
 
 # Sizes: the whole exported folder must stay under 4.5 MiB (no embedding, no LM head: both are
@@ -127,6 +127,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="toy scale on the CPU, random tokens")
     ap.add_argument("--save-heldout", help="also save the held-out sequences (for calibrate_dflash.py --data)")
+    ap.add_argument("--init", help="an exported drafter (folder) of the same shape to start from; its "
+                    "confidence head is trained on and the calibration refitted")
     args = ap.parse_args()
     started = time.time()
     torch.manual_seed(args.seed)
@@ -169,6 +171,16 @@ def main():
         torch.save(distil_held.clone(), args.save_heldout)
 
     drafter = Drafter(cfg).to(device)
+    if args.init:
+        # Read before --out is written (the two may be one folder). Every tensor must be there
+        # with this shape: a drafter of another shape is no starting point.
+        start = st_load(f"{args.init}/model.safetensors")
+        with torch.no_grad():
+            for name, p in drafter.state().items():
+                if name not in start or tuple(start[name].shape) != tuple(p.shape):
+                    sys.exit(f"--init {args.init}: tensor {name} missing or not shaped {tuple(p.shape)}")
+                p.copy_(start[name].to(p.dtype))
+        print(f"started from {args.init}", flush=True)
     nparams = sum(p.numel() for p in drafter.state().values())
     print(f"drafter parameters: {nparams}", flush=True)
     opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
