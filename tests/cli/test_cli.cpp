@@ -231,21 +231,31 @@ TEST_F(Cli, BenchRefusesAPromptPastTheContextAtOnce) {
 // A prompt that leaves one position of the context: the row says why its decode rate cannot be
 // measured instead of reporting 0 tok/s.
 TEST_F(Cli, BenchExplainsARowWithNoDecodeStep) {
-  const RunResult r =
-      run({"bench", "--device", "cpu", "--batch-sizes", "1", "--prompt-tokens", "2047", "--new-tokens", "8", "--json"});
+  // The bundled target seen with a 256-position context (its weights and tokenizer linked, its
+  // config's max_position_embeddings lowered): a prompt that fills the context but one position
+  // costs a 255-token prefill here instead of a 2,047-token one.
+  const fs::path model = dir_ / "short-context";
+  fs::create_directory(model);
+  for (const char* f : {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    fs::create_symlink(fs::path(kTarget) / f, model / f);
+  auto config = nlohmann::json::parse(slurp(fs::path(kTarget) / "config.json"));
+  config["max_position_embeddings"] = 256;
+  write(model / "config.json", config.dump());
+  const RunResult r = run({"bench", "--model", model.string(), "--device", "cpu", "--batch-sizes", "1",
+                           "--prompt-tokens", "255", "--new-tokens", "8", "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.out.find("decode not measured: a 2047-token prompt leaves 1 position(s)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode not measured: a 255-token prompt leaves 1 position(s)"), std::string::npos) << r.out;
   const auto report = nlohmann::json::parse(lines(r.out).back());
   const auto& row = report["plain"]["rows"][0];
   EXPECT_FALSE(row.contains("decode_tokens_per_s")) << row;
   EXPECT_TRUE(row.contains("decode_unmeasured")) << row;
   EXPECT_GT(row["prefill_tokens_per_s"].get<double>(), 0) << row;
-  // The KV cache as sized at start, with the rows it holds at the run's context (2,048: the
-  // prompt and the one position left).
+  // The KV cache as sized at start, with the rows it holds at the run's context (256: the prompt
+  // and the one position left), 16 blocks of 16 positions each.
   const auto& kv = report["kv_cache"];
-  EXPECT_EQ(kv["context"], 2048) << kv;
+  EXPECT_EQ(kv["context"], 256) << kv;
   EXPECT_EQ(kv["tokens"].get<int64_t>(), kv["blocks"].get<int64_t>() * kv["block_size"].get<int64_t>()) << kv;
-  EXPECT_EQ(kv["rows_at_context"].get<int64_t>(), kv["blocks"].get<int64_t>() / 128) << kv;
+  EXPECT_EQ(kv["rows_at_context"].get<int64_t>(), kv["blocks"].get<int64_t>() / 16) << kv;
   EXPECT_GE(kv["rows_at_context"].get<int64_t>(), 1) << kv;
   EXPECT_NE(r.out.find("KV cache (cpu): "), std::string::npos) << r.out;
 }
