@@ -31,7 +31,7 @@ namespace specdec {
 // cache positions [0, positions[t]]. All tensors are i32 in the backend's memory.
 struct AttentionBatch {
   Tensor positions;    // [T]
-  Tensor slots;        // [T]: pool slot = block_id * block_size + offset, where token t's K/V go
+  Tensor slots;        // [T]: pool slot = block_id * block_size + offset, where token t's K/V go (-1: nowhere)
   Tensor row_starts;   // [R + 1]
   Tensor row_lens;     // [R]
   Tensor block_table;  // [R, max_blocks]: block ids of each row's cache, in order

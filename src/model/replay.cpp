@@ -24,6 +24,63 @@ ForwardPlan ReplayCache::padded(const ForwardPlan& plan) {
   return p;
 }
 
+bool ReplayCache::batch_windows(const ForwardPlan& plan) {
+  if (plan.rows < 2 || plan.outputs != plan.tokens || plan.tokens == plan.rows) return false;
+  for (int r = 0; r < plan.rows; ++r) {
+    const int n = plan.row_starts[r + 1] - plan.row_starts[r];
+    const int taps = plan.tap_offsets.empty() ? 0 : plan.tap_offsets[r + 1] - plan.tap_offsets[r];
+    if (taps != 0 && taps != n) return false;
+  }
+  return true;
+}
+
+ForwardPlan ReplayCache::padded_windows(const ForwardPlan& plan) {
+  const int R = plan.rows;
+  int width = 1;
+  while (width < plan.max_row_tokens) width *= 2;
+  if (plan.max_row_tokens > 16) width = plan.max_row_tokens;  // past the tile kernels' 16: as it is
+  ForwardPlan p = plan;
+  p.tokens = R * width;
+  p.max_row_tokens = width;
+  p.ids.assign(static_cast<size_t>(p.tokens), 0);
+  p.positions.assign(static_cast<size_t>(p.tokens), 0);
+  p.slots.assign(static_cast<size_t>(p.tokens), -1);
+  std::vector<int32_t> moved(static_cast<size_t>(plan.tokens));  // given token index -> padded one
+  for (int r = 0; r < R; ++r) {
+    const int from = plan.row_starts[r], n = plan.row_starts[r + 1] - from, to = r * width;
+    p.row_starts[r] = to;
+    for (int j = 0; j < width; ++j) {
+      const size_t src = static_cast<size_t>(from + std::min(j, n - 1)), dst = static_cast<size_t>(to + j);
+      p.ids[dst] = plan.ids[src];
+      p.positions[dst] = plan.positions[src];
+      if (j < n) {
+        p.slots[dst] = plan.slots[src];
+        moved[src] = static_cast<int32_t>(dst);
+      }
+    }
+  }
+  p.row_starts[R] = p.tokens;
+  // The given outputs and taps first, where the given plan had them; then the padding's.
+  const auto pad_list = [&](const std::vector<int32_t>& given, bool tapped_rows_only) {
+    std::vector<int32_t> out;
+    out.reserve(static_cast<size_t>(p.tokens));
+    for (int32_t t : given) out.push_back(moved[static_cast<size_t>(t)]);
+    for (int r = 0; r < R; ++r) {
+      const int n = plan.row_starts[r + 1] - plan.row_starts[r];
+      if (tapped_rows_only && plan.tap_offsets[r + 1] == plan.tap_offsets[r]) continue;
+      for (int j = n; j < width; ++j) out.push_back(r * width + j);
+    }
+    return out;
+  };
+  p.out_index = pad_list(plan.out_index, false);
+  p.outputs = static_cast<int>(p.out_index.size());
+  if (plan.taps > 0) {
+    p.tap_index = pad_list(plan.tap_index, true);
+    p.taps = static_cast<int>(p.tap_index.size());
+  }
+  return p;
+}
+
 bool ReplayCache::replay_or_run(const ReplayKey& key, const std::function<void()>& calls) {
   if (recordings_.size() > kMaxRecordings && !recordings_.contains(key)) recordings_.clear();
   Replay& r = recordings_[key];

@@ -44,6 +44,17 @@ class ReplayCache {
   // so that consecutive steps share one recording: the kernels read the true lengths from the
   // metadata, and the larger bounds only size grids whose surplus blocks do nothing.
   static ForwardPlan padded(const ForwardPlan& plan);
+  // True for a batch of verify windows that padded_windows can lay out: several rows, every
+  // token returning its row, some row more than one token, and each row tapped at all of its
+  // tokens or at none.
+  static bool batch_windows(const ForwardPlan& plan);
+  // A batch of verify windows with every row's window padded to one width (the longest, rounded
+  // up to a power of two up to 16), so that a batch's windows come in a few recorded shapes
+  // instead of one per combination of depths. A padding token repeats its row's last real token
+  // at that token's position, writes no K/V (slot -1) and attends as that token does; its
+  // returned row and tap come after every real one, so the first outputs and taps of the padded
+  // plan are the given plan's, in its order (its row_offsets and tap_offsets still hold).
+  static ForwardPlan padded_windows(const ForwardPlan& plan);
   // Replays the recording for `key`, or runs `calls` (recording them from their second run on,
   // or third for a window shape). True when it did not replay: the forward paid one-off costs.
   bool replay_or_run(const ReplayKey& key, const std::function<void()>& calls);

@@ -138,20 +138,30 @@ ModelRunner::MetaViews ModelRunner::upload_meta(const ForwardPlan& plan, std::sp
 
 void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_layers,
                           std::span<const SampleRow> sampling, KvCache& cache, ForwardResult& result) {
-  // Decode steps (one token and one returned row per sequence) and one row's verify windows
-  // (every new token returns its row) are replayed from a recording of their calls where the
-  // backend can record; everything else runs call by call. Called one by one, a small model's
-  // forward costs a GPU more than its replay. A batch's windows come in too many shapes for
-  // recordings to pay. Taps are gathered by kernel calls, so they take part in the recording.
+  // Decode steps (one token and one returned row per sequence), one row's verify windows (every
+  // new token returns its row) and batches of windows are replayed from a recording of their
+  // calls where the backend can record; everything else runs call by call. Called one by one, a
+  // small model's forward costs a GPU several replayed steps. A batch's windows would come in a
+  // shape per combination of its rows' depths, so each row's window is padded to one of a few
+  // widths (ReplayCache::padded_windows). Taps are gathered by kernel calls, so they take part in
+  // the recording.
   const bool one_row_window = given.rows == 1 && given.outputs == given.tokens;
   const bool decode_step = given.tokens == given.rows && given.outputs == given.rows;
-  const bool replayable = replays_.available() && given.tokens > 0 && (decode_step || one_row_window);
-  const ForwardPlan padded = replayable ? ReplayCache::padded(given) : ForwardPlan{};
+  const bool batch_windows = ReplayCache::batch_windows(given);
+  const bool replayable = replays_.available() && given.tokens > 0 && (decode_step || one_row_window || batch_windows);
+  const ForwardPlan padded =
+      replayable ? ReplayCache::padded(batch_windows ? ReplayCache::padded_windows(given) : given) : ForwardPlan{};
   const ForwardPlan& plan = replayable ? padded : given;
   const int64_t T = plan.tokens, N = plan.outputs, NT = plan.taps;
   const int64_t H = config_.hidden_size, V = config_.vocab_size;
   const Selection selection = selection_for(sampling);
   const bool selects = selection != Selection::logits;
+  // The padding's returned rows draw as the first row does (their tokens are never read).
+  if (!sampling.empty() && N > given.outputs) {
+    padded_sampling_.assign(sampling.begin(), sampling.end());
+    padded_sampling_.resize(static_cast<size_t>(N), sampling.front());
+    sampling = padded_sampling_;
+  }
 
   one_off_ = false;
   const MetaViews meta = upload_meta(plan, sampling);
@@ -162,15 +172,17 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
     return OutputViews(o, config_, std::max<int64_t>(N, 1), std::max<int64_t>(NT, 1), tap_layers.size());
   });
 
+  // What comes back is the given plan's: its outputs and taps are the padded plan's first ones.
+  const int64_t given_n = given.outputs, given_nt = given.taps;
   result.vocab = static_cast<int>(V);
   result.hidden = static_cast<int>(H);
-  result.row_offsets = plan.row_offsets;
-  result.logits.assign(selects ? 0 : static_cast<size_t>(N * V), 0.0f);
-  result.tokens.assign(selects ? static_cast<size_t>(N) : 0, 0);
+  result.row_offsets = given.row_offsets;
+  result.logits.assign(selects ? 0 : static_cast<size_t>(given_n * V), 0.0f);
+  result.tokens.assign(selects ? static_cast<size_t>(given_n) : 0, 0);
   result.tap_layers = tap_layers;
-  result.tap_offsets = plan.tap_offsets;
+  result.tap_offsets = given.tap_offsets;
   result.taps.clear();
-  for (const Tensor& t : out.taps) result.taps.push_back(t.rows(0, NT));
+  for (const Tensor& t : out.taps) result.taps.push_back(t.rows(0, given_nt));
   // Gathers the residual stream at the tapped positions into every tap that asked for `layer`.
   const auto tap = [&](int layer, const Tensor& x) {
     for (size_t j = 0; j < tap_layers.size() && NT > 0; ++j)
@@ -211,7 +223,7 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
     calls();
   }
   result.one_off = one_off_;
-  finish(out, N, selects, sampling, result);
+  finish(out, given_n, selects, sampling, result);
   result.device_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - launched).count();
 }
 

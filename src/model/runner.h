@@ -68,6 +68,7 @@ class ModelRunner {
   Buffer meta_;         // the plan's i32 arrays
   Buffer activations_;  // per-token activations: the residual stream and the decoder's scratch
   Buffer outputs_;      // per-output rows: gathered hidden, logits; the tapped rows (the result's views)
+  std::vector<SampleRow> padded_sampling_;  // the sampling rows with the padding's appended
   std::vector<int32_t> meta_host_;
 };
 

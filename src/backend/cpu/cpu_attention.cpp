@@ -47,8 +47,8 @@ void check_kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, cons
                 k_pool.dim(3), "]");
   const int32_t* slot = batch.slots.ptr<int32_t>();
   for (int64_t t = 0; t < T; ++t) {
-    SPECDEC_CHECK(slot[t] >= 0 && slot[t] < slots, op, ": slot ", slot[t], " of token ", t, " outside the pool of ",
-                  slots, " slots");
+    SPECDEC_CHECK(slot[t] >= -1 && slot[t] < slots, op, ": slot ", slot[t], " of token ", t, " outside the pool of ",
+                  slots, " slots (-1: none)");
   }
 }
 
@@ -56,6 +56,7 @@ void kv_write_token(const Tensor& k, const Tensor& v, const Tensor& k_pool, cons
                     const AttentionBatch& batch, int64_t t) {
   const int64_t entry = k_pool.dim(2) * k_pool.dim(3);
   const int64_t slot = batch.slots.ptr<int32_t>()[t];
+  if (slot < 0) return;  // a padding token: its K/V go nowhere
   const size_t bytes = static_cast<size_t>(entry) * sizeof(float);
   std::memcpy(k_pool.ptr<float>() + slot * entry, k.ptr<float>() + t * entry, bytes);
   std::memcpy(v_pool.ptr<float>() + slot * entry, v.ptr<float>() + t * entry, bytes);

@@ -1,0 +1,217 @@
+// Batches of verify windows replayed from recordings (ReplayCache::padded_windows): the padded
+// plan's layout, and an engine whose backend records as a GPU's does (recording_backend.h)
+// giving every row its plain tokens while most of its batched windows are replays.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine_fixture.h"
+#include "model/replay.h"
+#include "recording_backend.h"
+
+namespace specdec::testing {
+namespace {
+
+// Rows of 3, 1 and 2 new tokens, every token returning its row; the first and last rows tapped.
+ForwardPlan three_row_windows() {
+  ForwardPlan p;
+  p.rows = 3;
+  p.tokens = 6;
+  p.outputs = 6;
+  p.taps = 5;
+  p.max_blocks = 2;
+  p.max_row_len = 20;
+  p.max_row_tokens = 3;
+  p.ids = {10, 11, 12, 20, 30, 31};
+  p.positions = {17, 18, 19, 5, 8, 9};
+  p.slots = {101, 102, 103, 205, 308, 309};
+  p.row_starts = {0, 3, 4, 6};
+  p.row_lens = {20, 6, 10};
+  p.block_table = {6, 7, 12, 0, 19, 0};
+  p.out_index = {0, 1, 2, 3, 4, 5};
+  p.row_offsets = {0, 3, 4, 6};
+  p.tap_index = {0, 1, 2, 4, 5};
+  p.tap_offsets = {0, 3, 3, 5};
+  return p;
+}
+
+TEST(WindowReplay, PaddingKeepsTheGivenRowsFirstAndWritesNothing) {
+  const ForwardPlan given = three_row_windows();
+  ASSERT_TRUE(ReplayCache::batch_windows(given));
+  const ForwardPlan p = ReplayCache::padded_windows(given);
+  EXPECT_EQ(p.rows, 3);
+  EXPECT_EQ(p.max_row_tokens, 4);  // the longest window, 3, rounded up to a power of two
+  EXPECT_EQ(p.tokens, 12);
+  EXPECT_EQ(p.row_starts, (std::vector<int32_t>{0, 4, 8, 12}));
+  // A padding token repeats its row's last token at that token's position and writes no K/V.
+  EXPECT_EQ(p.ids, (std::vector<int32_t>{10, 11, 12, 12, 20, 20, 20, 20, 30, 31, 31, 31}));
+  EXPECT_EQ(p.positions, (std::vector<int32_t>{17, 18, 19, 19, 5, 5, 5, 5, 8, 9, 9, 9}));
+  EXPECT_EQ(p.slots, (std::vector<int32_t>{101, 102, 103, -1, 205, -1, -1, -1, 308, 309, -1, -1}));
+  EXPECT_EQ(p.row_lens, given.row_lens);
+  EXPECT_EQ(p.block_table, given.block_table);
+  // Every token returns its row, the given ones first and in the given order, so the given
+  // row_offsets still index the first outputs.
+  EXPECT_EQ(p.outputs, 12);
+  EXPECT_EQ(p.out_index, (std::vector<int32_t>{0, 1, 2, 4, 8, 9, 3, 5, 6, 7, 10, 11}));
+  EXPECT_EQ(p.row_offsets, given.row_offsets);
+  // The tapped rows are tapped at their padding too (after every given tap); the other is not.
+  EXPECT_EQ(p.taps, 8);
+  EXPECT_EQ(p.tap_index, (std::vector<int32_t>{0, 1, 2, 8, 9, 3, 10, 11}));
+  EXPECT_EQ(p.tap_offsets, given.tap_offsets);
+}
+
+TEST(WindowReplay, WindowsPastSixteenTokensKeepTheirWidth) {
+  ForwardPlan given = three_row_windows();
+  given.max_row_tokens = 17;  // as if the first row's window were 17 long: the width stays 17
+  const ForwardPlan p = ReplayCache::padded_windows(given);
+  EXPECT_EQ(p.max_row_tokens, 17);
+  EXPECT_EQ(p.tokens, 51);
+}
+
+TEST(WindowReplay, OnlyBatchesOfWholeWindowsArePadded) {
+  ForwardPlan one_row = three_row_windows();
+  one_row.rows = 1;
+  EXPECT_FALSE(ReplayCache::batch_windows(one_row));  // one row's windows keep a recording per width
+  ForwardPlan steps = three_row_windows();
+  steps.tokens = steps.rows;  // one token a row: a decode step
+  steps.outputs = steps.rows;
+  EXPECT_FALSE(ReplayCache::batch_windows(steps));
+  ForwardPlan chunk = three_row_windows();
+  chunk.outputs = 4;  // a token that returns nothing: a prefill chunk among the rows
+  EXPECT_FALSE(ReplayCache::batch_windows(chunk));
+  ForwardPlan partly_tapped = three_row_windows();
+  partly_tapped.tap_offsets = {0, 2, 2, 4};  // the first row tapped at two of its three tokens
+  partly_tapped.tap_index = {0, 1, 4, 5};
+  partly_tapped.taps = 4;
+  EXPECT_FALSE(ReplayCache::batch_windows(partly_tapped));
+}
+
+// The bundled target and draft on a backend that records like a GPU's, over the test backend.
+struct Recorded {
+  RecordingBackend* recorder = nullptr;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> target;
+  std::shared_ptr<Model> draft;
+
+  static Recorded& get() {
+    static Recorded r = [] {
+      Recorded x;
+      auto recorder = std::make_unique<RecordingBackend>(make_backend(test_backend_options()));
+      x.recorder = recorder.get();
+      x.backend = std::move(recorder);
+      x.target = Model::load(source_path("models/target"), *x.backend);
+      x.draft = std::shared_ptr<Model>(Model::load(source_path("models/draft"), *x.backend));
+      return x;
+    }();
+    return r;
+  }
+};
+
+std::unique_ptr<EngineCore> recorded_engine() {
+  Recorded& r = Recorded::get();
+  EngineOptions options;
+  options.kv_blocks = 1024;
+  auto engine = std::make_unique<EngineCore>(*r.target, *Bundled::get().tokenizer, options);
+  NgramOptions n;
+  n.num_draft = 7;
+  engine->add_method("ngram", std::make_shared<NgramMethod>(n));
+  DraftModelOptions d;
+  d.num_draft = 7;
+  d.kv_blocks = 1024;
+  engine->add_method("draft", std::make_shared<DraftModelMethod>(r.draft, "bundled-draft", d));
+  // The hidden-state drafters read taps that the recorded forwards gather.
+  static const std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("models/eagle3"), *r.backend);
+  Eagle3Options e;
+  e.kv_blocks = 1024;
+  engine->add_method("eagle3",
+                     std::make_shared<Eagle3Method>(head, "bundled-eagle3", r.target->config().num_layers, e));
+  DflashOptions f;
+  f.kv_blocks = 1024;
+  engine->add_method("dflash",
+                     std::make_shared<DflashMethod>(source_path("models/dflash"), *r.backend, "bundled-dflash", f));
+  return engine;
+}
+
+std::vector<int32_t> plain(const std::vector<int32_t>& prompt, int n, float temperature, uint64_t seed) {
+  auto engine = make_engine();
+  return run_one(*engine, make_request(prompt, n, temperature, seed)).tokens;
+}
+
+struct Row {
+  std::string prompt, method;
+  int depth;
+  float temperature;
+};
+
+// Submits the rows together, runs them and checks each against its solo plain run.
+void expect_plain_tokens(EngineCore& engine, const std::vector<Row>& rows, int max_tokens) {
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Request r = make_request(encode(rows[i].prompt), max_tokens, rows[i].temperature, 40 + i);
+    r.spec.method = rows[i].method;
+    r.spec.max_depth = rows[i].depth;
+    r.spec.adaptive = false;  // each speculating row drafts every round, at its own depth
+    ids.push_back(engine.submit(std::move(r)));
+  }
+  engine.run();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    auto res = engine.take_result(ids[i]);
+    ASSERT_TRUE(res.has_value());
+    const Row& w = rows[i];
+    EXPECT_EQ(res->tokens, plain(encode(w.prompt), max_tokens, w.temperature, 40 + i))
+        << "row " << i << " '" << w.method << "' depth " << w.depth << " T " << w.temperature;
+    if (!w.method.empty()) {
+      EXPECT_GT(res->stats.speculative.drafted, 0) << "row " << i;
+    }
+  }
+}
+
+const std::string kCopy = "def add(a, b):\n    return a + b\n\n\ndef add(a, b):\n";
+const std::string kLoop = "for i in range(10):\n    print(i)\nfor i in range(10):\n";
+const std::string kClass =
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n";
+
+TEST(WindowReplay, ReplayedBatchesOfNgramWindowsGiveThePlainTokens) {
+  RecordingBackend& recorder = *Recorded::get().recorder;
+  auto engine = recorded_engine();
+  const int replays = recorder.replays();
+  const int64_t forwards = engine->target_forwards();
+  // Six rows of n-gram drafts at depths 1 to 7, greedy and sampled: windows of every length in
+  // one batch, which the rows' changing matches make ragged from round to round.
+  expect_plain_tokens(*engine,
+                      {{kCopy, "ngram", 7, 0},
+                       {kLoop, "ngram", 3, 0},
+                       {kClass, "ngram", 5, 0.8f},
+                       {kCopy, "ngram", 1, 0.8f},
+                       {kLoop, "ngram", 6, 0},
+                       {kClass, "ngram", 2, 0}},
+                      64);
+  // A forward's shape is its rows and its padded window width (and the history's bound), so
+  // after a few calls by call nearly every forward of the batch is a replay.
+  const int64_t ran = engine->target_forwards() - forwards;
+  const int replayed = recorder.replays() - replays;
+  report("window_replay.replayed_forwards", replayed);
+  report("window_replay.forwards", static_cast<double>(ran));
+  EXPECT_GE(replayed, ran / 2) << replayed << " of " << ran << " forwards replayed";
+}
+
+TEST(WindowReplay, ReplayedMixedBatchesGiveThePlainTokens) {
+  // The draft model (whose own forwards replay too), the hidden-state drafters (tapped rows
+  // beside untapped ones), n-gram and plain rows side by side.
+  auto engine = recorded_engine();
+  expect_plain_tokens(*engine,
+                      {{kClass, "draft", 4, 0},
+                       {kCopy, "ngram", 7, 0.8f},
+                       {kLoop, "", 0, 0},
+                       {kCopy, "eagle3", 6, 0},
+                       {kClass, "dflash", 7, 0.8f},
+                       {kCopy, "draft", 7, 0.8f},
+                       {kLoop, "eagle3", 3, 0.8f},
+                       {kLoop, "ngram", 2, 0}},
+                      32);
+}
+
+}  // namespace
+}  // namespace specdec::testing
