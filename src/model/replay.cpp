@@ -24,8 +24,20 @@ ForwardPlan ReplayCache::padded(const ForwardPlan& plan) {
   return p;
 }
 
+int ReplayCache::window_width(int max_row_tokens) {
+  if (max_row_tokens > 16) return max_row_tokens;  // past the tile kernels' 16: as it is
+  int width = 1;
+  while (width < max_row_tokens) width *= 2;
+  return width;
+}
+
 bool ReplayCache::batch_windows(const ForwardPlan& plan) {
   if (plan.rows < 2 || plan.outputs != plan.tokens || plan.tokens == plan.rows) return false;
+  // The padding's tokens go through every linear and the LM head. Up to kMaxPaddedWindowTokens
+  // tokens a GPU's linears are bound by reading the weights (a token adds one multiply-add per
+  // weight read, well under what the tensor cores do in that time), so they cost about nothing;
+  // past it they would cost arithmetic in a forward long enough that its launches matter less.
+  if (plan.rows * window_width(plan.max_row_tokens) > kMaxPaddedWindowTokens) return false;
   for (int r = 0; r < plan.rows; ++r) {
     const int n = plan.row_starts[r + 1] - plan.row_starts[r];
     const int taps = plan.tap_offsets.empty() ? 0 : plan.tap_offsets[r + 1] - plan.tap_offsets[r];
@@ -35,10 +47,7 @@ bool ReplayCache::batch_windows(const ForwardPlan& plan) {
 }
 
 ForwardPlan ReplayCache::padded_windows(const ForwardPlan& plan) {
-  const int R = plan.rows;
-  int width = 1;
-  while (width < plan.max_row_tokens) width *= 2;
-  if (plan.max_row_tokens > 16) width = plan.max_row_tokens;  // past the tile kernels' 16: as it is
+  const int R = plan.rows, width = window_width(plan.max_row_tokens);
   ForwardPlan p = plan;
   p.tokens = R * width;
   p.max_row_tokens = width;

@@ -44,10 +44,14 @@ class ReplayCache {
   // so that consecutive steps share one recording: the kernels read the true lengths from the
   // metadata, and the larger bounds only size grids whose surplus blocks do nothing.
   static ForwardPlan padded(const ForwardPlan& plan);
-  // True for a batch of verify windows that padded_windows can lay out: several rows, every
-  // token returning its row, some row more than one token, and each row tapped at all of its
-  // tokens or at none.
+  // True for a batch of verify windows that padded_windows lays out: several rows, every token
+  // returning its row, some row more than one token, each row tapped at all of its tokens or at
+  // none, and no more than kMaxPaddedWindowTokens tokens once padded.
   static bool batch_windows(const ForwardPlan& plan);
+  static constexpr int kMaxPaddedWindowTokens = 128;
+  // The width a batch's windows are padded to: the longest rounded up to a power of two, up to
+  // 16 (the tile attention's most tokens a row); a longer one as it is.
+  static int window_width(int max_row_tokens);
   // A batch of verify windows with every row's window padded to one width (the longest, rounded
   // up to a power of two up to 16), so that a batch's windows come in a few recorded shapes
   // instead of one per combination of depths. A padding token repeats its row's last real token

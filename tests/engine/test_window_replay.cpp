@@ -81,6 +81,22 @@ TEST(WindowReplay, OnlyBatchesOfWholeWindowsArePadded) {
   ForwardPlan chunk = three_row_windows();
   chunk.outputs = 4;  // a token that returns nothing: a prefill chunk among the rows
   EXPECT_FALSE(ReplayCache::batch_windows(chunk));
+  ForwardPlan wide = three_row_windows();
+  wide.max_row_tokens = 16;  // three rows of 16 padded tokens: 48, padded
+  EXPECT_TRUE(ReplayCache::batch_windows(wide));
+  wide.max_row_tokens = 17;  // 51: still padded (to 17)
+  EXPECT_TRUE(ReplayCache::batch_windows(wide));
+  ForwardPlan many = three_row_windows();
+  many.rows = 9;  // nine rows of 16 would be 144 tokens: more than the padding may add up to
+  many.max_row_tokens = 9;
+  many.row_starts = {0, 3, 4, 6, 7, 8, 9, 10, 11, 12};
+  many.tokens = many.outputs = 12;
+  many.tap_offsets.clear();
+  many.tap_index.clear();
+  many.taps = 0;
+  EXPECT_FALSE(ReplayCache::batch_windows(many));
+  many.max_row_tokens = 8;  // 72
+  EXPECT_TRUE(ReplayCache::batch_windows(many));
   ForwardPlan partly_tapped = three_row_windows();
   partly_tapped.tap_offsets = {0, 2, 2, 4};  // the first row tapped at two of its three tokens
   partly_tapped.tap_index = {0, 1, 4, 5};
