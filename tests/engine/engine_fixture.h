@@ -1,9 +1,11 @@
 // Shared set-up for engine tests: the bundled target and draft on the CPU backend, and helpers
-// that run requests to completion.
+// that run requests to completion. With SPECDEC_TEST_RECORD=1 the backend records and replays its
+// calls as a GPU's does (recording_backend.h), so the replayed forwards run here too.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "speculative/methods/draft_model.h"
 #include "speculative/methods/eagle3.h"
 #include "speculative/methods/ngram_method.h"
+#include "recording_backend.h"
 #include "test_device.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,6 +35,8 @@ struct Bundled {
     static Bundled b = [] {
       Bundled x;
       x.backend = make_backend(test_backend_options());
+      if (const char* r = std::getenv("SPECDEC_TEST_RECORD"); r != nullptr && std::string(r) == "1")
+        x.backend = std::make_unique<RecordingBackend>(std::move(x.backend));
       x.target = Model::load(source_path("models/target"), *x.backend);
       x.draft = std::shared_ptr<Model>(Model::load(source_path("models/draft"), *x.backend));
       x.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(source_path("models/target")));
