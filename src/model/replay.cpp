@@ -91,8 +91,14 @@ ForwardPlan ReplayCache::padded_windows(const ForwardPlan& plan) {
 }
 
 bool ReplayCache::replay_or_run(const ReplayKey& key, const std::function<void()>& calls) {
-  if (recordings_.size() > kMaxRecordings && !recordings_.contains(key)) recordings_.clear();
+  if (recordings_.size() >= kMaxRecordings && !recordings_.contains(key)) {
+    auto oldest = recordings_.begin();
+    for (auto it = recordings_.begin(); it != recordings_.end(); ++it)
+      if (it->second.last_use < oldest->second.last_use) oldest = it;
+    recordings_.erase(oldest);
+  }
   Replay& r = recordings_[key];
+  r.last_use = ++uses_;
   if (r.recording && r.recording->replay()) return false;
   r.recording.reset();
   // The first step of a shape runs call by call: it creates whatever the backend makes lazily

@@ -64,18 +64,24 @@ class ReplayCache {
   bool replay_or_run(const ReplayKey& key, const std::function<void()>& calls);
   // Forgets every recording (they point into buffers that moved).
   void clear() { recordings_.clear(); }
+  // Shapes held (recorded or counting their runs towards a recording).
+  size_t size() const { return recordings_.size(); }
+  // Decode steps take a few shapes per batch size, a row's verify windows one per width, a
+  // batch's windows one per (rows, padded width): past this many shapes the one used longest ago
+  // is dropped, so that a server whose batch size wanders keeps the shapes it runs now.
+  static constexpr size_t kMaxRecordings = 256;
 
  private:
   struct Replay {
     std::unique_ptr<RecordedCalls> recording;
     int runs = 0;
     bool unrecordable = false;
+    uint64_t last_use = 0;
   };
-  // Decode steps take a few shapes per batch size; a row's verify windows one per width.
-  static constexpr size_t kMaxRecordings = 128;
 
   Backend& backend_;
   std::map<ReplayKey, Replay> recordings_;
+  uint64_t uses_ = 0;            // replay_or_run calls so far: the clock of Replay::last_use
   bool backend_records_ = true;  // until Backend::record returns nothing
 };
 

@@ -104,6 +104,39 @@ TEST(WindowReplay, OnlyBatchesOfWholeWindowsArePadded) {
   EXPECT_FALSE(ReplayCache::batch_windows(partly_tapped));
 }
 
+TEST(WindowReplay, TheShapeUsedLongestAgoMakesRoomForANewOne) {
+  RecordingBackend backend(make_backend(BackendOptions{}));
+  ReplayCache cache(backend);
+  int ran = 0;
+  const auto calls = [&] { ++ran; };
+  const auto key = [](int rows) {
+    ReplayKey k;
+    k.rows = k.tokens = rows;
+    return k;
+  };
+  // A decode shape runs call by call once, then records (and replays at once), then replays.
+  EXPECT_TRUE(cache.replay_or_run(key(1), calls));
+  EXPECT_TRUE(cache.replay_or_run(key(1), calls));
+  EXPECT_FALSE(cache.replay_or_run(key(1), calls));
+  EXPECT_EQ(backend.recordings(), 1);
+  // Fill the cache with other shapes, using shape 1 now and then so that it stays recent.
+  for (int rows = 2; rows <= static_cast<int>(ReplayCache::kMaxRecordings); ++rows) {
+    cache.replay_or_run(key(rows), calls);
+    if (rows % 50 == 0) {
+      EXPECT_FALSE(cache.replay_or_run(key(1), calls));
+    }
+  }
+  EXPECT_EQ(cache.size(), ReplayCache::kMaxRecordings);
+  // One more shape drops the one used longest ago (shape 2), not the recorded, recent shape 1.
+  cache.replay_or_run(key(1000), calls);
+  EXPECT_EQ(cache.size(), ReplayCache::kMaxRecordings);
+  const int recorded = backend.recordings();
+  EXPECT_FALSE(cache.replay_or_run(key(1), calls));
+  EXPECT_EQ(backend.recordings(), recorded);
+  EXPECT_TRUE(cache.replay_or_run(key(2), calls));  // forgotten: its first run again, call by call
+  EXPECT_GT(ran, 0);
+}
+
 // The bundled target and draft on a backend that records like a GPU's, over the test backend.
 struct Recorded {
   RecordingBackend* recorder = nullptr;
