@@ -8,13 +8,18 @@
 
 namespace specdec {
 
+namespace {
+
+int pow2(int v) {
+  int r = 1;
+  while (r < v) r *= 2;
+  return r;
+}
+
+}  // namespace
+
 ForwardPlan ReplayCache::padded(const ForwardPlan& plan) {
   ForwardPlan p = plan;
-  const auto pow2 = [](int v) {
-    int r = 1;
-    while (r < v) r *= 2;
-    return r;
-  };
   p.max_row_len = pow2(std::max(plan.max_row_len, 256));
   p.max_blocks = pow2(std::max(plan.max_blocks, (p.max_row_len + plan.block_size - 1) / plan.block_size));
   p.block_table.assign(static_cast<size_t>(p.rows) * static_cast<size_t>(p.max_blocks), 0);
@@ -25,10 +30,7 @@ ForwardPlan ReplayCache::padded(const ForwardPlan& plan) {
 }
 
 int ReplayCache::window_width(int max_row_tokens) {
-  if (max_row_tokens > 16) return max_row_tokens;  // past the tile kernels' 16: as it is
-  int width = 1;
-  while (width < max_row_tokens) width *= 2;
-  return width;
+  return max_row_tokens > 16 ? max_row_tokens : pow2(max_row_tokens);  // past the tile kernels' 16: as it is
 }
 
 bool ReplayCache::batch_windows(const ForwardPlan& plan) {

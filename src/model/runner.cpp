@@ -147,7 +147,7 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
   // the recording.
   const bool one_row_window = given.rows == 1 && given.outputs == given.tokens;
   const bool decode_step = given.tokens == given.rows && given.outputs == given.rows;
-  const bool batch_windows = ReplayCache::batch_windows(given);
+  const bool batch_windows = replays_.available() && ReplayCache::batch_windows(given);
   const bool replayable = replays_.available() && given.tokens > 0 && (decode_step || one_row_window || batch_windows);
   const ForwardPlan padded =
       replayable ? ReplayCache::padded(batch_windows ? ReplayCache::padded_windows(given) : given) : ForwardPlan{};

@@ -31,16 +31,23 @@ struct Bundled {
   std::shared_ptr<Model> draft;
   std::unique_ptr<Tokenizer> tokenizer;
 
+  // The bundled models on `backend`.
+  static Bundled load(std::unique_ptr<Backend> backend) {
+    Bundled x;
+    x.backend = std::move(backend);
+    x.target = Model::load(source_path("models/target"), *x.backend);
+    x.draft = std::shared_ptr<Model>(Model::load(source_path("models/draft"), *x.backend));
+    x.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(source_path("models/target")));
+    return x;
+  }
+
+  // The test backend's (test_device.h), loaded once.
   static Bundled& get() {
     static Bundled b = [] {
-      Bundled x;
-      x.backend = make_backend(test_backend_options());
+      std::unique_ptr<Backend> backend = make_backend(test_backend_options());
       if (const char* r = std::getenv("SPECDEC_TEST_RECORD"); r != nullptr && std::string(r) == "1")
-        x.backend = std::make_unique<RecordingBackend>(std::move(x.backend));
-      x.target = Model::load(source_path("models/target"), *x.backend);
-      x.draft = std::shared_ptr<Model>(Model::load(source_path("models/draft"), *x.backend));
-      x.tokenizer = std::make_unique<Tokenizer>(Tokenizer::load(source_path("models/target")));
-      return x;
+        backend = std::make_unique<RecordingBackend>(std::move(backend));
+      return load(std::move(backend));
     }();
     return b;
   }
@@ -57,9 +64,9 @@ inline std::shared_ptr<DflashMethod> bundled_dflash(const DflashOptions& options
                                         options);
 }
 
-// An engine over the bundled target with both methods registered ("ngram" and "draft").
-inline std::unique_ptr<EngineCore> make_engine(int depth = 0, EngineOptions options = {}) {
-  Bundled& b = Bundled::get();
+// An engine over the bundled target (of `b`, the test backend's by default) with both methods registered
+// ("ngram" and "draft").
+inline std::unique_ptr<EngineCore> make_engine(int depth = 0, EngineOptions options = {}, Bundled& b = Bundled::get()) {
   if (options.kv_blocks == 0) options.kv_blocks = 1024;
   auto engine = std::make_unique<EngineCore>(*b.target, *b.tokenizer, options);
   NgramOptions n;
@@ -92,5 +99,11 @@ inline RequestResult run_one(EngineCore& engine, Request r) {
 }
 
 inline std::vector<int32_t> encode(const std::string& text) { return Bundled::get().tokenizer->encode(text, false); }
+
+// A request's tokens from plain decoding, alone in a fresh engine: what speculation must give.
+inline std::vector<int32_t> plain(const std::vector<int32_t>& prompt, int n, float temperature, uint64_t seed) {
+  auto engine = make_engine();
+  return run_one(*engine, make_request(prompt, n, temperature, seed)).tokens;
+}
 
 }  // namespace specdec::testing

@@ -38,11 +38,6 @@ std::unique_ptr<EngineCore> make_dflash_engine(int depth, Methods* out = nullptr
   return engine;
 }
 
-std::vector<int32_t> plain(const std::vector<int32_t>& prompt, int n, float temperature, uint64_t seed) {
-  auto engine = make_engine();
-  return run_one(*engine, make_request(prompt, n, temperature, seed)).tokens;
-}
-
 struct Case {
   std::string method;
   int depth;

@@ -37,11 +37,6 @@ std::unique_ptr<EngineCore> engine_with_eagle3(int depth = 0, EngineOptions opti
   return engine;
 }
 
-std::vector<int32_t> plain(const std::vector<int32_t>& prompt, int n, float temperature, uint64_t seed) {
-  auto engine = make_engine();
-  return run_one(*engine, make_request(prompt, n, temperature, seed)).tokens;
-}
-
 struct Case {
   int depth;
   float temperature;

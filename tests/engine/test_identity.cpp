@@ -20,11 +20,6 @@ const std::vector<std::string>& prompts() {
   return p;
 }
 
-std::vector<int32_t> plain(const std::vector<int32_t>& prompt, int n, float temperature, uint64_t seed) {
-  auto engine = make_engine();
-  return run_one(*engine, make_request(prompt, n, temperature, seed)).tokens;
-}
-
 TEST(EngineIdentity, PlainGreedyMatchesTransformers) {
   std::ifstream in(source_path("tests/fixtures/bundled/greedy.json"));
   const auto fx = nlohmann::json::parse(in);

@@ -17,11 +17,6 @@ const std::vector<std::string>& texts() {
   return t;
 }
 
-std::vector<int32_t> plain(const std::vector<int32_t>& prompt, int n, float temperature, uint64_t seed) {
-  auto engine = make_engine();
-  return run_one(*engine, make_request(prompt, n, temperature, seed)).tokens;
-}
-
 std::unique_ptr<EngineCore> bare_engine(EngineOptions options = {}) {
   if (options.kv_blocks == 0) options.kv_blocks = 1024;
   return std::make_unique<EngineCore>(*Bundled::get().target, *Bundled::get().tokenizer, options);

@@ -137,55 +137,38 @@ TEST(WindowReplay, TheShapeUsedLongestAgoMakesRoomForANewOne) {
   EXPECT_GT(ran, 0);
 }
 
-// The bundled target and draft on a backend that records like a GPU's, over the test backend.
+// The bundled models on a backend that records like a GPU's, over the test backend.
 struct Recorded {
   RecordingBackend* recorder = nullptr;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Model> target;
-  std::shared_ptr<Model> draft;
+  Bundled models;
 
   static Recorded& get() {
     static Recorded r = [] {
-      Recorded x;
       auto recorder = std::make_unique<RecordingBackend>(make_backend(test_backend_options()));
+      Recorded x;
       x.recorder = recorder.get();
-      x.backend = std::move(recorder);
-      x.target = Model::load(source_path("models/target"), *x.backend);
-      x.draft = std::shared_ptr<Model>(Model::load(source_path("models/draft"), *x.backend));
+      x.models = Bundled::load(std::move(recorder));
       return x;
     }();
     return r;
   }
 };
 
+// n-gram and the draft model at depth 7, and the hidden-state drafters, over the recorded target.
 std::unique_ptr<EngineCore> recorded_engine() {
-  Recorded& r = Recorded::get();
-  EngineOptions options;
-  options.kv_blocks = 1024;
-  auto engine = std::make_unique<EngineCore>(*r.target, *Bundled::get().tokenizer, options);
-  NgramOptions n;
-  n.num_draft = 7;
-  engine->add_method("ngram", std::make_shared<NgramMethod>(n));
-  DraftModelOptions d;
-  d.num_draft = 7;
-  d.kv_blocks = 1024;
-  engine->add_method("draft", std::make_shared<DraftModelMethod>(r.draft, "bundled-draft", d));
+  Bundled& m = Recorded::get().models;
+  auto engine = make_engine(7, {}, m);
   // The hidden-state drafters read taps that the recorded forwards gather.
-  static const std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("models/eagle3"), *r.backend);
+  static const std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("models/eagle3"), *m.backend);
   Eagle3Options e;
   e.kv_blocks = 1024;
   engine->add_method("eagle3",
-                     std::make_shared<Eagle3Method>(head, "bundled-eagle3", r.target->config().num_layers, e));
+                     std::make_shared<Eagle3Method>(head, "bundled-eagle3", m.target->config().num_layers, e));
   DflashOptions f;
   f.kv_blocks = 1024;
   engine->add_method("dflash",
-                     std::make_shared<DflashMethod>(source_path("models/dflash"), *r.backend, "bundled-dflash", f));
+                     std::make_shared<DflashMethod>(source_path("models/dflash"), *m.backend, "bundled-dflash", f));
   return engine;
-}
-
-std::vector<int32_t> plain(const std::vector<int32_t>& prompt, int n, float temperature, uint64_t seed) {
-  auto engine = make_engine();
-  return run_one(*engine, make_request(prompt, n, temperature, seed)).tokens;
 }
 
 struct Row {
