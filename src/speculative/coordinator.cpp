@@ -153,8 +153,8 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     row.untapped = !g.tap_layers.empty() && row.policy->rounds_to_draft() > lead;
     depth = std::min(depth, a.limit);
     if (depth <= 0) continue;
-    g.asks.push_back(DraftRequestRow{g.index_of(row), a.pending, depth, a.position, a.sampling,
-                                     row.mode == SpecMode::rejection});
+    g.asks.push_back(
+        DraftRequestRow{g.index_of(row), a.pending, depth, a.position, a.sampling, row.mode == SpecMode::rejection});
     if (costs.calibrated()) {
       DraftRequestRow& ask = g.asks.back();
       for (int w = 1; w <= depth + 1; ++w) ask.window_seconds.push_back(costs.row_cost(w, std::max(1, decoding)));
@@ -171,15 +171,17 @@ void Coordinator::Group::draft() {
   std::vector<DraftProposal> got = rows->draft(asks);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   int depth = 0;
-  bool caught_up = false;
+  bool unusual = false;
   for (size_t i = 0; i < got.size(); ++i) {
     depth = std::max(depth, static_cast<int>(got[i].tokens.size()));
-    caught_up = caught_up || got[i].caught_up > 0;
+    unusual = unusual || got[i].caught_up > 0 || got[i].one_off;
     askers[i]->proposal = std::move(got[i]);
   }
   // A call that also caught a row up on the tokens of rounds it did not draft in (after a
-  // pause) would charge that one-off to every drafted token, and so prolong the pause.
-  if (!caught_up) draft_cost.observe(depth, secs / static_cast<double>(got.size()));
+  // pause), or that recorded a shape of its forwards, would charge that one-off to every
+  // drafted token and so prolong the pause it causes: a draft model on a GPU records its step
+  // anew whenever a row's context crosses a padded length, a cost many times a step.
+  if (!unusual) draft_cost.observe(depth, secs / static_cast<double>(got.size()));
   for (SpecRow* row : askers) row->telemetry.draft_ns += static_cast<int64_t>(secs * 1e9 / askers.size());
 }
 

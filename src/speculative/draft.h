@@ -132,6 +132,9 @@ struct DraftProposal {
   // Context tokens the method had to process first beyond a round's usual one or two (the
   // tokens of rounds the row did not draft in): their cost is a resumption's, not the drafts'.
   int caught_up = 0;
+  // The call paid one-off costs (a draft forward grew its buffers or ran a shape it had not
+  // replayed yet, recording it): its time says little about the next call's.
+  bool one_off = false;
 };
 
 // What the target verified for one row this round.

@@ -217,6 +217,37 @@ TEST_F(DraftModelSeam, CountsOnlyMissedRoundsAsCatchUp) {
   EXPECT_EQ(propose(*rows, 0, pending, pos, 2).caught_up, 1);
 }
 
+// A call whose forwards paid one-off costs (here the first, which grows the draft model's
+// buffers) says so, so that its time is not taken for the price of a draft; calls of shapes
+// already run do not.
+TEST_F(DraftModelSeam, ReportsCallsThatPaidOneOffCosts) {
+  const std::vector<int32_t> prompt = {1012, 287, 1305, 12, 202, 262, 444};
+  // A model of its own: the suite's shared one has run these shapes in other tests.
+  const std::shared_ptr<Model> model(Model::load(std::string(SPECDEC_SOURCE_DIR) + "/models/draft", *backend_));
+  TargetView view;
+  view.vocab_size = model->config().vocab_size;
+  auto rows = DraftModelMethod(model, "fresh", DraftModelOptions{4, 256}).open(view);
+  append(*rows, kEmpty);
+  rows->prefill(0, prompt, {});
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  int32_t pending = 1858;
+  std::vector<bool> one_off;
+  for (int call = 0; call < 4; ++call) {
+    const DraftProposal p = propose(*rows, 0, pending, pos, 3);
+    ASSERT_EQ(p.tokens.size(), 3u);
+    one_off.push_back(p.one_off);
+    RowCommit c;  // nothing accepted: the next call feeds one new token, as the last did
+    c.pending = pending;
+    c.drafted = 3;
+    c.emitted = {(p.tokens[0] + 1) % 8192};
+    rows->commit(std::span<const RowCommit>(&c, 1));
+    pending = c.emitted[0];
+    ++pos;
+  }
+  EXPECT_TRUE(one_off.front()) << "the first call grew the draft model's buffers";
+  EXPECT_FALSE(one_off.back()) << "the fourth call ran shapes the earlier ones ran";
+}
+
 // A prompt longer than a catch-up block is fed in blocks; the drafts must be the draft model's
 // own greedy continuation, computed here by one forward over the whole prompt and steps.
 TEST_F(DraftModelSeam, CatchesUpALongPromptInBlocks) {

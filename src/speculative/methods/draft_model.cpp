@@ -121,6 +121,7 @@ class DraftModelRows : public DraftRows {
       for (size_t j = 0; j < live.size(); ++j) {
         const size_t i = live[j];
         auto& r = rows_[static_cast<size_t>(asks[i].row)];
+        out[i].one_off = out[i].one_off || res.one_off;
         r.fed.insert(r.fed.end(), feeds[i].begin(), feeds[i].end());
         int32_t token = 0;
         if (on_backend) {
