@@ -69,6 +69,13 @@ struct CudaTuning {
   // order of summation over K). Off by default: a decode step of 4-16 rows measured no faster
   // with it than with cuBLASLt (docs/perf-notes.md).
   int skinny_max_m = 0;
+  // The batch-invariant mode runs its cuBLASLt-path linears of up to this many rows on the
+  // ordered kernel (ordered_gemm.cu: cuBLASLt's unsplit order, so the same bits; the stacked
+  // projections' column split and SwiGLU in its epilogue) instead of cuBLASLt
+  // (SPECDEC_CUDA_ORDERED_MAX_M, 0 to 16). Off by default: with one warp walking all of K per 8
+  // columns it keeps too few weight bytes in flight, and streams slower than cuBLASLt at every
+  // M it could serve (docs/perf-notes.md).
+  int ordered_max_m = 0;
   // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
   // gives the same bits.

@@ -3,6 +3,7 @@
 // equal the composed ones bit for bit; the fast mode's larger M is compared within bf16 rounding.
 #include <array>
 
+#include "backend/cuda/kernels.h"
 #include "gpu/gpu_test_util.h"
 
 namespace specdec::gpu_test {
@@ -166,6 +167,33 @@ TEST(GpuFused, StackedWeightsEqualSeparateOnes) {
       } else {
         EXPECT_LE(rel_error(*pairs[i].first, *pairs[i].second), c.tol) << what << " output " << i;
       }
+    }
+  }
+}
+
+// The batch-invariant mode's stacked q/k/v and gate/up of up to 16 rows on the ordered kernel
+// (columns to their outputs and the SwiGLU in its epilogue) against the same calls on cuBLASLt
+// (a GEMM into a wide scratch, then the column split or the SwiGLU pass): bit-equal.
+TEST(GpuFused, OrderedKernelEpiloguesEqualCuBlasLtPasses) {
+  SPECDEC_REQUIRE_GPU();
+  CudaTuning with, without;
+  with.ordered_max_m = cuda::kOrderedMaxM;
+  without.ordered_max_m = 0;
+  const int K = 512, Nq = 256, Nkv = 64, I = 704;
+  for (int M : {1, 5, 8, 12, 16}) {
+    for (DType wt : {DType::bf16, DType::f16}) {
+      const auto ordered = make_gpu(with, true), lt = make_gpu(without, true);
+      const Stacked a = make_stacked(*ordered, K, Nq, Nkv, I, wt), b = make_stacked(*lt, K, Nq, Nkv, I, wt);
+      const uint64_t before = cuda::ordered_gemm_launches();
+      const Results got = run(*ordered, a.w, M, K, Nq, Nkv, I, true);
+      EXPECT_EQ(cuda::ordered_gemm_launches(), before + 3) << "M=" << M << ": q/k/v, gate/up and down on the kernel";
+      const Results want = run(*lt, b.w, M, K, Nq, Nkv, I, true);
+      const std::array<std::pair<const std::vector<float>*, const std::vector<float>*>, 5> pairs = {
+          {{&got.q, &want.q}, {&got.k, &want.k}, {&got.v, &want.v}, {&got.gated, &want.gated},
+           {&got.residual, &want.residual}}};
+      for (size_t i = 0; i < pairs.size(); ++i)
+        EXPECT_TRUE(bit_equal(pairs[i].first->data(), pairs[i].second->data(), pairs[i].second->size()))
+            << "M=" << M << " " << dtype_name(wt) << " output " << i;
     }
   }
 }

@@ -177,6 +177,55 @@ TEST(GpuLinear, InvariantModeRowBitsHoldAcrossCuBlasLtAlgorithms) {
   }
 }
 
+// The batch-invariant mode's linears of up to 16 rows may run on the ordered kernel
+// (CudaTuning::ordered_max_m), which must give the bits of cuBLASLt with K unsplit: the kernel
+// that serves the same mode's larger M. Every M from 1 to 16 on shapes of the bundled and the 8B
+// models (K ending in half a 32-wide chunk included, bf16 and f16), with and without the
+// residual add, against the same calls on cuBLASLt.
+TEST(GpuLinear, InvariantOrderedKernelGivesCuBlasLtBits) {
+  SPECDEC_REQUIRE_GPU();
+  if (!invariant_rounds_x(DType::bf16, 4096, 4096)) GTEST_SKIP() << "the invariant mode's tensor-core linears are off";
+  CudaTuning with, without;
+  with.ordered_max_m = cuda::kOrderedMaxM;
+  without.ordered_max_m = 0;
+  const auto ordered = make_gpu(with, true), lt = make_gpu(without, true);
+  struct Shape {
+    int N, K;
+    DType wt;
+  };
+  for (const Shape& c : {Shape{6144, 4096, DType::bf16}, Shape{4096, 4096, DType::bf16}, Shape{4096, 14336, DType::bf16},
+                         Shape{8192, 512, DType::bf16}, Shape{1536, 512, DType::f16}, Shape{192, 208, DType::bf16},
+                         Shape{512, 1536, DType::bf16}, Shape{24, 48, DType::f16}}) {
+    constexpr int kMaxM = cuda::kOrderedMaxM;
+    const auto x = random_floats(static_cast<size_t>(kMaxM) * c.K, 500 + static_cast<uint32_t>(c.N + c.K));
+    const auto w = random_floats(static_cast<size_t>(c.N) * c.K, 501);
+    const auto r = random_floats(static_cast<size_t>(kMaxM) * c.N, 502);
+    Owned wo = upload(*ordered, w, c.wt, {c.N, c.K}), wl = upload(*lt, w, c.wt, {c.N, c.K});
+    for (int M = 1; M <= kMaxM; ++M) {
+      const std::string what = str_cat("M=", M, " N=", c.N, " K=", c.K, " ", dtype_name(c.wt));
+      const uint64_t before = cuda::ordered_gemm_launches();
+      const auto got = linear_rows(*ordered, x, wo, 0, M, c.N, c.K);
+      EXPECT_EQ(cuda::ordered_gemm_launches(), before + 1) << what << ": not served by the ordered kernel";
+      const auto want = linear_rows(*lt, x, wl, 0, M, c.N, c.K);
+      EXPECT_EQ(cuda::ordered_gemm_launches(), before + 1) << what << ": ordered_max_m = 0 still took it";
+      EXPECT_TRUE(bit_equal(got.data(), want.data(), want.size())) << what;
+      if (M == 1 || M == 7 || M == 9 || M == kMaxM) {  // out = r + x · wᵀ
+        std::vector<float> sums[2];
+        const std::pair<Backend*, const Owned*> runs[2] = {{ordered.get(), &wo}, {lt.get(), &wl}};
+        for (int i = 0; i < 2; ++i) {
+          Backend& be = *runs[i].first;
+          const size_t m = static_cast<size_t>(M);
+          Owned xt = upload(be, std::vector<float>(x.begin(), x.begin() + m * c.K), DType::f32, {M, c.K});
+          Owned out = upload(be, std::vector<float>(r.begin(), r.begin() + m * c.N), DType::f32, {M, c.N});
+          be.linear_add(xt.tensor, Weight(runs[i].second->tensor), nullptr, out.tensor);
+          sums[i] = download(be, out.tensor);
+        }
+        EXPECT_TRUE(bit_equal(sums[0].data(), sums[1].data(), sums[1].size())) << what << " (residual add)";
+      }
+    }
+  }
+}
+
 // At M = 1 the linear is the stream kernel (a persistent grid, several columns per warp when N
 // exceeds its warps, weights through asynchronous copies); its outputs must be the bits of the
 // tiled kernel that serves M = 2, for the plain, residual-add and SwiGLU forms alike.

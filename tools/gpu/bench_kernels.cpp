@@ -55,9 +55,11 @@ struct Result {
 };
 
 std::unique_ptr<Backend> cuda_backend(bool invariant, bool tensor_cores = false, int gemm_tile = 0,
-                                      int skinny_max_m = CudaTuning{}.skinny_max_m) {
+                                      int skinny_max_m = CudaTuning{}.skinny_max_m,
+                                      int ordered_max_m = CudaTuning{}.ordered_max_m) {
   BackendOptions o;
   o.cuda.skinny_max_m = skinny_max_m;
+  o.cuda.ordered_max_m = ordered_max_m;
   o.device = Device::cuda;
   o.batch_invariant = invariant;
   o.cuda.invariant_tensor_cores = tensor_cores;
@@ -152,6 +154,9 @@ int run(int argc, char** argv) {
   // --skinny: the fast mode's linears at 3-16 rows on the skinny kernel against cuBLASLt
   // (CudaTuning::skinny_max_m 16 and 0), then recorded decode steps at 4-16 rows both ways.
   const bool skinny = argc > 2 && std::string(argv[2]) == "--skinny";
+  // --ordered: the same for the batch-invariant mode's ordered kernel at 1-16 rows against
+  // cuBLASLt with K unsplit (CudaTuning::ordered_max_m 16 and 0), recorded steps at 1-16 rows.
+  const bool ordered = argc > 2 && std::string(argv[2]) == "--ordered";
   SPECDEC_CHECK(cuda_available(), "bench: no CUDA device");
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -194,25 +199,30 @@ int run(int argc, char** argv) {
     write_json(json, prop.name, copy_bw, results, {});
     return 0;
   }
-  if (skinny) {
-    auto lt = cuda_backend(false, false, 0, 0);
-    fast = cuda_backend(false, false, 0, cuda::kSkinnyMaxM);
+  if (skinny || ordered) {
+    // `fast` is the few-row kernel's backend and `lt` cuBLASLt's, in the mode measured.
+    auto lt = cuda_backend(ordered, false, 0, 0, 0);
+    fast = ordered ? cuda_backend(true, false, 0, 0, cuda::kOrderedMaxM)
+                   : cuda_backend(false, false, 0, cuda::kSkinnyMaxM, 0);
+    const char* kernel = ordered ? "ordered" : "skinny";
+    const std::vector<int> rows = ordered ? std::vector<int>{1, 2, 4, 8, 16} : std::vector<int>{3, 8, 12, 16};
+    const std::vector<int> steps = ordered ? std::vector<int>{1, 4, 8, 16} : std::vector<int>{4, 8, 12, 16};
     const int qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
     for (auto [N, K] : {std::pair{qd + 2 * kvd, s.hidden}, std::pair{s.hidden, qd},
                         std::pair{2 * s.intermediate, s.hidden}, std::pair{s.hidden, s.intermediate},
                         std::pair{s.vocab, s.hidden}}) {
-      for (int M : {3, 8, 12, 16}) {
+      for (int M : rows) {
         for (auto* be : {fast.get(), lt.get()}) {
-          results.push_back(linear_case(*be, be == fast.get() ? "skinny" : "cublaslt", M, N, K));
+          results.push_back(linear_case(*be, be == fast.get() ? kernel : "cublaslt", M, N, K));
           print_row(results.back(), copy_bw);
         }
       }
     }
     const int pool_blocks = 16 * ((context + s.block_size - 1) / s.block_size);
     Weights w = make_weights(*fast, s, pool_blocks);
-    for (int B : {4, 8, 12, 16}) {
+    for (int B : steps) {
       for (auto* be : {fast.get(), lt.get()}) {
-        results.push_back(recorded_decode(*be, be == fast.get() ? "skinny" : "cublaslt", s, w, B, context, 3, 11));
+        results.push_back(recorded_decode(*be, be == fast.get() ? kernel : "cublaslt", s, w, B, context, 3, 11));
         print_row(results.back(), copy_bw);
       }
     }

@@ -3,9 +3,11 @@
 // - batch_invariant = true: 16-bit weights go through cuBLASLt at every M, restricted to
 //   algorithms that keep K in one pass (gemm_lt.h): x rounded to the weights' type, each output
 //   one f32 accumulator over K in order, so a row's bits are the same at any M and beside any
-//   rows. f32 weights (and CudaTuning::invariant_cublaslt off) take the row-streaming kernel
-//   (linear.cu): x stays f32, f32 fma in an order fixed by K, equally invariant. With
-//   CudaTuning::invariant_tensor_cores, 16-bit weights take the tensor-core linear (gemm.cu).
+//   rows (up to CudaTuning::ordered_max_m rows, off by default, the ordered kernel of
+//   ordered_gemm.cu sums in the same order instead). f32 weights (and
+//   CudaTuning::invariant_cublaslt off) take the row-streaming kernel (linear.cu): x stays f32,
+//   f32 fma in an order fixed by K, equally invariant. With CudaTuning::invariant_tensor_cores,
+//   16-bit weights take the tensor-core linear (gemm.cu).
 // - batch_invariant = false: M <= kSmallM uses the row-streaming kernel; larger M rounds x to
 //   the weights' 16-bit type and runs the fastest cuBLASLt algorithm, K split or not (or, up to
 //   CudaTuning::skinny_max_m rows, off by default, the skinny kernel of skinny_gemm.cu): results
@@ -98,6 +100,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
   set_level("SPECDEC_CUDA_SKINNY_MAX_M", cuda::kSkinnyMaxM, tuning.skinny_max_m);
+  set_level("SPECDEC_CUDA_ORDERED_MAX_M", cuda::kOrderedMaxM, tuning.ordered_max_m);
   return tuning;
 }
 
@@ -109,6 +112,8 @@ void check_tuning(const CudaTuning& t) {
   SPECDEC_CHECK(t.gemm_tile >= 0 && t.gemm_tile <= 9, "CudaTuning::gemm_tile = ", t.gemm_tile, " must be 0 to 9");
   SPECDEC_CHECK(t.skinny_max_m >= 0 && t.skinny_max_m <= cuda::kSkinnyMaxM,
                 "CudaTuning::skinny_max_m = ", t.skinny_max_m, " must be 0 to ", cuda::kSkinnyMaxM);
+  SPECDEC_CHECK(t.ordered_max_m >= 0 && t.ordered_max_m <= cuda::kOrderedMaxM,
+                "CudaTuning::ordered_max_m = ", t.ordered_max_m, " must be 0 to ", cuda::kOrderedMaxM);
   SPECDEC_CHECK(t.flash_decode_blocks >= 0, "CudaTuning::flash_decode_blocks = ", t.flash_decode_blocks,
                 " must not be negative");
 }
@@ -923,9 +928,12 @@ class CudaBackend final : public Backend {
     return xh;
   }
 
-  // Whether the fast mode's skinny kernel serves this cuBLASLt-path call (CudaTuning::skinny_max_m).
+  // Whether a few-row kernel serves this cuBLASLt-path call in cuBLASLt's place: in the
+  // batch-invariant mode the ordered kernel (cuBLASLt's unsplit bits; CudaTuning::ordered_max_m),
+  // in the fast mode the skinny kernel (CudaTuning::skinny_max_m). Both take the same arguments.
   bool skinny(const LinearShape& sh, const void* xin, const void* w) const {
-    return !invariant_ && sh.m <= tuning().skinny_max_m && cuda::skinny_gemm_supports(sh.type, sh.m, sh.k, xin, w);
+    if (invariant_) return sh.m <= tuning().ordered_max_m && cuda::ordered_gemm_supports(sh.type, sh.m, sh.k, xin, w);
+    return sh.m <= tuning().skinny_max_m && cuda::skinny_gemm_supports(sh.type, sh.m, sh.k, xin, w);
   }
   static cuda::SkinnyArgs skinny_args(const void* xin, const void* w, const LinearShape& sh) {
     cuda::SkinnyArgs a;
@@ -939,12 +947,16 @@ class CudaBackend final : public Backend {
     return a;
   }
   void launch_skinny(const cuda::SkinnyArgs& a) {
+    if (invariant_) {
+      cuda::launch_ordered_gemm(a, ctx_);
+      return check_launch("linear (ordered) ", a.M, "x", a.K, " by ", a.N, "x", a.K);
+    }
     cuda::launch_skinny_gemm(a, ctx_);
     check_launch("linear (skinny) ", a.M, "x", a.K, " by ", a.N, "x", a.K);
   }
 
-  // out = xin · weightᵀ, or out += xin · weightᵀ with accumulate; xin from lt_input. The fast
-  // mode's decode-sized calls take the skinny kernel (CudaTuning::skinny_max_m), the rest cuBLASLt.
+  // out = xin · weightᵀ, or out += xin · weightᵀ with accumulate; xin from lt_input. Decode-sized
+  // calls may take a few-row kernel (see skinny), the rest cuBLASLt.
   void lt_gemm(const void* xin, const Tensor& weight, const Tensor& out, const LinearShape& sh,
                bool accumulate = false) {
     if (skinny(sh, xin, weight.data)) {

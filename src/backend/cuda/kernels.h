@@ -133,6 +133,17 @@ void launch_skinny_gemm(const SkinnyArgs& args, const Context& ctx);
 // How many skinny launches this process has made (tests check which kernel served a call).
 uint64_t skinny_gemm_launches();
 
+// The batch-invariant mode's linear for a few rows (ordered_gemm.cu): the skinny kernel's
+// arguments and epilogues with the bits of cuBLASLt's algorithms that keep K in one pass (one f32
+// accumulator per output over m16n8k16 steps in increasing k), so that it may serve the small M
+// of that mode beside cuBLASLt at the larger ones. ordered_gemm_supports: 16-bit type,
+// 1 <= M <= kOrderedMaxM, K a multiple of 16, x and w on 16-byte boundaries.
+constexpr int kOrderedMaxM = 16;
+bool ordered_gemm_supports(ElemType type, int M, int K, const void* x, const void* w);
+void launch_ordered_gemm(const SkinnyArgs& args, const Context& ctx);
+// How many ordered launches this process has made (tests check which kernel served a call).
+uint64_t ordered_gemm_launches();
+
 // out[M, N] = x[M, K] · w[N, K]ᵀ (+ bias) with f32 accumulation. Each output is reduced in an
 // order fixed by K alone (lane-strided 16-byte vectors, then a butterfly over the warp), so the
 // result of one row of x never depends on M or on the other rows: batch invariant.
