@@ -47,6 +47,12 @@ void Backend::norm_gated_linear(const Tensor& x, const Tensor& norm_weight, floa
   gated_linear(normed, w_gate, w_up, out);
 }
 
+void Backend::norm_mlp_add(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
+                           const Weight& w_gate, const Weight& w_up, const Tensor& act, const Weight& w_down) {
+  norm_gated_linear(x, norm_weight, eps, normed, w_gate, w_up, act);
+  linear_add(act, w_down, nullptr, x);
+}
+
 void Backend::linear_add(const Tensor& x, const Weight& weight, const Tensor* bias, const Tensor& out) {
   Buffer owner;
   const Tensor h = scratch_like(*this, out, owner, "linear_add");

@@ -137,6 +137,12 @@ class Backend {
   // is scratch as above.
   virtual void norm_gated_linear(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
                                  const Weight& w_gate, const Weight& w_up, const Tensor& out);
+  // x += down(silu(gate(rms_norm(x))) * up(rms_norm(x))): norm_gated_linear(x, norm_weight, eps,
+  // normed, w_gate, w_up, act), then linear_add(act, w_down, nullptr, x), a SwiGLU MLP added into
+  // the residual stream. normed and act are scratch: a backend may hand the product to the down
+  // projection in the form that projection reads, and leave act unwritten.
+  virtual void norm_mlp_add(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed,
+                            const Weight& w_gate, const Weight& w_up, const Tensor& act, const Weight& w_down);
   // rope(q), rope(k), then kv_write(k, v): the new tokens' positions applied and cached.
   virtual void rope_kv_write(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
                              const Tensor& inv_freq, float attention_scaling, const Tensor& k_pool,

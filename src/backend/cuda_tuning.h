@@ -63,6 +63,11 @@ struct CudaTuning {
   // as one cuBLASLt GEMM each group; false runs one GEMM a weight (SPECDEC_CUDA_STACKED=0). In
   // the batch-invariant mode (K never split) either gives the same bits.
   bool stacked_projections = true;
+  // The cuBLASLt path writes results where the next call reads them: one row's stacked q/k/v
+  // straight into outputs that lie one after another, and norm_mlp_add's SwiGLU straight into
+  // the down projection's 16-bit x; false keeps the column split and the rounding pass
+  // (SPECDEC_CUDA_DIRECT=0). The same bits either way.
+  bool direct_outputs = true;
   // The fast mode runs its 16-bit linears of 3 to this many rows on the skinny kernel
   // (skinny_gemm.cu: the stacked projections' column split and SwiGLU in its epilogue) instead of
   // cuBLASLt (SPECDEC_CUDA_SKINNY_MAX_M, 0 to 16). Changes results within f32 rounding (another

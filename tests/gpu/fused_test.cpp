@@ -262,6 +262,68 @@ TEST(GpuFused, NormFoldedIntoLinearEqualsNormThenLinear) {
   }
 }
 
+// The MLP in one call (norm_mlp_add: x += down(silu(gate(norm x)) * up(norm x))) against its
+// composition, on stacked gate/up weights (where the cuBLASLt path's SwiGLU writes the down
+// projection's 16-bit x itself) and on separate ones, in both modes at one row, a few rows and
+// more than stacking serves; and one row's stacked q/k/v written straight into outputs that lie
+// one after another (as the model lays them out) against separate outputs: bit-equal.
+TEST(GpuFused, MlpAndAdjacentOutputsEqualTheirCompositions) {
+  SPECDEC_REQUIRE_GPU();
+  const int K = 512, Nq = 256, Nkv = 64, I = 704;
+  const float eps = 1e-5f;
+  for (bool invariant : {true, false}) {
+    for (int M : {1, 2, 8, 300}) {
+      for (bool stack : {true, false}) {
+        Backends b = make_backends(invariant);
+        Backend& g = *b.gpu;
+        const Stacked st = make_stacked(g, K, Nq, Nkv, I, DType::bf16);
+        const Weights sep = make_weights(g, K, Nq, Nkv, I, DType::bf16);
+        const Weights& w = stack ? st.w : sep;
+        Owned norm = upload(g, random_floats(size_t(K), 32), DType::bf16, {K});
+        const auto x0 = random_floats(size_t(M) * K, 33, 0.05f, 2.0f);
+        std::vector<float> got[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          Owned x = upload(g, x0, DType::f32, {M, K});
+          Owned h = empty(g, DType::f32, {M, K}), act = empty(g, DType::f32, {M, I});
+          if (fused) {
+            g.norm_mlp_add(x.tensor, norm.tensor, eps, h.tensor, Weight(w.wg.tensor), Weight(w.wu.tensor), act.tensor,
+                           Weight(w.wd.tensor));
+          } else {
+            g.norm_gated_linear(x.tensor, norm.tensor, eps, h.tensor, Weight(w.wg.tensor), Weight(w.wu.tensor),
+                                act.tensor);
+            g.linear_add(act.tensor, Weight(w.wd.tensor), nullptr, x.tensor);
+          }
+          got[fused] = download(g, x.tensor);
+        }
+        const std::string what = str_cat("invariant=", invariant, " M=", M, " stacked=", stack);
+        EXPECT_TRUE(bit_equal(got[1].data(), got[0].data(), got[0].size())) << what << " (MLP)";
+        if (M != 1) continue;
+        // q, k and v of one row: in one buffer one after another, and apart.
+        Owned xq = upload(g, x0, DType::f32, {M, K});
+        Buffer together = g.allocate(size_t(Nq + 2 * Nkv) * sizeof(float));
+        auto* at = static_cast<float*>(together.data());
+        const Tensor tq(at, DType::f32, {1, Nq}, Device::cuda), tk(at + Nq, DType::f32, {1, Nkv}, Device::cuda),
+            tv(at + Nq + Nkv, DType::f32, {1, Nkv}, Device::cuda);
+        Owned q = empty(g, DType::f32, {1, Nq}), k = empty(g, DType::f32, {1, Nkv}), v = empty(g, DType::f32, {1, Nkv});
+        const std::array<Projection, 3> near = {Projection{Weight(w.wq.tensor), w.bq.tensor, tq},
+                                                Projection{Weight(w.wk.tensor), {}, tk},
+                                                Projection{Weight(w.wv.tensor), {}, tv}};
+        const std::array<Projection, 3> apart = {Projection{Weight(w.wq.tensor), w.bq.tensor, q.tensor},
+                                                 Projection{Weight(w.wk.tensor), {}, k.tensor},
+                                                 Projection{Weight(w.wv.tensor), {}, v.tensor}};
+        g.linear_many(xq.tensor, near);
+        g.linear_many(xq.tensor, apart);
+        const std::array<std::pair<Tensor, Tensor>, 3> pairs = {
+            {{tq, q.tensor}, {tk, k.tensor}, {tv, v.tensor}}};
+        for (size_t i = 0; i < pairs.size(); ++i) {
+          const auto a = download(g, pairs[i].first), c = download(g, pairs[i].second);
+          EXPECT_TRUE(bit_equal(a.data(), c.data(), c.size())) << what << " (q/k/v output " << i << ")";
+        }
+      }
+    }
+  }
+}
+
 TEST(GpuFused, RopeKvWriteEqualsRopeThenKvWrite) {
   SPECDEC_REQUIRE_GPU();
   Backends b = make_backends(true);

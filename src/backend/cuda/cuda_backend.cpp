@@ -98,6 +98,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_INVARIANT_GEMM", tuning.invariant_tensor_cores);
   set_switch("SPECDEC_CUDA_INVARIANT_LT", tuning.invariant_cublaslt);
   set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
+  set_switch("SPECDEC_CUDA_DIRECT", tuning.direct_outputs);
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
   set_level("SPECDEC_CUDA_SKINNY_MAX_M", cuda::kSkinnyMaxM, tuning.skinny_max_m);
   set_level("SPECDEC_CUDA_ORDERED_MAX_M", cuda::kOrderedMaxM, tuning.ordered_max_m);
@@ -254,6 +255,40 @@ class CudaBackend final : public Backend {
     if (up.type == sh.type && !rows_kernel(sh) && !tensor_core_type(sh))
       return gated_lt(lt_normed_input(x, norm_weight, eps, normed, sh), w_gate, w_up, out, sh);
     Backend::norm_gated_linear(x, norm_weight, eps, normed, gate_w, up_w, out);
+  }
+
+  void norm_mlp_add(const Tensor& x, const Tensor& norm_weight, float eps, const Tensor& normed, const Weight& gate_w,
+                    const Weight& up_w, const Tensor& act, const Weight& down_w) override {
+    const char* op = "norm_mlp_add";
+    const Tensor& w_gate = gate_w.dense(op);
+    const Tensor& w_up = up_w.dense(op);
+    const Tensor& w_down = down_w.dense(op);
+    check_normed(op, x, normed);
+    const LinearShape sh = check_linear(op, x, w_gate, nullptr, act);
+    const LinearShape up = check_linear(op, x, w_up, nullptr, act);
+    const LinearShape down = check_linear(op, act, w_down, nullptr, x);
+    const std::array<const Tensor*, 2> ws = {&w_gate, &w_up};
+    // Both halves on the cuBLASLt path, gate and up as one GEMM: the SwiGLU then writes the down
+    // projection's 16-bit x itself, where gated_lt and linear_add would write act in f32 and
+    // round it in a pass of its own (the same bits: the rounding is the same).
+    const bool lt = tuning().direct_outputs && sh.type != ElemType::f32 && up.type == sh.type && down.type == sh.type &&
+                    !rows_kernel(sh) && !tensor_core_type(sh) && !rows_kernel(down) && !tensor_core_type(down) &&
+                    stacked(sh.m, ws);
+    if (!lt) return Backend::norm_mlp_add(x, norm_weight, eps, normed, gate_w, up_w, act, down_w);
+    const void* xin = lt_normed_input(x, norm_weight, eps, normed, sh);
+    LinearShape both = sh;
+    both.n = 2 * sh.n;
+    if (skinny(both, xin, w_gate.data)) {  // the few-row kernels' SwiGLU epilogue writes act
+      gated_lt(xin, w_gate, w_up, act, sh);
+      return linear_add(act, down_w, nullptr, x);
+    }
+    const Tensor gu = wide_scratch(both);
+    lt_gemm(xin, stacked_weight(w_gate, both.n), gu, both);
+    // The GEMM above has read xin: its scratch may hold the SwiGLU's output now (stream order).
+    void* xh = scratch(static_cast<size_t>(sh.m) * sh.n * 2);
+    cuda::launch_silu_mul_halves_16(gu.ptr<float>(), xh, sh.type, sh.m, sh.n, ctx_);
+    check_launch("silu_mul (stacked gate and up, to 16-bit)", sh.m, "x", sh.n);
+    lt_gemm(xh, w_down, x, down, /*accumulate=*/true);
   }
 
   void gated_linear(const Tensor& x, const Weight& gate_w, const Weight& up_w, const Tensor& out) override {
@@ -1022,6 +1057,13 @@ class CudaBackend final : public Backend {
     t.dims[0] = n;
     return t;
   }
+  // Whether one row's outputs of `count` parts follow each other in memory, so that the row of
+  // one GEMM over their stacked weights is theirs.
+  static bool adjacent(const cuda::ColumnParts& parts, size_t count) {
+    for (size_t j = 0; j + 1 < count; ++j)
+      if (parts.out[j] + parts.n[j] != parts.out[j + 1]) return false;
+    return true;
+  }
   // [M, n] f32 scratch for one GEMM over stacked weights, before its columns go to their outputs.
   Tensor wide_scratch(const LinearShape& sh) {
     void* p = grow(wide_, static_cast<size_t>(sh.m) * sh.n * sizeof(float), "scratch (stacked projections)");
@@ -1061,6 +1103,11 @@ class CudaBackend final : public Backend {
         a.parts = static_cast<int>(linears.size());
         for (int j = 0; j < a.parts; ++j) a.out[j] = parts.out[j], a.n[j] = parts.n[j];
         launch_skinny(a);
+      } else if (all.m == 1 && tuning().direct_outputs && adjacent(parts, linears.size())) {
+        // One row whose outputs lie one after another (as the model lays out q, k and v): the
+        // GEMM writes each projection's columns where they go, with no pass to split them.
+        lt_gemm(xin, stacked_weight(*linears[0].first, all.n),
+                Tensor(parts.out[0], DType::f32, {1, all.n}, Device::cuda), all);
       } else {
         const Tensor wide = wide_scratch(all);
         lt_gemm(xin, stacked_weight(*linears[0].first, all.n), wide, all);

@@ -95,6 +95,18 @@ __global__ void silu_mul_halves_kernel(const float* gu, float* out, int M, int n
   }
 }
 
+template <typename T>
+__global__ void silu_mul_halves_16_kernel(const float* gu, T* out, int M, int n) {
+  enter_kernel();
+  const int64_t total = int64_t{M} * n;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float* row = gu + i / n * 2 * n;
+    const int64_t j = i % n;
+    out[i] = from_float<T>(silu_times(row[j], row[n + j]));
+  }
+}
+
 __global__ void split_columns_kernel(const float* src, int M, ColumnParts p) {
   enter_kernel();
   const int width = p.n[0] + p.n[1] + p.n[2];
@@ -262,6 +274,14 @@ void launch_silu_mul_halves(const float* gu, float* out, int M, int n, const Con
   const int64_t total = int64_t{M} * n;
   if (total == 0) return;
   launch(silu_mul_halves_kernel, blocks_for(total, 256), 256, 0, ctx, gu, out, M, n);
+}
+
+void launch_silu_mul_halves_16(const float* gu, void* out, ElemType out_type, int M, int n, const Context& ctx) {
+  const int64_t total = int64_t{M} * n;
+  if (total == 0) return;
+  SPECDEC_DISPATCH_ELEM(
+      out_type, T,
+      launch(silu_mul_halves_16_kernel<T>, blocks_for(total, 256), 256, 0, ctx, gu, static_cast<T*>(out), M, n));
 }
 
 void launch_split_columns(const float* src, int M, const ColumnParts& parts, const Context& ctx) {

@@ -39,6 +39,9 @@ void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, 
 // out[m, j] = silu(gu[m, j]) * gu[m, n + j] for rows of gu [M, 2n] (gate then up, as one product
 // over stacked weights writes them): launch_silu_mul's arithmetic.
 void launch_silu_mul_halves(const float* gu, float* out, int M, int n, const Context& ctx);
+// launch_silu_mul_halves with out in out_type (bf16 or f16), rounded to nearest even: the bits of
+// launch_silu_mul_halves then launch_convert_f32, in one pass.
+void launch_silu_mul_halves_16(const float* gu, void* out, ElemType out_type, int M, int n, const Context& ctx);
 // Columns of src [M, sum of n[j]] into out[j] [M, n[j]], in order (up to kMaxLinearSegments parts).
 struct ColumnParts {
   float* out[3] = {nullptr, nullptr, nullptr};

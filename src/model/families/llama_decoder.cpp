@@ -140,8 +140,7 @@ void LlamaDecoder::run(const DecoderPass& pass) {
   for (int i = 0; i < config_.num_layers; ++i) {
     const Layer& l = layers_[static_cast<size_t>(i)];
     attention_block(l, i, pass, s);
-    backend_.norm_gated_linear(pass.x, l.post_norm, config_.rms_norm_eps, s.h, l.gate_proj, l.up_proj, s.gate);
-    backend_.linear_add(s.gate, l.down_proj, nullptr, pass.x);
+    backend_.norm_mlp_add(pass.x, l.post_norm, config_.rms_norm_eps, s.h, l.gate_proj, l.up_proj, s.gate, l.down_proj);
     pass.after_layer(i, pass.x);
   }
 }
