@@ -143,7 +143,8 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     SpecRow& row = *a.row;
     if (!row.joined) continue;
     Group& g = group_of(row);
-    int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left, iteration);
+    int depth =
+        row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left, iteration);
     // A paused row is not tapped: each tapped round costs the forward a gather per tap layer and
     // the method a device copy per tap, which on a GPU whose plain step is a few launches is a
     // sizeable part of that step. Its drafter's context then misses those positions. It is tapped
