@@ -133,7 +133,6 @@ void Coordinator::prefill_shared(SpecRow& row, std::span<const int32_t> tokens) 
 }
 
 void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs, int decoding) {
-  const int64_t iteration = iterations_++;
   for (auto& [id, g] : groups_) {
     g->forced_probes_left = 1;
     g->asks.clear();
@@ -143,8 +142,7 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     SpecRow& row = *a.row;
     if (!row.joined) continue;
     Group& g = group_of(row);
-    int depth =
-        row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left, iteration);
+    int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
     // A paused row is not tapped: each tapped round costs the forward a gather per tap layer and
     // the method a device copy per tap, which on a GPU whose plain step is a few launches is a
     // sizeable part of that step. Its drafter's context then misses those positions. It is tapped

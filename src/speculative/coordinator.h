@@ -101,7 +101,6 @@ class Coordinator {
 
   TargetView target_;
   std::map<std::string, std::unique_ptr<Group>> groups_;
-  int64_t iterations_ = 0;  // propose calls: the engine's iterations, which pauses align to
 };
 
 }  // namespace specdec

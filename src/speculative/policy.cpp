@@ -149,17 +149,8 @@ bool DepthPolicy::could_pay(const CostModel& costs, const DraftCost& draft, int 
   return false;
 }
 
-void DepthPolicy::pause(int rows, int64_t iteration) {
+void DepthPolicy::pause() {
   paused_ = backoff_;
-  // In a batch a probe costs the whole iteration, whichever rows probe in it (the method's draft
-  // call, and a batch of windows instead of a step): a row's probes, each in an iteration of its
-  // own, would cost a batch of B rows B times what they cost together. So a pause ends on an
-  // iteration that is a multiple of its length, the one nearest backoff_ iterations ahead (the
-  // mean pause stays backoff_), and rows paused alike probe in the same iterations.
-  if (rows > 1 && iteration >= 0) {
-    const int64_t aligned = (iteration + backoff_ + backoff_ / 2) / backoff_ * backoff_;
-    paused_ = static_cast<int>(std::max<int64_t>(1, aligned - iteration));
-  }
   backoff_ = std::min(backoff_ * 2, kMaxBackoff);
 }
 
@@ -186,8 +177,7 @@ double DepthPolicy::expected_emitted(int k, int regime) const {
   return total;
 }
 
-int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left,
-                            int64_t iteration) {
+int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left) {
   if (!adaptive_ || max_depth_ == 0) return max_depth_;
   if (paused_ > 0) {
     --paused_;
@@ -204,7 +194,7 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
     if (cannot_pay_) {
       const bool forced = backoff_ >= kMaxBackoff && (!forced_probes_left || *forced_probes_left > 0);
       if (!forced) {
-        pause(rows, iteration);
+        pause();
         return 0;
       }
       if (forced_probes_left) --*forced_probes_left;
@@ -236,7 +226,7 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
   }
   if (best == 0) {
     cannot_pay_ = !could_pay(costs, draft, rows);
-    pause(rows, iteration);
+    pause();
     return 0;
   }
   cannot_pay_ = false;

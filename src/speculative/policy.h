@@ -103,10 +103,7 @@ class DepthPolicy {
   // ends probes with one draft; where the measured costs say no depth could pay, that probe
   // goes out only at the back-off cap and only while *forced_probes_left > 0 (then it takes
   // one; null = no limit): the engine allows one such probe per method group and iteration.
-  // `iteration` numbers the engine's iterations (-1: none): in a batch, pauses end on iterations
-  // that are multiples of their length, so that rows paused alike probe together.
-  int next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left = nullptr,
-                 int64_t iteration = -1);
+  int next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left = nullptr);
   // The round's outcome: drafts proposed and accepted (proposed 0 = nothing to learn).
   void observe(int drafted, int accepted);
   // Estimated acceptance of the next round's first draft.
@@ -138,9 +135,8 @@ class DepthPolicy {
   // The depth for the current regime that maximises the long-run rate over both regimes, from
   // choices_.
   int long_run_depth() const;
-  // Pauses speculation for backoff_ rounds (in a batch, to the multiple of backoff_ nearest that
-  // many iterations ahead) and doubles the next pause (up to the cap).
-  void pause(int rows, int64_t iteration);
+  // Pauses speculation for backoff_ rounds and doubles the next pause (up to the cap).
+  void pause();
 
   int max_depth_;
   bool adaptive_;

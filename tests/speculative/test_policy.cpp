@@ -448,42 +448,6 @@ TEST(DepthPolicy, DraftsShallowUntilTheSlopeIsMeasured) {
   EXPECT_EQ(policy.next_depth(costs, draft, 1), 10);
 }
 
-TEST(DepthPolicy, RowsOfABatchPausedAlikeProbeInTheSameIterations) {
-  // Eight rows whose drafts are all rejected, starting one iteration apart: each probe costs its
-  // iteration a draft call and a batch of windows, whichever rows probe in it. With the
-  // iterations numbered, pauses end on multiples of their length, so the rows probe together
-  // (at batch 1 a pause stays exactly its length). Without the numbers, each row probes alone.
-  CostModel costs = calibrated_model();
-  DraftCost draft;
-  draft.observe(10, 10 * 1e-6);
-  for (bool numbered : {true, false}) {
-    std::vector<DepthPolicy> rows(8, DepthPolicy(10, true));
-    int probes = 0, iterations_with_probes = 0;
-    for (int64_t iteration = 0; iteration < 600; ++iteration) {
-      int here = 0;
-      for (size_t r = 0; r < rows.size(); ++r) {
-        if (iteration < static_cast<int64_t>(r)) continue;  // row r joins at iteration r
-        const int depth = rows[r].next_depth(costs, draft, 8, nullptr, numbered ? iteration : -1);
-        if (depth > 0) rows[r].observe(depth, 0);
-        here += depth > 0 && iteration >= 100;  // past the first rounds' drafts
-      }
-      probes += here;
-      iterations_with_probes += here > 0;
-    }
-    ASSERT_GE(probes, 40) << "numbered " << numbered;
-    if (numbered) {
-      EXPECT_LE(iterations_with_probes * 4, probes) << "rows paused alike probe together";
-    } else {
-      EXPECT_GE(iterations_with_probes * 2, probes) << "rows probe apart";
-    }
-  }
-  // One row: the pause is its length, whatever the iteration's number.
-  DepthPolicy alone(10, true);
-  for (int i = 0; i < 30; ++i) alone.observe(10, 0);
-  ASSERT_EQ(alone.next_depth(costs, draft, 1, nullptr, 5), 0);
-  EXPECT_EQ(alone.rounds_to_draft(), 4);
-}
-
 TEST(DepthPolicy, PausesWhenDraftsAreRejected) {
   CostModel costs = calibrated_model();
   DraftCost draft;
