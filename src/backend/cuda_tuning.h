@@ -77,9 +77,9 @@ struct CudaTuning {
   // The batch-invariant mode runs its cuBLASLt-path linears of up to this many rows on the
   // ordered kernel (ordered_gemm.cu: cuBLASLt's unsplit order, so the same bits; the stacked
   // projections' column split and SwiGLU in its epilogue) instead of cuBLASLt
-  // (SPECDEC_CUDA_ORDERED_MAX_M, 0 to 16). Off by default: with one warp walking all of K per 8
-  // columns it keeps too few weight bytes in flight, and streams slower than cuBLASLt at every
-  // M it could serve (docs/perf-notes.md).
+  // (SPECDEC_CUDA_ORDERED_MAX_M, 0 to 16). Off by default: an order that forbids splitting K
+  // leaves one warp per 8 columns walking all of K, which keeps fewer weight bytes in flight
+  // than cuBLASLt's tiles do (docs/perf-notes.md has the figures).
   int ordered_max_m = 0;
   // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
