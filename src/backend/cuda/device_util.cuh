@@ -177,4 +177,40 @@ inline unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 1048576 ? 1048576 : b));
 }
 
+// ---- The few-row linears (skinny_gemm.cu, ordered_gemm.cu) ----
+
+// A 16-byte load that bypasses L1 (each weight byte is read once; x should keep the L1).
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// Whether the few-row linears take this call: 16-bit weights, 1 to max_m rows, K a multiple of
+// k_multiple, x and w on 16-byte boundaries.
+inline bool few_rows_supported(ElemType type, int M, int K, const void* x, const void* w, int max_m, int k_multiple) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return type != ElemType::f32 && M >= 1 && M <= max_m && K > 0 && K % k_multiple == 0 && aligned(x) && aligned(w);
+}
+
+// Calls launch(W{}, std::integral_constant<SkinnyEpilogue, E>{}) for the call's weight type W
+// (bf16 or f16) and epilogue E.
+template <typename Launch>
+void for_few_rows(const SkinnyArgs& a, const Launch& launch) {
+  const auto with_type = [&](auto w) {
+    switch (a.epilogue) {
+      case SkinnyEpilogue::store:
+        return launch(w, std::integral_constant<SkinnyEpilogue, SkinnyEpilogue::store>{});
+      case SkinnyEpilogue::add:
+        return launch(w, std::integral_constant<SkinnyEpilogue, SkinnyEpilogue::add>{});
+      case SkinnyEpilogue::silu_gate:
+        return launch(w, std::integral_constant<SkinnyEpilogue, SkinnyEpilogue::silu_gate>{});
+    }
+  };
+  if (a.type == ElemType::bf16)
+    with_type(__nv_bfloat16{});
+  else
+    with_type(__half{});
+}
+
 }  // namespace specdec::cuda

@@ -84,19 +84,9 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
   }
 }
 
-__global__ void silu_mul_halves_kernel(const float* gu, float* out, int M, int n) {
-  enter_kernel();
-  const int64_t total = int64_t{M} * n;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float* row = gu + i / n * 2 * n;
-    const int64_t j = i % n;
-    out[i] = silu_times(row[j], row[n + j]);
-  }
-}
-
+// out in f32, or rounded to 16 bits as launch_convert_f32 rounds (from_float<float> is exact).
 template <typename T>
-__global__ void silu_mul_halves_16_kernel(const float* gu, T* out, int M, int n) {
+__global__ void silu_mul_halves_kernel(const float* gu, T* out, int M, int n) {
   enter_kernel();
   const int64_t total = int64_t{M} * n;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -273,7 +263,7 @@ void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, 
 void launch_silu_mul_halves(const float* gu, float* out, int M, int n, const Context& ctx) {
   const int64_t total = int64_t{M} * n;
   if (total == 0) return;
-  launch(silu_mul_halves_kernel, blocks_for(total, 256), 256, 0, ctx, gu, out, M, n);
+  launch(silu_mul_halves_kernel<float>, blocks_for(total, 256), 256, 0, ctx, gu, out, M, n);
 }
 
 void launch_silu_mul_halves_16(const float* gu, void* out, ElemType out_type, int M, int n, const Context& ctx) {
@@ -281,7 +271,7 @@ void launch_silu_mul_halves_16(const float* gu, void* out, ElemType out_type, in
   if (total == 0) return;
   SPECDEC_DISPATCH_ELEM(
       out_type, T,
-      launch(silu_mul_halves_16_kernel<T>, blocks_for(total, 256), 256, 0, ctx, gu, static_cast<T*>(out), M, n));
+      launch(silu_mul_halves_kernel<T>, blocks_for(total, 256), 256, 0, ctx, gu, static_cast<T*>(out), M, n));
 }
 
 void launch_split_columns(const float* src, int M, const ColumnParts& parts, const Context& ctx) {

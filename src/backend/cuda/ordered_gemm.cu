@@ -31,12 +31,6 @@ constexpr int kChunk = 32;        // k a lane group loads at once: 4 lanes x 8 e
 
 std::atomic<uint64_t> launches{0};
 
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
 // Lane t of a quad holds words v[j] = w[t][j] (row t of a 4 x 4 matrix of 32-bit words); returns
 // column t: {w[0][t], w[1][t], w[2][t], w[3][t]}. Two butterfly stages of two shuffles each.
 __device__ __forceinline__ uint4 quad_transpose(uint4 v, int t) {
@@ -194,31 +188,15 @@ void launch_rows(const SkinnyArgs& a, const Context& ctx) {
     launch_config<W, gate ? 2 : 1, gate ? 4 : 6, true, E>(a, ctx);
 }
 
-template <typename W>
-void launch_typed(const SkinnyArgs& a, const Context& ctx) {
-  switch (a.epilogue) {
-    case SkinnyEpilogue::store:
-      return launch_rows<W, SkinnyEpilogue::store>(a, ctx);
-    case SkinnyEpilogue::add:
-      return launch_rows<W, SkinnyEpilogue::add>(a, ctx);
-    case SkinnyEpilogue::silu_gate:
-      return launch_rows<W, SkinnyEpilogue::silu_gate>(a, ctx);
-  }
-}
-
 }  // namespace
 
 bool ordered_gemm_supports(ElemType type, int M, int K, const void* x, const void* w) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return type != ElemType::f32 && M >= 1 && M <= kOrderedMaxM && K % 16 == 0 && K > 0 && aligned(x) && aligned(w);
+  return few_rows_supported(type, M, K, x, w, kOrderedMaxM, 16);
 }
 
 void launch_ordered_gemm(const SkinnyArgs& a, const Context& ctx) {
   launches.fetch_add(1, std::memory_order_relaxed);
-  if (a.type == ElemType::bf16)
-    launch_typed<__nv_bfloat16>(a, ctx);
-  else
-    launch_typed<__half>(a, ctx);
+  for_few_rows(a, [&](auto w, auto e) { launch_rows<decltype(w), decltype(e)::value>(a, ctx); });
 }
 
 uint64_t ordered_gemm_launches() { return launches.load(std::memory_order_relaxed); }

@@ -29,13 +29,6 @@ constexpr int kChunk = 32;       // k per lane-group load: 4 lanes x 8 elements
 
 std::atomic<uint64_t> launches{0};
 
-// A 16-byte load that bypasses L1 (each weight byte is read once; x should keep the L1).
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
 // FT 16-column tiles of w and NT 8-row tiles of x a warp; U chunks of 32 k a pipeline step. The
 // block's tiles are rows base, base + stride, ... of w: consecutive (stride 16) for store and
 // add, the gate rows and the up rows of the same columns (stride N / 2, FT = 2) for silu_gate.
@@ -203,31 +196,15 @@ void launch_rows(const SkinnyArgs& a, const Context& ctx) {
     launch_config<W, gate ? 2 : 1, 2, gate ? 2 : 4, E>(a, ctx);
 }
 
-template <typename W>
-void launch_typed(const SkinnyArgs& a, const Context& ctx) {
-  switch (a.epilogue) {
-    case SkinnyEpilogue::store:
-      return launch_rows<W, SkinnyEpilogue::store>(a, ctx);
-    case SkinnyEpilogue::add:
-      return launch_rows<W, SkinnyEpilogue::add>(a, ctx);
-    case SkinnyEpilogue::silu_gate:
-      return launch_rows<W, SkinnyEpilogue::silu_gate>(a, ctx);
-  }
-}
-
 }  // namespace
 
 bool skinny_gemm_supports(ElemType type, int M, int K, const void* x, const void* w) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return type != ElemType::f32 && M >= 1 && M <= kSkinnyMaxM && K % kChunk == 0 && K > 0 && aligned(x) && aligned(w);
+  return few_rows_supported(type, M, K, x, w, kSkinnyMaxM, kChunk);
 }
 
 void launch_skinny_gemm(const SkinnyArgs& a, const Context& ctx) {
   launches.fetch_add(1, std::memory_order_relaxed);
-  if (a.type == ElemType::bf16)
-    launch_typed<__nv_bfloat16>(a, ctx);
-  else
-    launch_typed<__half>(a, ctx);
+  for_few_rows(a, [&](auto w, auto e) { launch_rows<decltype(w), decltype(e)::value>(a, ctx); });
 }
 
 uint64_t skinny_gemm_launches() { return launches.load(std::memory_order_relaxed); }
