@@ -108,6 +108,10 @@ class Backend {
   // out[i] = argmax of logits[i, :] (lowest index on ties; -1 for a row holding a NaN, which has
   // no token). logits [n, V] f32, out [n] i32.
   virtual void argmax(const Tensor& logits, const Tensor& out) = 0;
+  // out[i] = log of the largest probability in softmax(logits[i, :]), -log Σ_j exp(logits[i, j] - max):
+  // how sure a drafter is of its top token. logits [n, V] f32, out [n] f32; NaN for a row
+  // holding a NaN. Summed in any order (it feeds a heuristic, never a token).
+  virtual void top_logprob(const Tensor& logits, const Tensor& out) = 0;
   // out[i] = the token row i draws under rows[i]: specdec::sample(logits[i, :], rows[i]) (greedy
   // rows take the argmax; otherwise temperature, top-k, top-p, min-p, then the inverse CDF in id
   // order at the row's Philox uniform). logits [n, V] f32; rows [n, kSampleRowWords] i32 holding

@@ -8,20 +8,24 @@
 
 namespace specdec {
 
-namespace {
-
-int pow2(int v) {
+int ReplayCache::pow2(int v) {
   int r = 1;
   while (r < v) r *= 2;
   return r;
 }
 
-}  // namespace
+ReplayCache::Bounds ReplayCache::padded_bounds(int max_row_len, int max_blocks, int block_size) {
+  Bounds b;
+  b.max_row_len = pow2(std::max(max_row_len, 256));
+  b.max_blocks = pow2(std::max(max_blocks, (b.max_row_len + block_size - 1) / block_size));
+  return b;
+}
 
 ForwardPlan ReplayCache::padded(const ForwardPlan& plan) {
   ForwardPlan p = plan;
-  p.max_row_len = pow2(std::max(plan.max_row_len, 256));
-  p.max_blocks = pow2(std::max(plan.max_blocks, (p.max_row_len + plan.block_size - 1) / plan.block_size));
+  const Bounds b = padded_bounds(plan.max_row_len, plan.max_blocks, plan.block_size);
+  p.max_row_len = b.max_row_len;
+  p.max_blocks = b.max_blocks;
   p.block_table.assign(static_cast<size_t>(p.rows) * static_cast<size_t>(p.max_blocks), 0);
   for (int r = 0; r < p.rows; ++r)
     std::copy_n(plan.block_table.begin() + static_cast<ptrdiff_t>(r) * plan.max_blocks, plan.max_blocks,

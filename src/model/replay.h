@@ -31,6 +31,8 @@ struct ReplayKey {
   // (a later cache may reuse an earlier one's addresses, but then it is the same memory).
   int pool_blocks = 0;
   std::vector<const void*> pools;
+  // Rows the forward returns (through the LM head).
+  int outputs = 0;
   auto operator<=>(const ReplayKey&) const = default;
 };
 
@@ -44,6 +46,15 @@ class ReplayCache {
   // so that consecutive steps share one recording: the kernels read the true lengths from the
   // metadata, and the larger bounds only size grids whose surplus blocks do nothing.
   static ForwardPlan padded(const ForwardPlan& plan);
+  // The bounds padded() gives a plan: the longest row rounded up to a power of two (at least
+  // 256), the block-table width to a power of two that covers it. Other forwards over a paged
+  // cache (a drafter's) pad theirs the same way.
+  struct Bounds {
+    int max_row_len = 0, max_blocks = 0;
+  };
+  static Bounds padded_bounds(int max_row_len, int max_blocks, int block_size);
+  // The smallest power of two at least v (1 for v <= 1).
+  static int pow2(int v);
   // True for a batch of verify windows that padded_windows lays out: several rows, every token
   // returning its row, some row more than one token, each row tapped at all of its tokens or at
   // none, and no more than kMaxPaddedWindowTokens tokens once padded.

@@ -211,9 +211,9 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
 
   const auto launched = std::chrono::steady_clock::now();
   if (replayable) {
-    ReplayKey key{plan.rows,        plan.tokens, plan.max_row_tokens,  plan.max_blocks,
-                  plan.max_row_len, selection,   tap_layers,           plan.taps,
-                  cache.total_blocks(), {}};
+    ReplayKey key{plan.rows,   plan.tokens, plan.max_row_tokens, plan.max_blocks,      plan.max_row_len,
+                  selection,   tap_layers,  plan.taps,           cache.total_blocks(), {},
+                  plan.outputs};
     for (int i = 0; i < config_.num_layers; ++i) {
       key.pools.push_back(cache.k_pool(i).data);
       key.pools.push_back(cache.v_pool(i).data);

@@ -1,6 +1,6 @@
 // The CPU backend's row-local kernels on every instruction set this CPU has: embedding, rms_norm,
-// rope, silu_mul, add, gather_rows, argmax, copy, allocate, against double-precision references;
-// and the backend's identity (name, ISA selection, refusals).
+// rope, silu_mul, add, gather_rows, argmax, top_logprob, copy, allocate, against double-precision
+// references; and the backend's identity (name, ISA selection, refusals).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -233,6 +233,27 @@ TEST_P(CpuElementwise, ArgmaxMarksARowWithANaN) {
   EXPECT_EQ(out.i()[0], -1);
   EXPECT_GE(out.i()[1], 0);
   EXPECT_EQ(out.i()[2], -1);
+}
+
+// The log of each row's top softmax probability, against closed forms and a double reference.
+TEST_P(CpuElementwise, TopLogprobIsTheLogOfTheLargestProbability) {
+  std::mt19937 rng(8);
+  auto backend = make_cpu(GetParam(), 2);
+  const int64_t n = 4, V = 1000;
+  HostTensor logits = random_f32(rng, {n, V});
+  for (int64_t v = 0; v < V; ++v) logits.f()[v] = 2.5f;  // row 0 flat: every token 1 / V
+  for (int64_t v = 0; v < V; ++v) logits.f()[V + v] = v < 2 ? std::log(3.0f) * static_cast<float>(v) : -1e30f;
+  logits.f()[3 * V + 5] = std::numeric_limits<float>::quiet_NaN();
+  HostTensor out(DType::f32, {n});
+  backend->top_logprob(logits.t, out.t);
+  EXPECT_NEAR(out.f()[0], -std::log(1000.0), 1e-5);
+  EXPECT_NEAR(out.f()[1], std::log(0.75), 1e-6);  // probabilities 1/4 and 3/4
+  const float* row = logits.f() + 2 * V;
+  const double top = *std::max_element(row, row + V);
+  double sum = 0;
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
+  EXPECT_NEAR(out.f()[2], -std::log(sum), 1e-5);
+  EXPECT_TRUE(std::isnan(out.f()[3]));
 }
 
 // Inputs large enough that the kernels split rows over threads: same bits as one thread.

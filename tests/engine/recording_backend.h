@@ -73,6 +73,9 @@ class RecordingBackend : public Backend {
   void argmax(const Tensor& logits, const Tensor& out) override {
     call([=, this] { inner_->argmax(logits, out); });
   }
+  void top_logprob(const Tensor& logits, const Tensor& out) override {
+    call([=, this] { inner_->top_logprob(logits, out); });
+  }
   void sample(const Tensor& logits, const Tensor& rows, const Tensor& out) override {
     call([=, this] { inner_->sample(logits, rows, out); });
   }

@@ -77,6 +77,10 @@ class CountingBackend final : public Backend {
     ++calls;
     in_.argmax(logits, out);
   }
+  void top_logprob(const Tensor& logits, const Tensor& out) override {
+    ++calls;
+    in_.top_logprob(logits, out);
+  }
   void sample(const Tensor& logits, const Tensor& rows, const Tensor& out) override {
     ++calls;
     in_.sample(logits, rows, out);

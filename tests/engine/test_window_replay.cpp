@@ -245,5 +245,24 @@ TEST(WindowReplay, ReplayedMixedBatchesGiveThePlainTokens) {
                       32);
 }
 
+TEST(WindowReplay, ReplayedDflashBlocksGiveThePlainTokens) {
+  // The DFlash drafter records its own catch-up pass and block forward per shape (padded
+  // positions, rounded attention bounds) and replays them, greedy rows taking their tokens and
+  // confidences from the device, sampled rows their logits.
+  Bundled& m = Recorded::get().models;
+  auto engine = make_engine(7, {}, m);
+  DflashOptions f;
+  f.kv_blocks = 1024;
+  auto dflash = std::make_shared<DflashMethod>(source_path("models/dflash"), *m.backend, "bundled-dflash", f);
+  engine->add_method("dflash", dflash);
+  expect_plain_tokens(*engine, {{kClass, "dflash", 7, 0}}, 48);
+  expect_plain_tokens(*engine, {{kCopy, "dflash", 7, 0}, {kLoop, "dflash", 4, 0.8f}, {kClass, "dflash", 6, 0}}, 48);
+  const DflashStats st = dflash->stats();
+  report("window_replay.dflash_forwards", static_cast<double>(st.forwards));
+  report("window_replay.dflash_replayed", static_cast<double>(st.replayed));
+  EXPECT_GT(st.forwards, 10);
+  EXPECT_GE(st.replayed, st.forwards / 2) << st.replayed << " of " << st.forwards << " block forwards replayed";
+}
+
 }  // namespace
 }  // namespace specdec::testing

@@ -1,5 +1,6 @@
 // CUDA backend vs the scalar CPU backend for the row-wise kernels: embedding, rms_norm, rope,
-// silu_mul, add, gather_rows, argmax, and copies. f32 results must agree to 1e-5 relative.
+// silu_mul, add, gather_rows, argmax, top_logprob, and copies. f32 results must agree to 1e-5
+// relative.
 #include "gpu/gpu_test_util.h"
 #include <limits>
 
@@ -151,6 +152,26 @@ TEST_F(GpuKernels, ArgmaxOfARowWithANaNIsMinusOneOnBothBackends) {
     Owned o = empty(*be, DType::i32, {n});
     be->argmax(l.tensor, o.tensor);
     EXPECT_EQ(download_i32(*be, o.tensor), (std::vector<int32_t>{-1, -1, 100})) << be->name();
+  }
+}
+
+TEST_F(GpuKernels, TopLogprobMatchesCpu) {
+  for (const int V : {8192, 128256}) {
+    const int n = 4;
+    auto logits = random_floats(static_cast<size_t>(n) * V, 12, 0.05f, 10.0f);
+    for (int v = 0; v < V; ++v) logits[static_cast<size_t>(V + v)] = 1.0f;  // row 1 flat: -log V
+    logits[2 * static_cast<size_t>(V) + 77] = 40.0f;                        // row 2 nearly sure: ~0
+    logits[3 * static_cast<size_t>(V) + 9] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<std::vector<float>> results;
+    for (Backend* be : {b_.cpu.get(), b_.gpu.get()}) {
+      Owned l = upload(*be, logits, DType::f32, {n, V});
+      Owned o = empty(*be, DType::f32, {n});
+      be->top_logprob(l.tensor, o.tensor);
+      results.push_back(download(*be, o.tensor));
+    }
+    EXPECT_NEAR(results[1][1], -std::log(static_cast<double>(V)), 1e-4) << V;
+    for (int r = 0; r < 3; ++r) EXPECT_NEAR(results[1][r], results[0][r], 1e-4 + 1e-5 * std::abs(results[0][r])) << V;
+    EXPECT_TRUE(std::isnan(results[1][3]) && std::isnan(results[0][3])) << V;
   }
 }
 

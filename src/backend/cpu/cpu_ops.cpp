@@ -333,6 +333,26 @@ void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out) {
   });
 }
 
+void top_logprob(ThreadPool& pool, const Tensor& logits, const Tensor& out) {
+  check_dtype(logits, DType::f32, "top_logprob", "logits");
+  check_dtype(out, DType::f32, "top_logprob", "out");
+  const int64_t V = row_length(logits), n = row_count(logits);
+  SPECDEC_CHECK(V > 0, "top_logprob: logits ", logits.shape_string(), " has no columns");
+  SPECDEC_CHECK(out.numel() == n, "top_logprob: out ", out.shape_string(), " must have ", n, " elements");
+  const float* l = logits.ptr<float>();
+  float* o = out.ptr<float>();
+  for_rows(pool, n, V, [&](size_t b, size_t e) {
+    for (size_t r = b; r < e; ++r) {
+      const float* row = l + static_cast<int64_t>(r) * V;
+      float top = row[0];
+      for (int64_t i = 1; i < V; ++i) top = std::max(top, row[i]);  // std::max keeps a leading NaN
+      double sum = 0;
+      for (int64_t i = 0; i < V; ++i) sum += std::exp(row[i] - top);  // NaN anywhere makes the sum NaN
+      o[r] = static_cast<float>(-std::log(sum));
+    }
+  });
+}
+
 void sample(ThreadPool& pool, const Tensor& logits, const Tensor& rows, const Tensor& out) {
   check_dtype(logits, DType::f32, "sample", "logits");
   check_dtype(rows, DType::i32, "sample", "rows");

@@ -644,6 +644,17 @@ class CudaBackend final : public Backend {
     check_launch(op, n, "x", V);
   }
 
+  void top_logprob(const Tensor& logits, const Tensor& out) override {
+    const char* op = "top_logprob";
+    expect_dtype(logits, DType::f32, op, "logits");
+    expect_dtype(out, DType::f32, op, "out");
+    const int64_t V = logits.dim(-1), n = V == 0 ? 0 : logits.numel() / V;
+    SPECDEC_CHECK(out.numel() == n, op, ": out ", out.shape_string(), " must have ", n, " elements");
+    cuda::launch_top_logprob(logits.ptr<float>(), out.ptr<float>(), to_int(n, op, "rows"), to_int(V, op, "vocab"),
+                             ctx_);
+    check_launch(op, n, "x", V);
+  }
+
   void sample(const Tensor& logits, const Tensor& rows, const Tensor& out) override {
     const char* op = "sample";
     expect_dtype(logits, DType::f32, op, "logits");

@@ -192,6 +192,38 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int* __restrict_
   }
 }
 
+// A block's reduction of one value per thread (op: max or sum); every thread gets the result.
+template <typename Op>
+__device__ float block_reduce(float v, float* shared, Op op) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = static_cast<int>(blockDim.x / 32);
+  __syncthreads();  // the previous reduction's readers of shared are done
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = shared[0];
+  for (int w = 1; w < warps; ++w) v = op(v, shared[w]);
+  return v;
+}
+
+__global__ void top_logprob_kernel(const float* __restrict__ logits, float* __restrict__ out, int vocab) {
+  enter_kernel();
+  __shared__ float shared[32];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  float top = -INFINITY;
+  bool nan_seen = false;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+    nan_seen = nan_seen || isnan(row[j]);
+    top = fmaxf(top, row[j]);
+  }
+  const bool any_nan = __syncthreads_or(nan_seen);
+  top = block_reduce(top, shared, [](float a, float b) { return fmaxf(a, b); });
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) sum += __expf(row[j] - top);
+  sum = block_reduce(sum, shared, [](float a, float b) { return a + b; });
+  if (threadIdx.x == 0) out[blockIdx.x] = any_nan ? NAN : -logf(sum);
+}
+
 template <typename T>
 __global__ void convert_kernel(const float* __restrict__ x, T* __restrict__ out, int64_t n) {
   enter_kernel();
@@ -303,6 +335,11 @@ void launch_gather_rows(const void* x, const int* indices, void* out, int count,
 void launch_argmax(const float* logits, int* out, int rows, int vocab, const Context& ctx) {
   if (rows == 0) return;
   launch(argmax_kernel, rows, 1024, 0, ctx, logits, out, vocab);
+}
+
+void launch_top_logprob(const float* logits, float* out, int rows, int vocab, const Context& ctx) {
+  if (rows == 0) return;
+  launch(top_logprob_kernel, rows, 256, 0, ctx, logits, out, vocab);
 }
 
 void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, const Context& ctx) {

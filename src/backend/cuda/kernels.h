@@ -59,6 +59,7 @@ void launch_gather_rows(const void* x, const int* indices, void* out, int count,
                         const Context& ctx);
 // out[i] = lowest index of the maximum of logits[i, :].
 void launch_argmax(const float* logits, int* out, int rows, int vocab, const Context& ctx);
+void launch_top_logprob(const float* logits, float* out, int rows, int vocab, const Context& ctx);
 // out (bf16 or f16) = round-to-nearest-even of x.
 void launch_convert_f32(const float* x, void* out, ElemType type, int64_t n, const Context& ctx);
 // out[m, n] += bias[n].

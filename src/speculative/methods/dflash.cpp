@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "model/replay.h"
 #include "model/scratch.h"
 #include "sampling/sampling.h"
 #include "speculative/methods/dspark.h"
@@ -154,9 +155,29 @@ class DflashRows final : public DraftRows {
 
   Carver scratch(size_t bytes) {
     // Queued calls may still read the old buffer: a device backend frees it in stream order,
-    // after them, so there is nothing to wait for.
-    if (scratch_.bytes() < bytes) scratch_ = backend_.allocate(bytes + bytes / 2);
+    // after them, so there is nothing to wait for. The recordings point into it: made again.
+    if (scratch_.bytes() < bytes) {
+      scratch_ = backend_.allocate(bytes + bytes / 2);
+      catch_up_replays_.clear();
+      draft_replays_.clear();
+    }
     return Carver::of(scratch_);
+  }
+
+  // On a backend that records calls, a call's attention bounds rounded up as the target's decode
+  // steps round theirs, so that the rounds of one block shape share a recording (the kernels read
+  // the true lengths; the bounds only size grids whose surplus blocks do nothing).
+  void pad_bounds(BatchArrays& a) const {
+    const ReplayCache::Bounds b = ReplayCache::padded_bounds(a.max_row_len, a.max_blocks, cache_->block_size());
+    const size_t rows = a.row_lens.size(), from = static_cast<size_t>(a.max_blocks),
+                 to = static_cast<size_t>(b.max_blocks);
+    std::vector<int32_t> table(rows * to, 0);
+    for (size_t r = 0; r < rows; ++r)
+      std::copy_n(a.table.begin() + static_cast<ptrdiff_t>(r * from), from,
+                  table.begin() + static_cast<ptrdiff_t>(r * to));
+    a.table = std::move(table);
+    a.max_blocks = b.max_blocks;
+    a.max_row_len = b.max_row_len;
   }
 
   Tensor upload(Carver& c, const std::vector<int32_t>& host) {
@@ -244,8 +265,9 @@ class DflashRows final : public DraftRows {
   // Projects the waiting taps of `rows` (fc per tapped layer, summed, then hidden_norm) and
   // writes every drafter layer's K (k_proj, k_norm, RoPE at the position) and V (v_proj) of them
   // after each row's cached context: one pass over all their positions. A row whose KV cannot
-  // take them is lost.
-  void catch_up(std::span<DflashRow* const> rows) {
+  // take them is lost. True when the pass paid one-off costs (it grew the scratch or was not
+  // replayed on a backend that records).
+  bool catch_up(std::span<DflashRow* const> rows) {
     std::vector<DflashRow*> go;
     std::vector<KvCache::SeqId> seqs;
     std::vector<int> from, count;
@@ -264,54 +286,79 @@ class DflashRows final : public DraftRows {
       from.push_back(p0);
       count.push_back(n);
     }
-    if (go.empty()) return;
+    if (go.empty()) return false;
     int64_t n = 0;
-    int most = 0;
-    for (const int k : count) {
-      n += k;
-      most = std::max(most, k);
-    }
+    for (const int k : count) n += k;
+    // Where calls are recorded, the positions are padded to a power of two, so that a few
+    // recordings serve every round's count: a padding position writes no K/V (slot -1).
+    const bool record = catch_up_replays_.available();
+    const int64_t np = record ? ReplayCache::pow2(static_cast<int>(n)) : n;
     const int64_t H = c_.hidden_size, kw = kv_width(), Ht = go.front()->waiting.width();
+    const int64_t taps = static_cast<int64_t>(w_->fc.size());
     const auto layout = [&](Carver& c) {
       struct {
         Tensor ctx, k, v, tap;
-      } t{c.take(DType::f32, {n, H}), c.take(DType::f32, {n, kw}), c.take(DType::f32, {n, kw}),
-          c.take(DType::f32, {n, Ht})};
+      } t{c.take(DType::f32, {np, H}), c.take(DType::f32, {np, kw}), c.take(DType::f32, {np, kw}),
+          c.take(DType::f32, {taps * np, Ht})};
       return t;
     };
     lay_out(
         append_arrays_, seqs, from, count, [&](size_t i, int k) { return from[i] + k; },
         [&](size_t i, int k) { return go[i]->waiting_at[static_cast<size_t>(k)]; });
+    if (record) pad_bounds(append_arrays_);
+    for (int64_t p = n; p < np; ++p) {
+      append_arrays_.positions.push_back(0);
+      append_arrays_.rope_positions.push_back(0);
+      append_arrays_.slots.push_back(-1);
+    }
     Carver measure = Carver::measure();
     layout(measure);
-    Carver c = scratch(measure.size() + 4096 + static_cast<size_t>(6 * n + 64) * 256 +
+    const size_t before = scratch_.bytes();
+    Carver c = scratch(measure.size() + 4096 + static_cast<size_t>(6 * np + 64) * 256 +
                        append_arrays_.table.size() * sizeof(int32_t));
+    bool one_off = scratch_.bytes() != before;
     const auto t = layout(c);
-    // Tap j of every row's waiting positions, one after another, then through its fc.
-    for (size_t j = 0; j < w_->fc.size(); ++j) {
-      int64_t at = 0;
+    // Tap j of every row's waiting positions, one after another, in rows [j * np, j * np + n).
+    for (int64_t j = 0; j < taps; ++j) {
+      int64_t at = j * np;
       for (const DflashRow* r : go) {
         backend_.copy(r->waiting.tap(static_cast<int>(j), 0, r->waiting.size()), t.tap.rows(at, r->waiting.size()));
         at += r->waiting.size();
       }
-      if (j == 0)
-        backend_.linear(t.tap, w_->fc[j], nullptr, t.ctx);
-      else
-        backend_.linear_add(t.tap, w_->fc[j], nullptr, t.ctx);
     }
-    backend_.rms_norm(t.ctx, w_->hidden_norm, c_.rms_norm_eps, t.ctx);
     Tensor rope_pos;
-    const AttentionBatch batch = upload_batch(c, append_arrays_, most, &rope_pos);
+    const AttentionBatch batch = upload_batch(c, append_arrays_, static_cast<int>(np), &rope_pos);
     const int64_t nkv = c_.num_kv_heads, hd = c_.head_dim;
-    for (int l = 0; l < c_.num_layers; ++l) {
-      const auto& L = w_->layers[static_cast<size_t>(l)];
-      const std::array<Projection, 2> kv = {Projection{L.k_proj, {}, t.k}, Projection{L.v_proj, {}, t.v}};
-      backend_.linear_many(t.ctx, kv);
-      const Tensor kh = t.k.reshape({n * nkv, hd});
-      backend_.rms_norm(kh, L.k_norm, c_.rms_norm_eps, kh);
-      backend_.rope(t.k.reshape({n, nkv, hd}), rope_pos, inv_freq_, rope_scaling_);
-      backend_.kv_write(t.k.reshape({n, nkv, hd}), t.v.reshape({n, nkv, hd}), cache_->k_pool(l), cache_->v_pool(l),
-                        batch);
+    const auto calls = [&] {
+      for (int64_t j = 0; j < taps; ++j) {
+        const Tensor tap = t.tap.rows(j * np, np);
+        if (j == 0)
+          backend_.linear(tap, w_->fc[0], nullptr, t.ctx);
+        else
+          backend_.linear_add(tap, w_->fc[static_cast<size_t>(j)], nullptr, t.ctx);
+      }
+      backend_.rms_norm(t.ctx, w_->hidden_norm, c_.rms_norm_eps, t.ctx);
+      for (int l = 0; l < c_.num_layers; ++l) {
+        const auto& L = w_->layers[static_cast<size_t>(l)];
+        const std::array<Projection, 2> kv = {Projection{L.k_proj, {}, t.k}, Projection{L.v_proj, {}, t.v}};
+        backend_.linear_many(t.ctx, kv);
+        const Tensor kh = t.k.reshape({np * nkv, hd});
+        backend_.rms_norm(kh, L.k_norm, c_.rms_norm_eps, kh);
+        backend_.rope(t.k.reshape({np, nkv, hd}), rope_pos, inv_freq_, rope_scaling_);
+        backend_.kv_write(t.k.reshape({np, nkv, hd}), t.v.reshape({np, nkv, hd}), cache_->k_pool(l), cache_->v_pool(l),
+                          batch);
+      }
+    };
+    if (record) {
+      ReplayKey key;
+      key.rows = batch.rows;
+      key.tokens = batch.tokens;
+      key.max_row_tokens = batch.max_row_tokens;
+      key.max_blocks = batch.max_blocks;
+      key.max_row_len = batch.max_row_len;
+      one_off = catch_up_replays_.replay_or_run(key, calls) || one_off;
+    } else {
+      calls();
     }
     // No wait: the host arrays were read when they were copied, and every later call that reads
     // this scratch or these KV blocks is queued after these.
@@ -320,6 +367,7 @@ class DflashRows final : public DraftRows {
       go[i]->waiting.clear();
       go[i]->waiting_at.clear();
     }
+    return one_off;
   }
 
   std::vector<DraftProposal> draft_rows(std::span<const DraftRequestRow> asks) {
@@ -336,7 +384,7 @@ class DflashRows final : public DraftRows {
       out[i].caught_up = static_cast<int>(std::max<int64_t>(0, r.waiting.size() - std::max<int64_t>(1, r.last_round)));
       behind.push_back(&r);
     }
-    catch_up(behind);
+    bool one_off = catch_up(behind);
     for (size_t i = 0; i < asks.size(); ++i) {
       auto& r = rows_.at(static_cast<size_t>(asks[i].row));
       const int ctx = cache_->length(r.seq);
@@ -371,20 +419,37 @@ class DflashRows final : public DraftRows {
     lay_out(
         draft_arrays_, seqs, from, count, [&](size_t i, int) { return from[i] + gamma - 1; },
         [&](size_t i, int k) { return static_cast<int>(asks[live[i]].position) + k; });
+    const bool record = draft_replays_.available();
+    if (record) pad_bounds(draft_arrays_);
 
+    // What comes back to the host is one piece, `back`: each returned row's final hidden state
+    // (the confidence head's input), then each one's top log-probability, then each one's token
+    // when every row takes its drafts' argmax.
     auto layout = [&](Carver& c) {
       struct {
-        Tensor x, h, q, k, v, attn, gate, sel, logits;
-      } s{c.take(DType::f32, {T, H}),        c.take(DType::f32, {T, H}),        c.take(DType::f32, {T, nh * hd}),
-          c.take(DType::f32, {T, nkv * hd}), c.take(DType::f32, {T, nkv * hd}), c.take(DType::f32, {T, nh * hd}),
-          c.take(DType::f32, {T, I}),        c.take(DType::f32, {n_out, H}),    c.take(DType::f32, {n_out, V})};
+        Tensor x, h, q, k, v, attn, gate, back, logits;
+      } s{c.take(DType::f32, {T, H}),        c.take(DType::f32, {T, H}),
+          c.take(DType::f32, {T, nh * hd}),  c.take(DType::f32, {T, nkv * hd}),
+          c.take(DType::f32, {T, nkv * hd}), c.take(DType::f32, {T, nh * hd}),
+          c.take(DType::f32, {T, I}),        c.take(DType::f32, {n_out * (H + 2)}),
+          c.take(DType::f32, {n_out, V})};
       return s;
     };
+    // Rows that draft their argmax take their tokens from the device; a sampled row, or one asked
+    // for its distributions, needs the logits on the host.
+    bool device_tokens = true;
+    for (const size_t a : live) device_tokens = device_tokens && asks[a].sampling->selects_argmax() && !asks[a].want_q;
     Carver measure = Carver::measure();
     layout(measure);
+    const size_t before = scratch_.bytes();
     Carver c = scratch(measure.size() + static_cast<size_t>(8 * T + n_out + 8 * R + 64) * 4 + 16 * 256 +
                        draft_arrays_.table.size() * 4);
+    one_off = one_off || scratch_.bytes() != before;
     const auto s = layout(c);
+    const Tensor sel = s.back.rows(0, n_out * H).reshape({n_out, H});
+    const Tensor top_logprobs = s.back.rows(n_out * H, n_out);
+    Tensor tokens = s.back.rows(n_out * (H + 1), n_out);
+    tokens.dtype = DType::i32;
     draft_ids_ = ids;
     const Tensor ids_t = upload(c, draft_ids_).rows(0, T);
     draft_out_index_ = out_index;
@@ -392,32 +457,66 @@ class DflashRows final : public DraftRows {
     Tensor rope_pos;
     const AttentionBatch batch = upload_batch(c, draft_arrays_, gamma, &rope_pos);
 
-    backend_.embedding(embed_, ids_t, s.x);
     const float eps = c_.rms_norm_eps;
-    for (int l = 0; l < c_.num_layers; ++l) {
-      const auto& L = w_->layers[static_cast<size_t>(l)];
-      const std::array<Projection, 3> qkv = {Projection{L.q_proj, {}, s.q}, Projection{L.k_proj, {}, s.k},
-                                             Projection{L.v_proj, {}, s.v}};
-      backend_.norm_linear_many(s.x, L.input_norm, eps, s.h, qkv);
-      backend_.rms_norm(s.q.reshape({T * nh, hd}), L.q_norm, eps, s.q.reshape({T * nh, hd}));
-      backend_.rms_norm(s.k.reshape({T * nkv, hd}), L.k_norm, eps, s.k.reshape({T * nkv, hd}));
-      backend_.rope(s.q.reshape({T, nh, hd}), rope_pos, inv_freq_, rope_scaling_);
-      backend_.rope(s.k.reshape({T, nkv, hd}), rope_pos, inv_freq_, rope_scaling_);
-      backend_.kv_write(s.k.reshape({T, nkv, hd}), s.v.reshape({T, nkv, hd}), cache_->k_pool(l), cache_->v_pool(l),
-                        batch);
-      backend_.attention(s.q.reshape({T, nh, hd}), cache_->k_pool(l), cache_->v_pool(l), batch, attn_scale_,
-                         s.attn.reshape({T, nh, hd}));
-      backend_.linear_add(s.attn, L.o_proj, nullptr, s.x);
-      backend_.norm_gated_linear(s.x, L.post_norm, eps, s.h, L.gate_proj, L.up_proj, s.gate);
-      backend_.linear_add(s.gate, L.down_proj, nullptr, s.x);
+    const auto calls = [&] {
+      backend_.embedding(embed_, ids_t, s.x);
+      for (int l = 0; l < c_.num_layers; ++l) {
+        const auto& L = w_->layers[static_cast<size_t>(l)];
+        const std::array<Projection, 3> qkv = {Projection{L.q_proj, {}, s.q}, Projection{L.k_proj, {}, s.k},
+                                               Projection{L.v_proj, {}, s.v}};
+        backend_.norm_linear_many(s.x, L.input_norm, eps, s.h, qkv);
+        backend_.rms_norm(s.q.reshape({T * nh, hd}), L.q_norm, eps, s.q.reshape({T * nh, hd}));
+        backend_.rms_norm(s.k.reshape({T * nkv, hd}), L.k_norm, eps, s.k.reshape({T * nkv, hd}));
+        backend_.rope(s.q.reshape({T, nh, hd}), rope_pos, inv_freq_, rope_scaling_);
+        backend_.rope(s.k.reshape({T, nkv, hd}), rope_pos, inv_freq_, rope_scaling_);
+        backend_.kv_write(s.k.reshape({T, nkv, hd}), s.v.reshape({T, nkv, hd}), cache_->k_pool(l), cache_->v_pool(l),
+                          batch);
+        backend_.attention(s.q.reshape({T, nh, hd}), cache_->k_pool(l), cache_->v_pool(l), batch, attn_scale_,
+                           s.attn.reshape({T, nh, hd}));
+        backend_.linear_add(s.attn, L.o_proj, nullptr, s.x);
+        backend_.norm_gated_linear(s.x, L.post_norm, eps, s.h, L.gate_proj, L.up_proj, s.gate);
+        backend_.linear_add(s.gate, L.down_proj, nullptr, s.x);
+      }
+      backend_.rms_norm(s.x, w_->norm, eps, s.x);
+      if (n_out > 0) {
+        backend_.gather_rows(s.x, out_t, sel);
+        backend_.linear(sel, lm_head_, nullptr, s.logits);
+        if (device_tokens) backend_.argmax(s.logits, tokens);
+        if (cut_) backend_.top_logprob(s.logits, top_logprobs);
+      }
+    };
+    if (record) {
+      // The block's shape: rows, the padded bounds, and how many of its rows come back.
+      ReplayKey key;
+      key.rows = batch.rows;
+      key.tokens = batch.tokens;
+      key.max_row_tokens = batch.max_row_tokens;
+      key.max_blocks = batch.max_blocks;
+      key.max_row_len = batch.max_row_len;
+      key.outputs = static_cast<int>(n_out);
+      key.selection = device_tokens ? Selection::argmax : Selection::logits;
+      one_off = draft_replays_.replay_or_run(key, calls) || one_off;
+    } else {
+      calls();
     }
-    backend_.rms_norm(s.x, w_->norm, eps, s.x);
-    if (n_out > 0) {
-      backend_.gather_rows(s.x, out_t, s.sel);
-      backend_.linear(s.sel, lm_head_, nullptr, s.logits);
+    stats_->forwards += 1;
+    if (record && !one_off) stats_->replayed += 1;
+    const float* logits = device_tokens ? nullptr : host_view(s.logits, host_logits_);
+    // The part of `back` this round reads, in one copy: hidden states and top log-probabilities
+    // when the cut weighs them, tokens when the device drew them.
+    const int64_t back_from = cut_ ? 0 : n_out * (H + 1), back_to = device_tokens ? n_out * (H + 2) : n_out * (H + 1);
+    const float* back = nullptr;  // back[e] is element e of s.back, for e in [back_from, back_to)
+    if (back_to > back_from) {
+      if (s.back.device == Device::cpu) {
+        back = s.back.ptr<float>();
+      } else {
+        host_back_.resize(static_cast<size_t>(back_to));
+        backend_.copy(s.back.rows(back_from, back_to - back_from),
+                      Tensor(host_back_.data() + back_from, DType::f32, {back_to - back_from}));
+        back = host_back_.data();
+      }
     }
-    const float* logits = host_view(s.logits, host_logits_);
-    const float* hidden = cut_ ? host_view(s.sel, host_hidden_) : nullptr;
+    const float* hidden = cut_ ? back : nullptr;
     for (const KvCache::SeqId seq : seqs) cache_->truncate(seq, cache_->length(seq));  // the block's K/V go
 
     for (int64_t i = 0; i < R; ++i) {
@@ -430,14 +529,21 @@ class DflashRows final : public DraftRows {
       double alive = 1.0;
       for (int j = 0; j < d; ++j) {
         const int64_t o = first_out[static_cast<size_t>(i)] + j;
-        const std::span<const float> row(logits + o * V, static_cast<size_t>(V));
-        const SamplingParams& params = *ask.sampling;
-        // The coupled draw: draft j samples with the key the target uses at its position.
-        const int32_t token = sample(row, params, r.known, p.tokens, static_cast<uint64_t>(ask.position) + 1 + j);
-        if (ask.want_q) p.q.push_back(probabilities(row, params, r.known, p.tokens));
+        int32_t token = 0;
+        if (device_tokens) {
+          std::memcpy(&token, back + n_out * (H + 1) + o, sizeof token);
+          if (token < 0) break;  // a NaN logit: no draft from here on
+        } else {
+          const std::span<const float> row(logits + o * V, static_cast<size_t>(V));
+          const SamplingParams& params = *ask.sampling;
+          // The coupled draw: draft j samples with the key the target uses at its position.
+          token = sample(row, params, r.known, p.tokens, static_cast<uint64_t>(ask.position) + 1 + j);
+          if (ask.want_q) p.q.push_back(probabilities(row, params, r.known, p.tokens));
+        }
         p.tokens.push_back(token);
         if (hidden) {
-          alive *= row_probability(j + 1, std::span<const float>(hidden + o * H, static_cast<size_t>(H)), row);
+          alive *= row_probability(j + 1, std::span<const float>(hidden + o * H, static_cast<size_t>(H)),
+                                   hidden[n_out * H + o]);
           survival.push_back(alive);
         }
       }
@@ -449,6 +555,7 @@ class DflashRows final : public DraftRows {
         p.tokens.resize(keep);
         if (ask.want_q) p.q.resize(keep);
       }
+      p.one_off = one_off;
       stats_->rounds += 1;
       stats_->asked += d;
       stats_->proposed += static_cast<int64_t>(p.tokens.size());
@@ -456,15 +563,13 @@ class DflashRows final : public DraftRows {
     return out;
   }
 
-  // The calibrated P(block row `row` accepted | the rows before it accepted).
-  double row_probability(int row, std::span<const float> hidden, std::span<const float> logits) const {
+  // The calibrated P(block row `row` accepted | the rows before it accepted), from the row's final
+  // hidden state and its top log-probability.
+  double row_probability(int row, std::span<const float> hidden, float top_logprob) const {
     const DsparkHead& head = *c_.dspark;
     double score = head.bias;
     for (size_t h = 0; h < hidden.size(); ++h) score += static_cast<double>(head.weight[h]) * hidden[h];
-    const float top = *std::max_element(logits.begin(), logits.end());
-    double sum = 0;
-    for (const float x : logits) sum += std::exp(static_cast<double>(x - top));
-    return dspark_row_probability(head, row, score, -std::log(sum));
+    return dspark_row_probability(head, row, score, top_logprob);
   }
 
   // A host pointer to t's floats: t itself on a host backend, else a copy into `host`.
@@ -571,9 +676,11 @@ class DflashRows final : public DraftRows {
   float rope_scaling_ = 1.0f;
   float attn_scale_ = 1.0f;
   Buffer scratch_;
+  // Recordings of the catch-up pass and of the block forward, per shape (backends that record).
+  ReplayCache catch_up_replays_{backend_}, draft_replays_{backend_};
   BatchArrays append_arrays_, draft_arrays_;
   std::vector<int32_t> draft_ids_, draft_out_index_;
-  std::vector<float> host_logits_, host_hidden_;
+  std::vector<float> host_logits_, host_back_;
 };
 
 }  // namespace

@@ -32,6 +32,8 @@ struct DflashStats {
   int64_t rounds = 0;    // rows drafted
   int64_t asked = 0;     // drafts the depth policy asked for
   int64_t proposed = 0;  // drafts proposed after the confidence cut
+  int64_t forwards = 0;  // block forwards (one per call that drafted any row)
+  int64_t replayed = 0;  // of them, replayed from a recording (catch-up and block alike)
 };
 
 class DflashMethod : public DraftMethod {
