@@ -213,6 +213,26 @@ class Eagle3Rows : public DraftRows {
     }
     if (live.empty()) return out;
     Tensor inputs = fuse(feeding, counts);
+    if (chain_on_device(asks, live, counts)) {
+      const int deepest = max_depth(asks, live);
+      const Eagle3Head::Drafts d = head_->draft_argmax(step_rows, inputs, deepest, embedding_, *cache_);
+      const std::span<const int32_t> to_target = head_->draft_to_target();
+      const size_t R = live.size();
+      for (size_t j = 0; j < R; ++j) {
+        const size_t i = live[j];
+        auto& r = rows_[static_cast<size_t>(asks[i].row)];
+        r.fed += static_cast<int64_t>(step_rows[j].tokens.size());
+        r.waiting.clear();
+        r.pairs.clear();
+        for (int k = 0; k < asks[i].depth; ++k) {
+          const int32_t id = d.ids[static_cast<size_t>(k) * R + j];
+          if (id < 0) break;  // a NaN logit: no drafts from there on
+          out[i].tokens.push_back(to_target[static_cast<size_t>(id)]);
+        }
+        out[i].one_off = d.one_off;
+      }
+      return out;
+    }
     std::vector<float> chained;
     bool fused = true;
     for (int step = 0; !live.empty(); ++step) {
@@ -248,6 +268,29 @@ class Eagle3Rows : public DraftRows {
       fused = false;
     }
     return out;
+  }
+
+  static int max_depth(std::span<const DraftRequestRow> asks, std::span<const size_t> live) {
+    int deepest = 0;
+    for (const size_t i : live) deepest = std::max(deepest, asks[i].depth);
+    return deepest;
+  }
+
+  // Whether the live rows draft their whole chain on the device: every one takes its argmax and
+  // wants no distributions (the host has nothing to draw), and each one's head KV takes the
+  // deepest row's chain (the shallower rows run the extra steps, and drop what they bring).
+  bool chain_on_device(std::span<const DraftRequestRow> asks, std::span<const size_t> live,
+                       std::span<const int64_t> counts) {
+    for (const size_t i : live)
+      if (!asks[i].sampling->selects_argmax() || asks[i].want_q) return false;
+    const int deepest = max_depth(asks, live);
+    const int64_t max_position = head_->config().layer.max_position;
+    for (size_t j = 0; j < live.size(); ++j) {
+      const auto& r = rows_[static_cast<size_t>(asks[live[j]].row)];
+      const int64_t end = r.fed + counts[j] + deepest - 1;  // head positions once the chain ran
+      if (end + 1 > max_position || !cache_->reserve(r.seq, static_cast<int>(end))) return false;
+    }
+    return true;
   }
 
   // The coupled draw of draft `step`: the target's key for its position, over the target

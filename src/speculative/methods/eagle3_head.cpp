@@ -267,6 +267,8 @@ std::unique_ptr<Eagle3Head> Eagle3Head::load(const std::filesystem::path& dir, B
                     t.bytes[i] ? " as in" : " as not in", " the draft vocabulary, which d2t contradicts");
   }
 
+  head->draft_to_target_device_ = head->upload(DType::i32, {Vd, 1}, map.data());
+
   const std::vector<float> inv_freq = rope_inv_freq(l);
   head->inv_freq_ = head->upload(DType::f32, {static_cast<int64_t>(inv_freq.size())}, inv_freq.data());
   head->rope_scaling_ = rope_attention_scaling(l);
@@ -305,18 +307,13 @@ struct Meta {
 };
 
 struct Activations {
-  Tensor input, x, parts, cat, q, k, v, attn, normed, gate, out_hidden, out_normed, logits;
+  Tensor input, x;
+  Eagle3Head::Scratch layer;
+  Tensor out_hidden, out_normed, logits;
   Activations(Carver& a, const Eagle3Config& c, int64_t T, int64_t N, int64_t in_width)
       : input(a.take(DType::f32, {T, std::max<int64_t>(in_width, 1)})),
         x(a.take(DType::f32, {T, c.layer.hidden_size})),
-        parts(a.take(DType::f32, {2 * T, c.layer.hidden_size})),
-        cat(a.take(DType::f32, {T, 2 * int64_t{c.layer.hidden_size}})),
-        q(a.take(DType::f32, {T, int64_t{c.layer.num_heads} * c.layer.head_dim})),
-        k(a.take(DType::f32, {T, int64_t{c.layer.num_kv_heads} * c.layer.head_dim})),
-        v(a.take(DType::f32, {T, int64_t{c.layer.num_kv_heads} * c.layer.head_dim})),
-        attn(a.take(DType::f32, {T, int64_t{c.layer.num_heads} * c.layer.head_dim})),
-        normed(a.take(DType::f32, {T, c.layer.hidden_size})),
-        gate(a.take(DType::f32, {T, c.layer.intermediate_size})),
+        layer(Eagle3Head::scratch_of(a, c, T)),
         out_hidden(a.take(DType::f32, {N, c.layer.hidden_size})),
         out_normed(a.take(DType::f32, {N, c.layer.hidden_size})),
         logits(a.take(DType::f32, {N, c.draft_vocab})) {}
@@ -324,7 +321,53 @@ struct Activations {
 
 void put(const std::vector<int32_t>& src, const Tensor& dst) { std::copy(src.begin(), src.end(), dst.ptr<int32_t>()); }
 
+// cat row 2t is the normed embedding of token t (parts row t), row 2t+1 its normed hidden
+// (parts row T + t): [T, 2H] read as [2T, H].
+void put_cat_index(const Tensor& dst, int64_t T) {
+  for (int64_t t = 0; t < T; ++t) {
+    dst.ptr<int32_t>()[2 * t] = static_cast<int32_t>(t);
+    dst.ptr<int32_t>()[2 * t + 1] = static_cast<int32_t>(T + t);
+  }
+}
+
 }  // namespace
+
+Eagle3Head::Scratch Eagle3Head::scratch_of(Carver& a, const Eagle3Config& c, int64_t T) {
+  const ModelConfig& l = c.layer;
+  Scratch s;
+  s.parts = a.take(DType::f32, {2 * T, l.hidden_size});
+  s.cat = a.take(DType::f32, {T, 2 * int64_t{l.hidden_size}});
+  s.q = a.take(DType::f32, {T, int64_t{l.num_heads} * l.head_dim});
+  s.k = a.take(DType::f32, {T, int64_t{l.num_kv_heads} * l.head_dim});
+  s.v = a.take(DType::f32, {T, int64_t{l.num_kv_heads} * l.head_dim});
+  s.attn = a.take(DType::f32, {T, int64_t{l.num_heads} * l.head_dim});
+  s.normed = a.take(DType::f32, {T, l.hidden_size});
+  s.gate = a.take(DType::f32, {T, l.intermediate_size});
+  return s;
+}
+
+void Eagle3Head::layer(const Tensor& embed, const Tensor& ids, const Tensor& x, const Tensor& positions,
+                       const Tensor& cat_index, const AttentionBatch& batch, const Scratch& s, int64_t T,
+                       KvCache& cache) {
+  const ModelConfig& l = config_.layer;
+  const float eps = l.rms_norm_eps;
+  const int64_t nh = l.num_heads, nkv = l.num_kv_heads, hd = l.head_dim, H = l.hidden_size;
+  const Tensor embeds = s.parts.rows(0, T), hiddens = s.parts.rows(T, T);
+  backend_.embedding(embed, ids, embeds);
+  backend_.rms_norm(embeds, input_norm_, eps, embeds);
+  backend_.rms_norm(x, hidden_norm_, eps, hiddens);
+  if (config_.norm_before_residual) backend_.rms_norm(x, hidden_norm_, eps, x);
+  backend_.gather_rows(s.parts, cat_index, s.cat.reshape({2 * T, H}));
+  const std::array<Projection, 3> qkv = {Projection{q_proj_, {}, s.q}, Projection{k_proj_, {}, s.k},
+                                         Projection{v_proj_, {}, s.v}};
+  backend_.linear_many(s.cat, qkv);
+  backend_.rope_kv_write_attention(s.q.reshape({T, nh, hd}), s.k.reshape({T, nkv, hd}), s.v.reshape({T, nkv, hd}),
+                                   positions, inv_freq_, rope_scaling_, cache.k_pool(0), cache.v_pool(0), batch,
+                                   attn_scale_, s.attn.reshape({T, nh, hd}));
+  backend_.linear_add(s.attn, o_proj_, nullptr, x);
+  backend_.norm_gated_linear(x, post_norm_, eps, s.normed, gate_proj_, up_proj_, s.gate);
+  backend_.linear_add(s.gate, down_proj_, nullptr, x);
+}
 
 Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, std::span<const float> inputs, bool fused,
                                        const Tensor* embedding, KvCache& cache) {
@@ -338,6 +381,11 @@ Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, std::span<cons
 
 Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, const Tensor& inputs, bool fused,
                                        const Tensor* embedding, KvCache& cache) {
+  return run(rows, inputs, fused, embedding, cache, nullptr);
+}
+
+Eagle3Head::Output Eagle3Head::run(std::span<const Row> rows, const Tensor& inputs, bool fused, const Tensor* embedding,
+                                   KvCache& cache, const Tensor* keep_hidden) {
   const ModelConfig& l = config_.layer;
   const Tensor& embed = has_embedding() ? own_embed_ : (embedding ? *embedding : own_embed_);
   SPECDEC_CHECK(!embed.empty(), "the EAGLE-3 head has no embed_tokens and was given no target embedding");
@@ -364,12 +412,7 @@ Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, const Tensor& 
   put(plan.row_lens, host.row_lens);
   put(plan.block_table, host.block_table);
   put(plan.out_index, host.out_index);
-  // cat row 2t is the normed embedding of token t (parts row t), row 2t+1 its normed hidden
-  // (parts row T + t): [T, 2H] read as [2T, H].
-  for (int64_t t = 0; t < T; ++t) {
-    host.cat_index.ptr<int32_t>()[2 * t] = static_cast<int32_t>(t);
-    host.cat_index.ptr<int32_t>()[2 * t + 1] = static_cast<int32_t>(T + t);
-  }
+  put_cat_index(host.cat_index, T);
   Carver dev_carver = Carver::of(meta_);
   const Meta m = meta_of(dev_carver);
   const int64_t words = static_cast<int64_t>(staging.size());
@@ -396,7 +439,6 @@ Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, const Tensor& 
   batch.max_row_tokens = plan.max_row_tokens;
 
   const float eps = l.rms_norm_eps;
-  const int64_t nh = l.num_heads, nkv = l.num_kv_heads, hd = l.head_dim;
   // x: the hidden the layer's residual starts from (fc of the taps, or the head's own output).
   // Inputs already in the backend's memory are read where they are.
   const Tensor in = inputs.reshape({T, width});
@@ -407,24 +449,14 @@ Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, const Tensor& 
   } else {
     backend_.copy(in, s.x);
   }
-  const Tensor embeds = s.parts.rows(0, T), hiddens = s.parts.rows(T, T);
-  backend_.embedding(embed, m.ids, embeds);
-  backend_.rms_norm(embeds, input_norm_, eps, embeds);
-  backend_.rms_norm(s.x, hidden_norm_, eps, hiddens);
-  if (config_.norm_before_residual) backend_.rms_norm(s.x, hidden_norm_, eps, s.x);
-  backend_.gather_rows(s.parts, m.cat_index, s.cat.reshape({2 * T, H}));
-  const std::array<Projection, 3> qkv = {Projection{q_proj_, {}, s.q}, Projection{k_proj_, {}, s.k},
-                                         Projection{v_proj_, {}, s.v}};
-  backend_.linear_many(s.cat, qkv);
-  backend_.rope_kv_write_attention(s.q.reshape({T, nh, hd}), s.k.reshape({T, nkv, hd}), s.v.reshape({T, nkv, hd}),
-                                   m.positions, inv_freq_, rope_scaling_, cache.k_pool(0), cache.v_pool(0), batch,
-                                   attn_scale_, s.attn.reshape({T, nh, hd}));
-  backend_.linear_add(s.attn, o_proj_, nullptr, s.x);
-  backend_.norm_gated_linear(s.x, post_norm_, eps, s.normed, gate_proj_, up_proj_, s.gate);
-  backend_.linear_add(s.gate, down_proj_, nullptr, s.x);
+  layer(embed, m.ids, s.x, m.positions, m.cat_index, batch, s.layer, T, cache);
 
   Output out;
-  if (N > 0) {
+  if (keep_hidden) {
+    SPECDEC_CHECK(keep_hidden->numel() == N * H, "EAGLE-3 head: ", N, " outputs do not fit ",
+                  keep_hidden->shape_string());
+    if (N > 0) backend_.gather_rows(s.x, m.out_index.rows(0, N), *keep_hidden);
+  } else if (N > 0) {
     const Tensor g = s.out_hidden.rows(0, N), gn = s.out_normed.rows(0, N), logits = s.logits.rows(0, N);
     backend_.gather_rows(s.x, m.out_index.rows(0, N), g);
     backend_.rms_norm(g, final_norm_, eps, gn);
@@ -435,6 +467,156 @@ Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, const Tensor& 
     backend_.copy(logits, Tensor(out.logits.data(), DType::f32, {N, config_.draft_vocab}));
   }
   for (size_t r = 0; r < rows.size(); ++r) cache.set_length(rows[r].seq, plan.row_lens[r]);
+  return out;
+}
+
+Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Tensor& fused_inputs, int depth,
+                                            const Tensor* embedding, KvCache& cache) {
+  const ModelConfig& l = config_.layer;
+  SPECDEC_CHECK(depth >= 1, "EAGLE-3 head: a greedy chain of depth ", depth);
+  const Tensor& embed = has_embedding() ? own_embed_ : (embedding ? *embedding : own_embed_);
+  SPECDEC_CHECK(!embed.empty(), "the EAGLE-3 head has no embed_tokens and was given no target embedding");
+  const int64_t R = static_cast<int64_t>(rows.size()), H = l.hidden_size, Vd = config_.draft_vocab;
+  const int steps = depth - 1;
+  Drafts out;
+  if (R == 0) return out;
+  // Chained step j (1..steps) writes each row's position len + j - 1, where len is the row's
+  // length after step 0; the attention bounds are rounded up as the target's decode steps round
+  // theirs, so that rounds of one depth share a recording.
+  const int bs = cache.block_size();
+  std::vector<int> len(static_cast<size_t>(R));
+  int longest = 0, widest = 1;
+  for (int64_t r = 0; r < R; ++r) {
+    const Row& row = rows[static_cast<size_t>(r)];
+    SPECDEC_CHECK(row.outputs_at.size() == 1, "EAGLE-3 head: a greedy chain returns one position a row");
+    len[static_cast<size_t>(r)] = cache.length(row.seq) + static_cast<int>(row.tokens.size());
+    longest = std::max(longest, len[static_cast<size_t>(r)] + steps);
+    widest = std::max(widest, static_cast<int>(cache.block_table(row.seq).size()));
+    SPECDEC_CHECK(static_cast<int>(cache.block_table(row.seq).size()) * bs >= len[static_cast<size_t>(r)] + steps,
+                  "EAGLE-3 head: a row's KV is not reserved for its chain of ", depth);
+  }
+  const ReplayCache::Bounds bounds = ReplayCache::padded_bounds(longest, widest, bs);
+  const int mb = bounds.max_blocks;
+
+  // The chain's i32 arrays: per step positions, slots, row starts, row lengths and block tables;
+  // then the shared cat order; staged on the host, uploaded in one copy.
+  struct StepMeta {
+    Tensor positions, slots, row_starts, row_lens, table;
+  };
+  const auto meta_of = [&](Carver& m, std::vector<StepMeta>& per_step, Tensor& cat) {
+    per_step.clear();
+    for (int j = 1; j <= steps; ++j)
+      per_step.push_back(StepMeta{m.take(DType::i32, {R}), m.take(DType::i32, {R}), m.take(DType::i32, {R + 1}),
+                                  m.take(DType::i32, {R}), m.take(DType::i32, {R, mb})});
+    cat = m.take(DType::i32, {2 * R});
+  };
+  std::vector<StepMeta> host_steps, dev_steps;
+  Tensor host_cat, dev_cat;
+  Carver measure = Carver::measure();
+  meta_of(measure, host_steps, host_cat);
+  const auto grow = [&](Buffer& buffer, size_t bytes) {
+    if (buffer.bytes() >= bytes && buffer.data()) return false;
+    buffer = Buffer();
+    buffer = backend_.allocate(bytes + bytes / 2);
+    chain_replays_.clear();  // the recordings point into the old buffer
+    return true;
+  };
+  bool one_off = grow(chain_meta_, measure.size());
+  std::vector<int32_t> staging(chain_meta_.bytes() / sizeof(int32_t), 0);
+  Carver host_carver(staging.data(), staging.size() * sizeof(int32_t), Device::cpu);
+  meta_of(host_carver, host_steps, host_cat);
+  for (int j = 1; j <= steps; ++j) {
+    const StepMeta& h = host_steps[static_cast<size_t>(j - 1)];
+    for (int64_t r = 0; r < R; ++r) {
+      const auto& table = cache.block_table(rows[static_cast<size_t>(r)].seq);
+      const int p = len[static_cast<size_t>(r)] + j - 1;
+      h.positions.ptr<int32_t>()[r] = p;
+      h.slots.ptr<int32_t>()[r] = table.at(static_cast<size_t>(p / bs)) * bs + p % bs;
+      h.row_starts.ptr<int32_t>()[r] = static_cast<int32_t>(r);
+      h.row_lens.ptr<int32_t>()[r] = p + 1;
+      for (size_t b = 0; b < table.size(); ++b) h.table.ptr<int32_t>()[r * mb + static_cast<int64_t>(b)] = table[b];
+    }
+    h.row_starts.ptr<int32_t>()[R] = static_cast<int32_t>(R);
+  }
+  put_cat_index(host_cat, R);
+  Carver dev_carver = Carver::of(chain_meta_);
+  meta_of(dev_carver, dev_steps, dev_cat);
+  const int64_t words = static_cast<int64_t>(staging.size());
+  backend_.copy(Tensor(staging.data(), DType::i32, {words}),
+                Tensor(chain_meta_.data(), DType::i32, {words}, chain_meta_.device()));
+
+  // The chain's activations: the hidden carried from step to step, the layer's scratch, the
+  // normed hidden and logits, and the drafts (draft ids) with their target ids (the next inputs).
+  struct Acts {
+    Tensor x, normed, logits, drafts, inputs;
+    Scratch layer;
+  };
+  const auto acts_of = [&](Carver& a) {
+    Acts s;
+    s.x = a.take(DType::f32, {R, H});
+    s.normed = a.take(DType::f32, {R, H});
+    s.logits = a.take(DType::f32, {R, Vd});
+    s.drafts = a.take(DType::i32, {depth, R});
+    s.inputs = a.take(DType::i32, {depth, R});
+    s.layer = scratch_of(a, config_, R);
+    return s;
+  };
+  Carver measure_acts = Carver::measure();
+  acts_of(measure_acts);
+  one_off = grow(chain_acts_, measure_acts.size()) || one_off;
+  Carver acts_carver = Carver::of(chain_acts_);
+  const Acts s = acts_of(acts_carver);
+  const float eps = l.rms_norm_eps;
+  const auto logits_of_x = [&] {
+    backend_.rms_norm(s.x, final_norm_, eps, s.normed);
+    backend_.linear(s.normed, lm_head_, nullptr, s.logits);
+  };
+
+  // Step 0 (its token count varies with what the row caught up on): call by call.
+  run(rows, fused_inputs, true, embedding, cache, &s.x);
+  logits_of_x();
+  const auto chain = [&] {
+    for (int j = 1; j <= steps; ++j) {
+      const StepMeta& m = dev_steps[static_cast<size_t>(j - 1)];
+      const Tensor drafted = s.drafts.rows(j - 1, 1).reshape({R}), ids = s.inputs.rows(j - 1, 1).reshape({R});
+      backend_.argmax(s.logits, drafted);
+      backend_.gather_rows(draft_to_target_device_, drafted, ids.reshape({R, 1}));
+      AttentionBatch batch;
+      batch.positions = m.positions;
+      batch.slots = m.slots;
+      batch.row_starts = m.row_starts;
+      batch.row_lens = m.row_lens;
+      batch.block_table = m.table;
+      batch.rows = static_cast<int>(R);
+      batch.tokens = static_cast<int>(R);
+      batch.max_blocks = mb;
+      batch.block_size = bs;
+      batch.max_row_len = bounds.max_row_len;
+      batch.max_row_tokens = 1;
+      layer(embed, ids, s.x, m.positions, dev_cat, batch, s.layer, R, cache);
+      logits_of_x();
+    }
+    backend_.argmax(s.logits, s.drafts.rows(steps, 1).reshape({R}));
+  };
+  if (steps == 0) {
+    chain();
+  } else {
+    ReplayKey key;
+    key.rows = static_cast<int>(R);
+    key.tokens = static_cast<int>(R) * steps;
+    key.max_row_tokens = 1;
+    key.max_blocks = mb;
+    key.max_row_len = bounds.max_row_len;
+    key.outputs = depth;
+    key.pool_blocks = cache.total_blocks();
+    key.pools = {cache.k_pool(0).data, cache.v_pool(0).data};
+    one_off = chain_replays_.replay_or_run(key, chain) || one_off;
+  }
+  out.ids.resize(static_cast<size_t>(depth * R));
+  backend_.copy(s.drafts, Tensor(out.ids.data(), DType::i32, {depth, R}));
+  for (int64_t r = 0; r < R; ++r)
+    cache.set_length(rows[static_cast<size_t>(r)].seq, len[static_cast<size_t>(r)] + steps);
+  out.one_off = one_off;
   return out;
 }
 

@@ -15,8 +15,11 @@
 #include "core/weight.h"
 #include "kv/kv_cache.h"
 #include "model/config.h"
+#include "model/replay.h"
 
 namespace specdec {
+
+class Carver;
 
 struct Eagle3Config {
   // The decoder layer's shape, RoPE and norm epsilon; vocab_size is the target's vocabulary
@@ -75,11 +78,38 @@ class Eagle3Head {
   Output forward(std::span<const Row> rows, std::span<const float> inputs, bool fused, const Tensor* embedding,
                  KvCache& cache);
 
+  struct Drafts {
+    std::vector<int32_t> ids;  // [depth][rows] draft-vocabulary ids, -1 where a logit was NaN
+    bool one_off = false;      // the chain ran call by call on a backend that records (a new shape)
+  };
+  // Greedy drafts without the host between steps: step 0 is forward() of `rows` (fused taps,
+  // each row returning one position), then depth - 1 chained steps, each row's next token the
+  // argmax of its previous step's logits (through d2t) and its next hidden input that step's
+  // output, all queued on the backend; on one that records, the chain is recorded per shape
+  // (rows, depth, rounded attention bounds, cache) and replayed. Each row's KV must be reserved
+  // for its tokens plus depth - 1 positions; afterwards it holds them all.
+  Drafts draft_argmax(std::span<const Row> rows, const Tensor& fused_inputs, int depth, const Tensor* embedding,
+                      KvCache& cache);
+
+  // The layer's per-token activations for T tokens, carved from a scratch buffer.
+  struct Scratch {
+    Tensor parts, cat, q, k, v, attn, normed, gate;
+  };
+  static Scratch scratch_of(Carver& a, const Eagle3Config& c, int64_t T);
+
  private:
   Eagle3Head(Eagle3Config config, Backend& backend);
   // A copy of host bytes in the backend's memory, kept for the head's lifetime.
   Tensor upload(DType dtype, std::initializer_list<int64_t> shape, const void* bytes);
   void ensure(Buffer& buffer, size_t bytes);
+  // The layer on T tokens: x (the hidden the residual starts from) becomes the layer's output.
+  // ids, positions and cat_index are the tokens' i32 arrays (cat_index interleaves [embedding;
+  // hidden] rows, see forward()); `scratch` holds the per-token activations.
+  void layer(const Tensor& embed, const Tensor& ids, const Tensor& x, const Tensor& positions, const Tensor& cat_index,
+             const AttentionBatch& batch, const Scratch& scratch, int64_t T, KvCache& cache);
+  // forward(), or with keep_hidden: the outputs' hidden states gathered there, nothing returned.
+  Output run(std::span<const Row> rows, const Tensor& inputs, bool fused, const Tensor* embedding, KvCache& cache,
+             const Tensor* keep_hidden);
 
   Eagle3Config config_;
   Backend& backend_;
@@ -92,6 +122,9 @@ class Eagle3Head {
   float rope_scaling_ = 1.0f;
   float attn_scale_ = 1.0f;
   Buffer meta_, activations_;  // reused across forwards, grown as needed
+  Tensor draft_to_target_device_;   // d2t applied, [draft_vocab, 1] i32: the chain's input ids
+  Buffer chain_meta_, chain_acts_;  // the greedy chain's arrays and activations (their recordings point here)
+  ReplayCache chain_replays_{backend_};
 };
 
 }  // namespace specdec
