@@ -164,6 +164,17 @@ class DflashRows final : public DraftRows {
     return Carver::of(scratch_);
   }
 
+  // What makes two calls over `batch` one recording: its shape and its (padded) bounds.
+  static ReplayKey key_of(const AttentionBatch& batch) {
+    ReplayKey key;
+    key.rows = batch.rows;
+    key.tokens = batch.tokens;
+    key.max_row_tokens = batch.max_row_tokens;
+    key.max_blocks = batch.max_blocks;
+    key.max_row_len = batch.max_row_len;
+    return key;
+  }
+
   // On a backend that records calls, a call's attention bounds rounded up as the target's decode
   // steps round theirs, so that the rounds of one block shape share a recording (the kernels read
   // the true lengths; the bounds only size grids whose surplus blocks do nothing).
@@ -350,12 +361,7 @@ class DflashRows final : public DraftRows {
       }
     };
     if (record) {
-      ReplayKey key;
-      key.rows = batch.rows;
-      key.tokens = batch.tokens;
-      key.max_row_tokens = batch.max_row_tokens;
-      key.max_blocks = batch.max_blocks;
-      key.max_row_len = batch.max_row_len;
+      const ReplayKey key = key_of(batch);
       one_off = catch_up_replays_.replay_or_run(key, calls) || one_off;
     } else {
       calls();
@@ -487,12 +493,7 @@ class DflashRows final : public DraftRows {
     };
     if (record) {
       // The block's shape: rows, the padded bounds, and how many of its rows come back.
-      ReplayKey key;
-      key.rows = batch.rows;
-      key.tokens = batch.tokens;
-      key.max_row_tokens = batch.max_row_tokens;
-      key.max_blocks = batch.max_blocks;
-      key.max_row_len = batch.max_row_len;
+      ReplayKey key = key_of(batch);
       key.outputs = static_cast<int>(n_out);
       key.selection = device_tokens ? Selection::argmax : Selection::logits;
       one_off = draft_replays_.replay_or_run(key, calls) || one_off;
