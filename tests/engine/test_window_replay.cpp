@@ -266,5 +266,29 @@ TEST(WindowReplay, ReplayedDflashBlocksGiveThePlainTokens) {
   EXPECT_GE(st.replayed, st.forwards / 3) << st.replayed << " of " << st.forwards << " block forwards replayed";
 }
 
+TEST(WindowReplay, ReplayedEagle3ChainsGiveThePlainTokens) {
+  // The EAGLE-3 head's greedy rows chain their drafts on the device: step 0 (each row's fed
+  // positions padded to one width) and the chained steps recorded together per shape and
+  // replayed; sampled rows keep the host path beside them.
+  Bundled& m = Recorded::get().models;
+  auto engine = make_engine(7, {}, m);
+  const std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("models/eagle3"), *m.backend);
+  Eagle3Options e;
+  e.kv_blocks = 1024;
+  engine->add_method("eagle3",
+                     std::make_shared<Eagle3Method>(head, "bundled-eagle3", m.target->config().num_layers, e));
+  expect_plain_tokens(*engine, {{kClass, "eagle3", 6, 0}}, 48);
+  expect_plain_tokens(*engine, {{kCopy, "eagle3", 6, 0}, {kLoop, "eagle3", 3, 0}, {kClass, "eagle3", 6, 0}}, 48);
+  expect_plain_tokens(*engine, {{kLoop, "eagle3", 1, 0}}, 24);
+  const Eagle3Head::ChainStats st = head->chain_stats();
+  report("window_replay.eagle3_chains", static_cast<double>(st.chains));
+  report("window_replay.eagle3_replayed", static_cast<double>(st.replayed));
+  report("window_replay.eagle3_step0_replayed", static_cast<double>(st.step0_replayed));
+  EXPECT_GT(st.chains, 10);
+  // A shape replays from its third run; the rounds' fed positions (1 to 7 a row) come in widths
+  // 1, 2, 4 and 8, so most chains after the first few of each shape are replays, step 0 with them.
+  EXPECT_GE(st.step0_replayed, st.chains / 3) << st.step0_replayed << " of " << st.chains << " chains replayed";
+}
+
 }  // namespace
 }  // namespace specdec::testing

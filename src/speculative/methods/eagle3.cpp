@@ -150,17 +150,19 @@ class Eagle3Rows : public DraftRows {
     r.pairs.clear();
   }
 
-  // The first counts[i] waiting positions of rows[i], one after another, as the [positions,
-  // 3 * target_hidden] fused input fc reads (each position's three taps side by side), gathered
-  // in the backend's memory.
-  Tensor fuse(std::span<Eagle3RowState* const> rows, std::span<const int64_t> counts) {
+  // The first counts[i] waiting positions of rows[i] as the [positions, 3 * target_hidden] fused
+  // input fc reads (each position's three taps side by side), gathered in the backend's memory:
+  // one row after another, or with `pad` > 0 each row's in `pad` positions, its last repeated.
+  Tensor fuse(std::span<Eagle3RowState* const> rows, std::span<const int64_t> counts, int pad = 0) {
     const int64_t h = static_cast<int64_t>(width_ / 3);
     int64_t total = 0;
     gather_index_.clear();
     for (size_t i = 0; i < rows.size(); ++i) {
-      for (int64_t p = 0; p < counts[i]; ++p)
-        for (int j = 0; j < 3; ++j) gather_index_.push_back(static_cast<int32_t>(rows[i]->waiting.row_of(j, p)));
-      total += counts[i];
+      const int64_t n = pad > 0 ? pad : counts[i];
+      for (int64_t p = 0; p < n; ++p)
+        for (int j = 0; j < 3; ++j)
+          gather_index_.push_back(static_cast<int32_t>(rows[i]->waiting.row_of(j, std::min(p, counts[i] - 1))));
+      total += n;
     }
     const size_t index_bytes = (gather_index_.size() * sizeof(int32_t) + 255) / 256 * 256;
     const size_t input_bytes = static_cast<size_t>(total) * width_ * sizeof(float);
@@ -173,9 +175,9 @@ class Eagle3Rows : public DraftRows {
     backend().copy(Tensor(gather_index_.data(), DType::i32, {static_cast<int64_t>(gather_index_.size())}), index);
     int64_t at = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
-      backend().gather_rows(rows[i]->waiting.storage(), index.rows(3 * at, 3 * counts[i]),
-                            fused.rows(3 * at, 3 * counts[i]));
-      at += counts[i];
+      const int64_t n = pad > 0 ? pad : counts[i];
+      backend().gather_rows(rows[i]->waiting.storage(), index.rows(3 * at, 3 * n), fused.rows(3 * at, 3 * n));
+      at += n;
     }
     return fused.reshape({total, 3 * h});
   }
@@ -212,9 +214,9 @@ class Eagle3Rows : public DraftRows {
       live.push_back(i);
     }
     if (live.empty()) return out;
-    Tensor inputs = fuse(feeding, counts);
     if (chain_on_device(asks, live, counts)) {
       const int deepest = max_depth(asks, live);
+      const Tensor inputs = fuse(feeding, counts, head_->step0_width(step_rows));
       const Eagle3Head::Drafts d = head_->draft_argmax(step_rows, inputs, deepest, embedding_, *cache_);
       const std::span<const int32_t> to_target = head_->draft_to_target();
       const size_t R = live.size();
@@ -233,6 +235,7 @@ class Eagle3Rows : public DraftRows {
       }
       return out;
     }
+    const Tensor inputs = fuse(feeding, counts);
     std::vector<float> chained;
     bool fused = true;
     for (int step = 0; !live.empty(); ++step) {

@@ -470,6 +470,15 @@ Eagle3Head::Output Eagle3Head::run(std::span<const Row> rows, const Tensor& inpu
   return out;
 }
 
+int Eagle3Head::step0_width(std::span<const Row> rows) const {
+  if (!chain_replays_.available() || !whole_replays_.available() || rows.empty()) return 0;
+  int longest = 1;
+  for (const Row& r : rows) longest = std::max(longest, static_cast<int>(r.tokens.size()));
+  const int width = ReplayCache::window_width(longest);
+  const bool fits = width <= 16 && static_cast<int64_t>(rows.size()) * width <= ReplayCache::kMaxPaddedWindowTokens;
+  return fits ? width : 0;
+}
+
 Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Tensor& fused_inputs, int depth,
                                             const Tensor* embedding, KvCache& cache) {
   const ModelConfig& l = config_.layer;
@@ -477,79 +486,137 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   const Tensor& embed = has_embedding() ? own_embed_ : (embedding ? *embedding : own_embed_);
   SPECDEC_CHECK(!embed.empty(), "the EAGLE-3 head has no embed_tokens and was given no target embedding");
   const int64_t R = static_cast<int64_t>(rows.size()), H = l.hidden_size, Vd = config_.draft_vocab;
+  const int64_t fused_width = 3 * int64_t{config_.target_hidden};
   const int steps = depth - 1;
   Drafts out;
   if (R == 0) return out;
-  // Chained step j (1..steps) writes each row's position len + j - 1, where len is the row's
-  // length after step 0; the attention bounds are rounded up as the target's decode steps round
-  // theirs, so that rounds of one depth share a recording.
+  // Step 0 writes each row's positions [start, len); chained step j (1..steps) writes position
+  // len + j - 1. The attention bounds are rounded up as the target's decode steps round theirs,
+  // so that rounds of one shape share a recording.
+  const int width = step0_width(rows);
+  const int64_t T0 = R * width;
   const int bs = cache.block_size();
-  std::vector<int> len(static_cast<size_t>(R));
+  std::vector<int> start(static_cast<size_t>(R)), len(static_cast<size_t>(R));
   int longest = 0, widest = 1;
   for (int64_t r = 0; r < R; ++r) {
     const Row& row = rows[static_cast<size_t>(r)];
     SPECDEC_CHECK(row.outputs_at.size() == 1, "EAGLE-3 head: a greedy chain returns one position a row");
-    len[static_cast<size_t>(r)] = cache.length(row.seq) + static_cast<int>(row.tokens.size());
+    SPECDEC_CHECK(
+        !row.tokens.empty() && row.outputs_at[0] >= 0 && row.outputs_at[0] < static_cast<int32_t>(row.tokens.size()),
+        "EAGLE-3 head: a chain row returns position ", row.outputs_at[0], " of its ", row.tokens.size(), " tokens");
+    start[static_cast<size_t>(r)] = cache.length(row.seq);
+    len[static_cast<size_t>(r)] = start[static_cast<size_t>(r)] + static_cast<int>(row.tokens.size());
     longest = std::max(longest, len[static_cast<size_t>(r)] + steps);
     widest = std::max(widest, static_cast<int>(cache.block_table(row.seq).size()));
     SPECDEC_CHECK(static_cast<int>(cache.block_table(row.seq).size()) * bs >= len[static_cast<size_t>(r)] + steps,
                   "EAGLE-3 head: a row's KV is not reserved for its chain of ", depth);
   }
+  if (width > 0)
+    SPECDEC_CHECK(fused_inputs.dtype == DType::f32 && fused_inputs.numel() == T0 * fused_width,
+                  "EAGLE-3 head: padded step-0 inputs ", fused_inputs.shape_string(), " for ", R, " rows of ", width,
+                  " positions");
   const ReplayCache::Bounds bounds = ReplayCache::padded_bounds(longest, widest, bs);
   const int mb = bounds.max_blocks;
 
-  // The chain's i32 arrays: per step positions, slots, row starts, row lengths and block tables;
-  // then the shared cat order; staged on the host, uploaded in one copy.
+  // The i32 arrays of a step: positions, slots, row starts, row lengths, block tables; for a
+  // padded step 0 also token ids, the returned position of each row and its cat order. Every
+  // step's arrays are staged on the host and uploaded in one copy.
   struct StepMeta {
-    Tensor positions, slots, row_starts, row_lens, table;
+    Tensor positions, slots, row_starts, row_lens, table, ids, out_index, cat;
   };
-  const auto meta_of = [&](Carver& m, std::vector<StepMeta>& per_step, Tensor& cat) {
+  const auto step_meta = [&](Carver& m, int64_t tokens) {
+    StepMeta t;
+    t.positions = m.take(DType::i32, {tokens});
+    t.slots = m.take(DType::i32, {tokens});
+    t.row_starts = m.take(DType::i32, {R + 1});
+    t.row_lens = m.take(DType::i32, {R});
+    t.table = m.take(DType::i32, {R, mb});
+    return t;
+  };
+  const auto meta_of = [&](Carver& m, StepMeta& first, std::vector<StepMeta>& per_step, Tensor& cat) {
+    if (width > 0) {
+      first = step_meta(m, T0);
+      first.ids = m.take(DType::i32, {T0});
+      first.out_index = m.take(DType::i32, {R});
+      first.cat = m.take(DType::i32, {2 * T0});
+    }
     per_step.clear();
-    for (int j = 1; j <= steps; ++j)
-      per_step.push_back(StepMeta{m.take(DType::i32, {R}), m.take(DType::i32, {R}), m.take(DType::i32, {R + 1}),
-                                  m.take(DType::i32, {R}), m.take(DType::i32, {R, mb})});
+    for (int j = 1; j <= steps; ++j) per_step.push_back(step_meta(m, R));
     cat = m.take(DType::i32, {2 * R});
   };
+  StepMeta host_first, dev_first;
   std::vector<StepMeta> host_steps, dev_steps;
   Tensor host_cat, dev_cat;
   Carver measure = Carver::measure();
-  meta_of(measure, host_steps, host_cat);
+  meta_of(measure, host_first, host_steps, host_cat);
   const auto grow = [&](Buffer& buffer, size_t bytes) {
     if (buffer.bytes() >= bytes && buffer.data()) return false;
     buffer = Buffer();
     buffer = backend_.allocate(bytes + bytes / 2);
     chain_replays_.clear();  // the recordings point into the old buffer
+    whole_replays_.clear();
     return true;
   };
   bool one_off = grow(chain_meta_, measure.size());
   std::vector<int32_t> staging(chain_meta_.bytes() / sizeof(int32_t), 0);
   Carver host_carver(staging.data(), staging.size() * sizeof(int32_t), Device::cpu);
-  meta_of(host_carver, host_steps, host_cat);
+  meta_of(host_carver, host_first, host_steps, host_cat);
+  const auto slot_of = [&](const std::vector<int>& table, int p) {
+    return table.at(static_cast<size_t>(p / bs)) * bs + p % bs;
+  };
+  const auto put_table = [&](const Tensor& dst, int64_t r, const std::vector<int>& table) {
+    for (size_t b = 0; b < table.size(); ++b) dst.ptr<int32_t>()[r * mb + static_cast<int64_t>(b)] = table[b];
+  };
+  if (width > 0) {
+    // Each row's positions padded to `width` as a batch of verify windows is: a padding position
+    // repeats the row's last token at its position and writes no K/V (slot -1), so it attends as
+    // that token does and changes nothing.
+    const StepMeta& h = host_first;
+    for (int64_t r = 0; r < R; ++r) {
+      const Row& row = rows[static_cast<size_t>(r)];
+      const auto& table = cache.block_table(row.seq);
+      const int n = static_cast<int>(row.tokens.size());
+      for (int j = 0; j < width; ++j) {
+        const int k = std::min(j, n - 1), p = start[static_cast<size_t>(r)] + k;
+        const int64_t t = r * width + j;
+        h.ids.ptr<int32_t>()[t] = row.tokens[static_cast<size_t>(k)];
+        h.positions.ptr<int32_t>()[t] = p;
+        h.slots.ptr<int32_t>()[t] = j < n ? slot_of(table, p) : -1;
+      }
+      h.row_starts.ptr<int32_t>()[r] = static_cast<int32_t>(r * width);
+      h.row_lens.ptr<int32_t>()[r] = len[static_cast<size_t>(r)];
+      h.out_index.ptr<int32_t>()[r] = static_cast<int32_t>(r * width + row.outputs_at[0]);
+      put_table(h.table, r, table);
+    }
+    h.row_starts.ptr<int32_t>()[R] = static_cast<int32_t>(T0);
+    put_cat_index(h.cat, T0);
+  }
   for (int j = 1; j <= steps; ++j) {
     const StepMeta& h = host_steps[static_cast<size_t>(j - 1)];
     for (int64_t r = 0; r < R; ++r) {
       const auto& table = cache.block_table(rows[static_cast<size_t>(r)].seq);
       const int p = len[static_cast<size_t>(r)] + j - 1;
       h.positions.ptr<int32_t>()[r] = p;
-      h.slots.ptr<int32_t>()[r] = table.at(static_cast<size_t>(p / bs)) * bs + p % bs;
+      h.slots.ptr<int32_t>()[r] = slot_of(table, p);
       h.row_starts.ptr<int32_t>()[r] = static_cast<int32_t>(r);
       h.row_lens.ptr<int32_t>()[r] = p + 1;
-      for (size_t b = 0; b < table.size(); ++b) h.table.ptr<int32_t>()[r * mb + static_cast<int64_t>(b)] = table[b];
+      put_table(h.table, r, table);
     }
     h.row_starts.ptr<int32_t>()[R] = static_cast<int32_t>(R);
   }
   put_cat_index(host_cat, R);
   Carver dev_carver = Carver::of(chain_meta_);
-  meta_of(dev_carver, dev_steps, dev_cat);
+  meta_of(dev_carver, dev_first, dev_steps, dev_cat);
   const int64_t words = static_cast<int64_t>(staging.size());
   backend_.copy(Tensor(staging.data(), DType::i32, {words}),
                 Tensor(chain_meta_.data(), DType::i32, {words}, chain_meta_.device()));
 
   // The chain's activations: the hidden carried from step to step, the layer's scratch, the
-  // normed hidden and logits, and the drafts (draft ids) with their target ids (the next inputs).
+  // normed hidden and logits, and the drafts (draft ids) with their target ids (the next inputs);
+  // for a padded step 0 its fused inputs, hiddens and scratch.
   struct Acts {
-    Tensor x, normed, logits, drafts, inputs;
-    Scratch layer;
+    Tensor x, normed, logits, drafts, inputs, input0, x0;
+    Scratch layer, layer0;
   };
   const auto acts_of = [&](Carver& a) {
     Acts s;
@@ -559,6 +626,11 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
     s.drafts = a.take(DType::i32, {depth, R});
     s.inputs = a.take(DType::i32, {depth, R});
     s.layer = scratch_of(a, config_, R);
+    if (width > 0) {
+      s.input0 = a.take(DType::f32, {T0, fused_width});
+      s.x0 = a.take(DType::f32, {T0, H});
+      s.layer0 = scratch_of(a, config_, T0);
+    }
     return s;
   };
   Carver measure_acts = Carver::measure();
@@ -571,47 +643,70 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
     backend_.rms_norm(s.x, final_norm_, eps, s.normed);
     backend_.linear(s.normed, lm_head_, nullptr, s.logits);
   };
-
-  // Step 0 (its token count varies with what the row caught up on): call by call.
-  run(rows, fused_inputs, true, embedding, cache, &s.x);
-  logits_of_x();
+  const auto batch_of = [&](const StepMeta& m, int64_t tokens, int row_tokens) {
+    AttentionBatch batch;
+    batch.positions = m.positions;
+    batch.slots = m.slots;
+    batch.row_starts = m.row_starts;
+    batch.row_lens = m.row_lens;
+    batch.block_table = m.table;
+    batch.rows = static_cast<int>(R);
+    batch.tokens = static_cast<int>(tokens);
+    batch.max_blocks = mb;
+    batch.block_size = bs;
+    batch.max_row_len = bounds.max_row_len;
+    batch.max_row_tokens = row_tokens;
+    return batch;
+  };
+  const auto step0 = [&] {
+    backend_.linear(s.input0, fc_, nullptr, s.x0);
+    layer(embed, dev_first.ids, s.x0, dev_first.positions, dev_first.cat, batch_of(dev_first, T0, width), s.layer0, T0,
+          cache);
+    backend_.gather_rows(s.x0, dev_first.out_index, s.x);
+    logits_of_x();
+  };
   const auto chain = [&] {
     for (int j = 1; j <= steps; ++j) {
       const StepMeta& m = dev_steps[static_cast<size_t>(j - 1)];
       const Tensor drafted = s.drafts.rows(j - 1, 1).reshape({R}), ids = s.inputs.rows(j - 1, 1).reshape({R});
       backend_.argmax(s.logits, drafted);
       backend_.gather_rows(draft_to_target_device_, drafted, ids.reshape({R, 1}));
-      AttentionBatch batch;
-      batch.positions = m.positions;
-      batch.slots = m.slots;
-      batch.row_starts = m.row_starts;
-      batch.row_lens = m.row_lens;
-      batch.block_table = m.table;
-      batch.rows = static_cast<int>(R);
-      batch.tokens = static_cast<int>(R);
-      batch.max_blocks = mb;
-      batch.block_size = bs;
-      batch.max_row_len = bounds.max_row_len;
-      batch.max_row_tokens = 1;
-      layer(embed, ids, s.x, m.positions, dev_cat, batch, s.layer, R, cache);
+      layer(embed, ids, s.x, m.positions, dev_cat, batch_of(m, R, 1), s.layer, R, cache);
       logits_of_x();
     }
     backend_.argmax(s.logits, s.drafts.rows(steps, 1).reshape({R}));
   };
-  if (steps == 0) {
-    chain();
+  ReplayKey key;
+  key.rows = static_cast<int>(R);
+  key.tokens = static_cast<int>(T0 + R * steps);
+  key.max_row_tokens = std::max(width, 1);
+  key.max_blocks = mb;
+  key.max_row_len = bounds.max_row_len;
+  key.outputs = depth;
+  key.pool_blocks = cache.total_blocks();
+  key.pools = {cache.k_pool(0).data, cache.v_pool(0).data};
+  bool replayed = false;
+  if (width > 0) {
+    // The inputs come from the caller's buffer; the recording reads its own copy of them.
+    backend_.copy(fused_inputs.reshape({T0, fused_width}), s.input0);
+    replayed = !whole_replays_.replay_or_run(key, [&] {
+      step0();
+      chain();
+    });
+    chain_stats_.step0_replayed += replayed ? 1 : 0;
   } else {
-    ReplayKey key;
-    key.rows = static_cast<int>(R);
-    key.tokens = static_cast<int>(R) * steps;
-    key.max_row_tokens = 1;
-    key.max_blocks = mb;
-    key.max_row_len = bounds.max_row_len;
-    key.outputs = depth;
-    key.pool_blocks = cache.total_blocks();
-    key.pools = {cache.k_pool(0).data, cache.v_pool(0).data};
-    one_off = chain_replays_.replay_or_run(key, chain) || one_off;
+    // Step 0 (a row catching up on many positions, or a backend that records nothing): call by
+    // call, then the chain.
+    run(rows, fused_inputs, true, embedding, cache, &s.x);
+    logits_of_x();
+    if (steps == 0)
+      chain();
+    else
+      replayed = !chain_replays_.replay_or_run(key, chain);
   }
+  one_off = one_off || (chain_replays_.available() && !replayed);
+  chain_stats_.chains += 1;
+  chain_stats_.replayed += replayed ? 1 : 0;
   out.ids.resize(static_cast<size_t>(depth * R));
   backend_.copy(s.drafts, Tensor(out.ids.data(), DType::i32, {depth, R}));
   for (int64_t r = 0; r < R; ++r)

@@ -82,14 +82,27 @@ class Eagle3Head {
     std::vector<int32_t> ids;  // [depth][rows] draft-vocabulary ids, -1 where a logit was NaN
     bool one_off = false;      // the chain ran call by call on a backend that records (a new shape)
   };
+  // The width each row's step-0 positions are padded to when draft_argmax records step 0 with
+  // the chain: the most positions a row feeds, rounded up to a power of two. 0 when step 0 runs
+  // call by call: on a backend that records nothing, or past the tile attention's 16 positions
+  // a row (a prompt caught up on) or ReplayCache::kMaxPaddedWindowTokens in all.
+  int step0_width(std::span<const Row> rows) const;
   // Greedy drafts without the host between steps: step 0 is forward() of `rows` (fused taps,
   // each row returning one position), then depth - 1 chained steps, each row's next token the
   // argmax of its previous step's logits (through d2t) and its next hidden input that step's
-  // output, all queued on the backend; on one that records, the chain is recorded per shape
-  // (rows, depth, rounded attention bounds, cache) and replayed. Each row's KV must be reserved
-  // for its tokens plus depth - 1 positions; afterwards it holds them all.
+  // output, all queued on the backend. On one that records, the whole chain (step 0 too when
+  // step0_width(rows) > 0) is recorded per shape (rows, width, depth, rounded attention bounds,
+  // cache) and replayed. fused_inputs: with a width, [rows * width, 3 * target_hidden], row r's
+  // positions from r * width with its last repeated into the padding; else the rows' positions
+  // one after another. Each row's KV must be reserved for its tokens plus depth - 1 positions;
+  // afterwards it holds them all.
   Drafts draft_argmax(std::span<const Row> rows, const Tensor& fused_inputs, int depth, const Tensor* embedding,
                       KvCache& cache);
+  // Greedy chains so far, and how many of them were replays (step 0 included or not).
+  struct ChainStats {
+    int64_t chains = 0, replayed = 0, step0_replayed = 0;
+  };
+  ChainStats chain_stats() const { return chain_stats_; }
 
   // The layer's per-token activations for T tokens, carved from a scratch buffer.
   struct Scratch {
@@ -124,7 +137,9 @@ class Eagle3Head {
   Buffer meta_, activations_;  // reused across forwards, grown as needed
   Tensor draft_to_target_device_;   // d2t applied, [draft_vocab, 1] i32: the chain's input ids
   Buffer chain_meta_, chain_acts_;  // the greedy chain's arrays and activations (their recordings point here)
-  ReplayCache chain_replays_{backend_};
+  // Chains whose step 0 runs call by call, and chains recorded with their step 0.
+  ReplayCache chain_replays_{backend_}, whole_replays_{backend_};
+  ChainStats chain_stats_;
 };
 
 }  // namespace specdec
