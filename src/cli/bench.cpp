@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/bench_run.h"
@@ -242,10 +243,28 @@ nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const st
   const double pt = m.plain.generated / m.plain.wall, st = m.spec.generated / m.spec.wall;
   bool same = true;
   for (size_t i = 0; i < batch.size(); ++i) same = same && m.plain.results[i].tokens == m.spec.results[i].tokens;
+  // The batch's rows' telemetry summed: how often its rows drafted, and what they accepted.
+  SpeculativeStats tel;
+  for (const GenerationResult& r : m.spec.results) {
+    if (!r.stats.speculative) continue;
+    const SpeculativeStats& s = *r.stats.speculative;
+    tel.draft = s.draft;
+    tel.drafted += s.drafted;
+    tel.accepted += s.accepted;
+    tel.rounds += s.rounds;
+    tel.emitted += s.emitted;
+    tel.target_forwards += s.target_forwards;
+    tel.draft_seconds += s.draft_seconds;
+    tel.verify_seconds += s.verify_seconds;
+    for (auto [from, to] : {std::pair{&s.drafted_at, &tel.drafted_at}, std::pair{&s.accepted_at, &tel.accepted_at}}) {
+      if (to->size() < from->size()) to->resize(from->size(), 0);
+      for (size_t i = 0; i < from->size(); ++i) (*to)[i] += (*from)[i];
+    }
+  }
   const std::string label = "batch " + std::to_string(o.spec_batch);
-  std::printf("%-18s %-16s %9.1f %10.1f %10.1f %7.2fx %7.2fx %8s %8s %5s\n", label.c_str(), "all",
-              m.plain.max_ttft * 1e3, decode_rate(m.plain), decode_rate(m.spec), m.decode_speedup, m.speedup, "", "",
-              same ? "yes" : "NO");
+  std::printf("%-18s %-16s %9.1f %10.1f %10.1f %7.2fx %7.2fx %8.2f %8.2f %5s\n", label.c_str(), "all",
+              m.plain.max_ttft * 1e3, decode_rate(m.plain), decode_rate(m.spec), m.decode_speedup, m.speedup,
+              tel.acceptance_rate(), tel.mean_accepted_length(), same ? "yes" : "NO");
   return {{"method", draft},
           {"batch1", per_prompt},
           {"batch",
@@ -254,7 +273,8 @@ nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const st
             {"spec_tokens_per_s", st},
             {"speedup", m.speedup},
             {"decode_speedup", m.decode_speedup},
-            {"identical", same}}}};
+            {"identical", same},
+            {"telemetry", nlohmann::json::parse(tel.to_json())}}}};
 }
 
 // The engine's limits, raised so that every run of the benchmark prefills all its prompts in its
