@@ -414,10 +414,16 @@ class DflashRows final : public DraftRows {
     const int64_t V = lm_head_.rows();
     std::vector<int32_t> ids(static_cast<size_t>(T), c_.mask_token_id), out_index;
     std::vector<int> first_out;
+    // Where the block forward is recorded, every row returns all its block positions, so that
+    // the rounds' depths (which the policy and the cut move from round to round) do not each
+    // make a shape of their own: a shape pays a few forwards call by call before it replays,
+    // and the LM head on a few more rows costs next to nothing on a device that records.
+    const bool record = draft_replays_.available();
     for (int64_t i = 0; i < R; ++i) {
       ids[static_cast<size_t>(i * gamma)] = asks[live[static_cast<size_t>(i)]].pending;
       first_out.push_back(static_cast<int>(out_index.size()));
-      for (int k = 1; k <= depth[static_cast<size_t>(i)]; ++k) out_index.push_back(static_cast<int32_t>(i * gamma + k));
+      const int returned = record ? gamma - 1 : depth[static_cast<size_t>(i)];
+      for (int k = 1; k <= returned; ++k) out_index.push_back(static_cast<int32_t>(i * gamma + k));
     }
     const int64_t n_out = static_cast<int64_t>(out_index.size());
     // Every block row sees the whole block: its attention position is the block's last, while
@@ -425,7 +431,6 @@ class DflashRows final : public DraftRows {
     lay_out(
         draft_arrays_, seqs, from, count, [&](size_t i, int) { return from[i] + gamma - 1; },
         [&](size_t i, int k) { return static_cast<int>(asks[live[i]].position) + k; });
-    const bool record = draft_replays_.available();
     if (record) pad_bounds(draft_arrays_);
 
     // What comes back to the host is one piece, `back`: each returned row's final hidden state

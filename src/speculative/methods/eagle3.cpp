@@ -41,8 +41,12 @@ struct Eagle3RowState {
 
 class Eagle3Rows : public DraftRows {
  public:
-  Eagle3Rows(std::shared_ptr<Eagle3Head> head, std::string ns, const Tensor* embedding, int kv_blocks)
-      : head_(std::move(head)), ns_(std::move(ns)), embedding_(embedding), cache_(head_->make_cache(kv_blocks)) {
+  Eagle3Rows(std::shared_ptr<Eagle3Head> head, std::string ns, const Tensor* embedding, int kv_blocks, int max_draft)
+      : head_(std::move(head)),
+        ns_(std::move(ns)),
+        embedding_(embedding),
+        cache_(head_->make_cache(kv_blocks)),
+        max_draft_(max_draft) {
     const Eagle3Config& c = head_->config();
     width_ = 3 * static_cast<size_t>(c.target_hidden);
     vocab_ = static_cast<size_t>(c.layer.vocab_size);
@@ -215,7 +219,7 @@ class Eagle3Rows : public DraftRows {
     }
     if (live.empty()) return out;
     if (chain_on_device(asks, live, counts)) {
-      const int deepest = max_depth(asks, live);
+      const int deepest = chain_depth(asks, live);
       const Tensor inputs = fuse(feeding, counts, head_->step0_width(step_rows));
       const Eagle3Head::Drafts d = head_->draft_argmax(step_rows, inputs, deepest, embedding_, *cache_);
       const std::span<const int32_t> to_target = head_->draft_to_target();
@@ -273,10 +277,18 @@ class Eagle3Rows : public DraftRows {
     return out;
   }
 
-  static int max_depth(std::span<const DraftRequestRow> asks, std::span<const size_t> live) {
+  // The depth a greedy chain runs to: the deepest row's, and where chains are recorded, rounded
+  // up to a power of two (at most the method's depth). A chain is recorded per depth, and every
+  // shape pays a few calls one by one before it replays; the policy's depths wander from round
+  // to round, so fewer depths mean fewer such calls, for a step or two more of a head whose step
+  // is a few small kernels.
+  int chain_depth(std::span<const DraftRequestRow> asks, std::span<const size_t> live) const {
     int deepest = 0;
     for (const size_t i : live) deepest = std::max(deepest, asks[i].depth);
-    return deepest;
+    if (!head_->replays_chains()) return deepest;
+    int rounded = 1;
+    while (rounded < deepest) rounded *= 2;
+    return std::max(deepest, std::min(rounded, max_draft_));
   }
 
   // Whether the live rows draft their whole chain on the device: every one takes its argmax and
@@ -286,7 +298,7 @@ class Eagle3Rows : public DraftRows {
                        std::span<const int64_t> counts) {
     for (const size_t i : live)
       if (!asks[i].sampling->selects_argmax() || asks[i].want_q) return false;
-    const int deepest = max_depth(asks, live);
+    const int deepest = chain_depth(asks, live);
     const int64_t max_position = head_->config().layer.max_position;
     for (size_t j = 0; j < live.size(); ++j) {
       const auto& r = rows_[static_cast<size_t>(asks[live[j]].row)];
@@ -322,6 +334,7 @@ class Eagle3Rows : public DraftRows {
   std::vector<Eagle3RowState> rows_;
   size_t width_ = 0;  // floats of one position's fused taps
   size_t vocab_ = 0;
+  int max_draft_;  // the deepest a round may ask
   std::vector<float> full_;
   std::vector<int32_t> verified_;      // a commit's verified tokens (kept: a round allocates nothing for them)
   std::vector<int32_t> gather_index_;  // host side of the last fuse()'s gather (the copy reads it at once)
@@ -366,7 +379,7 @@ std::unique_ptr<DraftRows> Eagle3Method::open(const TargetView& target) {
   int blocks = options_.kv_blocks;
   if (blocks <= 0) blocks = std::max(1, target.max_rows) * ((c.layer.max_position + 15) / 16 + 1);
   return std::make_unique<Eagle3Rows>(head_, checkpoint_namespace(),
-                                      head_->has_embedding() ? nullptr : target.embedding, blocks);
+                                      head_->has_embedding() ? nullptr : target.embedding, blocks, options_.num_draft);
 }
 
 }  // namespace specdec

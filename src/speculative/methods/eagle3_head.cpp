@@ -471,7 +471,7 @@ Eagle3Head::Output Eagle3Head::run(std::span<const Row> rows, const Tensor& inpu
 }
 
 int Eagle3Head::step0_width(std::span<const Row> rows) const {
-  if (!chain_replays_.available() || !whole_replays_.available() || rows.empty()) return 0;
+  if (!replays_chains() || rows.empty()) return 0;
   int longest = 1;
   for (const Row& r : rows) longest = std::max(longest, static_cast<int>(r.tokens.size()));
   const int width = ReplayCache::window_width(longest);

@@ -87,6 +87,9 @@ class Eagle3Head {
   // call by call: on a backend that records nothing, or past the tile attention's 16 positions
   // a row (a prompt caught up on) or ReplayCache::kMaxPaddedWindowTokens in all.
   int step0_width(std::span<const Row> rows) const;
+  // Whether greedy chains are recorded and replayed (false once the backend has shown it records
+  // nothing).
+  bool replays_chains() const { return chain_replays_.available() && whole_replays_.available(); }
   // Greedy drafts without the host between steps: step 0 is forward() of `rows` (fused taps,
   // each row returning one position), then depth - 1 chained steps, each row's next token the
   // argmax of its previous step's logits (through d2t) and its next hidden input that step's
