@@ -82,20 +82,8 @@ void CostModel::observe_forward(int tokens, double seconds) {
   }
 }
 
-void DraftCost::observe(int depth, int rows, double seconds) {
-  if (depth <= 0 || rows <= 0) return;
-  by_rows_[rows].observe(depth, seconds);
-}
-
-double DraftCost::cost(int k, int rows) const {
-  if (k <= 0 || by_rows_.empty()) return 0.0;
-  rows = std::max(1, rows);
-  auto it = by_rows_.upper_bound(rows);  // the first count above rows
-  if (it != by_rows_.begin()) --it;      // rows itself, or the most below it, when measured
-  return it->second.cost(k) / rows;
-}
-
-void DraftCost::Calls::observe(int depth, double seconds) {
+void DraftCost::observe(int depth, double seconds) {
+  if (depth <= 0) return;
   // The first call runs on cold caches (a draft model's first steps after a request's prefill
   // are far slower than its steady ones), so it prices drafts only until the second call
   // replaces it. Later, one call counts at most twice its prediction: a descheduled thread must
@@ -105,11 +93,9 @@ void DraftCost::Calls::observe(int depth, double seconds) {
   calls_ = std::min(calls_ + 1, 1000);
   fit_.add(depth, seconds);
   if (fit_.spreads(kMinSpread)) {
-    // A call whose time does not grow with its depth (a block drafter's one forward) fits a
-    // slope of about zero, noise either side.
-    const double slope = std::max(0.0, fit_.slope());
+    const double slope = fit_.slope();
     const double intercept = fit_.intercept(slope);
-    if (intercept >= 0) {
+    if (slope > 0 && intercept >= 0) {
       per_step_ = slope;
       fixed_ = intercept;
       return;
@@ -153,7 +139,7 @@ DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
 
 // Seconds of one row's round with k drafts: its verify window of k + 1 tokens and the drafts.
 static double round_cost(const CostModel& costs, const DraftCost& draft, int rows, int k) {
-  return costs.row_cost(k + 1, rows) + draft.cost(k, rows);
+  return costs.row_cost(k + 1, rows) + draft.cost(k);
 }
 
 bool DepthPolicy::could_pay(const CostModel& costs, const DraftCost& draft, int rows) const {

@@ -8,7 +8,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <vector>
 
 namespace specdec {
@@ -79,38 +78,19 @@ class CostModel {
 // priced at its shallow rate per token, finds them dear, and stays shallow for good. One per
 // method group: an n-gram lookup costs next to nothing where a draft model's step costs a
 // sizeable part of a target step, and one figure for both would misprice each.
-//
-// A call's rows draft in parallel, and how its time grows with them depends on the machine: on
-// a GPU a hidden-state drafter's call of eight rows costs about what one of a single row does
-// (its kernels are bound by their launches), on a CPU a draft model's grows with its rows. So
-// calls are fitted per row count, and a row's price is its share of a call in which as many rows
-// draft as the batch has, the same assumption the verify windows are priced on (the rows of a
-// batch decide alike). Fitted per call rather than per row, a batch whose rows mostly pause
-// would price drafting by its lone probes: each pays a whole call for one row, so drafting looks
-// several times dearer than it is when the rows draft together, and the pause holds for good.
 class DraftCost {
  public:
-  // One call in which `rows` rows drafted up to `depth` tokens each, taking `seconds`.
-  void observe(int depth, int rows, double seconds);
-  // A row's share of a call of depth k in which `rows` rows draft. From the calls of that many
-  // rows where measured; else those of the most rows below it (its call costs at least theirs:
-  // an optimistic price, which lets the rows draft together and measure it), else of the fewest
-  // above it.
-  double cost(int k, int rows) const;
-  // One-row calls.
-  void observe(int depth, double seconds) { observe(depth, 1, seconds); }
-  double cost(int k) const { return cost(k, 1); }
+  // One call that drafted up to `depth` tokens a row; `seconds` is one row's share of its time.
+  // Its rows draft in parallel: a call of eight rows costs more than one of a single row but far
+  // less than eight of them, so the share is measured at the batch the engine runs.
+  void observe(int depth, double seconds);
+  // A row's share of a call of depth k.
+  double cost(int k) const { return k <= 0 ? 0.0 : fixed_ + per_step_ * k; }
 
  private:
-  // Calls of one row count: seconds on depth.
-  struct Calls {
-    void observe(int depth, double seconds);
-    double cost(int k) const { return fixed_ + per_step_ * k; }
-    ForgettingFit fit_;
-    double fixed_ = 0, per_step_ = 0;
-    int calls_ = 0;  // calls observed
-  };
-  std::map<int, Calls> by_rows_;
+  ForgettingFit fit_;  // seconds on depth
+  double fixed_ = 0, per_step_ = 0;
+  int calls_ = 0;  // calls observed
 };
 
 // One per speculating row: learns the row's acceptance from its own rounds and chooses each

@@ -317,45 +317,6 @@ TEST(DraftCost, OneDepthSeenCountsOneStepForTheCallsFixedPart) {
   EXPECT_NEAR(draft.cost(5), 0.6e-3, 1e-9);
 }
 
-TEST(DraftCost, PricesARowAsItsShareOfACallOfTheWholeBatch) {
-  // A GPU drafter's call costs 0.2 ms whether one row or eight draft in it. At a batch of eight
-  // whose rows mostly pause, the calls are lone probes: priced by them, a row's draft would cost
-  // 0.2 ms against its 0.025 ms share when the rows draft together, and the pause would hold.
-  DraftCost draft;
-  for (int i = 0; i < 10; ++i) draft.observe(i % 2 == 0 ? 1 : 3, 8, 0.2e-3);
-  for (int i = 0; i < 30; ++i) draft.observe(1, 1, 0.2e-3);
-  EXPECT_NEAR(draft.cost(1, 8), 0.025e-3, 1e-9);
-  EXPECT_NEAR(draft.cost(3, 8), 0.025e-3, 1e-9);
-  EXPECT_NEAR(draft.cost(1, 1), 0.2e-3, 1e-9);
-  // Batches not measured: seven rows share the calls measured at fewer rows (optimistic, so
-  // that they draft together and measure their own), sixteen the eight-row calls.
-  EXPECT_NEAR(draft.cost(1, 7), 0.2e-3 / 7, 1e-9);
-  EXPECT_NEAR(draft.cost(1, 16), 0.2e-3 / 16, 1e-9);
-  // Only larger calls measured: a smaller batch takes their figure, a dear price.
-  DraftCost wide;
-  for (int i = 0; i < 10; ++i) wide.observe(1, 8, 0.4e-3);
-  EXPECT_NEAR(wide.cost(1, 2), 0.2e-3, 1e-9);
-}
-
-TEST(DepthPolicy, RowsOfABatchDraftWhenTheirCallsAreCheapTogetherThoughLoneProbesAreDear) {
-  // A GPU batch of eight: a plain step 0.3 ms, windows of up to 64 tokens nearly free; the
-  // drafter's call 0.2 ms for one row or eight. Rows that accept two rounds in three whole pay
-  // together (a 0.04 ms window share plus 0.025 ms of the call for ~3 tokens, against 0.038 ms
-  // a token plain), and their lone probes' calls must not say otherwise: priced at 0.2 ms a
-  // row, as a share of each call by its own rows, the round would emit 3 tokens in 0.24 ms.
-  CostModel costs;
-  for (int i = 0; i < 80; ++i) {
-    const int tokens = 8 * (1 + i % 4);
-    costs.observe_forward(tokens, (0.3 + 0.001 * tokens) * 1e-3);
-  }
-  DraftCost draft;
-  for (int i = 0; i < 10; ++i) draft.observe(i % 2 == 0 ? 1 : 3, 8, 0.2e-3);
-  for (int i = 0; i < 30; ++i) draft.observe(1, 1, 0.2e-3);
-  DepthPolicy policy(3, true);
-  for (int i = 0; i < 20; ++i) policy.observe(3, i % 3 == 0 ? 0 : 3);
-  EXPECT_GE(policy.next_depth(costs, draft, 8), 1);
-}
-
 TEST(DepthPolicy, DraftsDeepWhenADraftModelsCallsHaveAFixedPart) {
   // A draft model's calls cost 0.06 ms plus 0.115 ms a step, measured at depths 1 and 3 only; a
   // plain step costs 0.65 ms and a window the measured CPU line. Four rounds in five accept all
