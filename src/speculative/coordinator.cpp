@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -12,6 +13,23 @@ namespace specdec {
 
 namespace {
 using Clock = std::chrono::steady_clock;
+
+// The share of a batch's time its paused rows' probes may take. A probe is one row's round of
+// one draft, but in a batch it costs the whole iteration: the group's draft call for that row
+// and every row's window padded to two tokens, most of a plain step on a GPU. Rows paused one by
+// one each probe on their own back-off (4, 8, ... 64 rounds), so eight rows early in their
+// requests put a probe into every third or fourth iteration.
+constexpr double kProbeBudget = 0.02;
+
+// Iterations between two probes of one group in a batch of `rows`: a probe's extra cost (the
+// draft call of one row, and the windows of two tokens instead of one) over kProbeBudget of a
+// plain step. 0 until the costs are measured, and for one row (its probes cost only itself).
+int probe_gap(const CostModel& costs, const DraftCost& draft, int rows) {
+  if (rows <= 1 || !costs.calibrated()) return 0;
+  const double step = costs.forward_cost(rows);
+  const double extra = draft.cost(1) + std::max(0.0, costs.forward_cost(2 * rows) - step);
+  return static_cast<int>(std::clamp(std::ceil(extra / (kProbeBudget * step)), 0.0, 1024.0));
+}
 }  // namespace
 
 struct Coordinator::Group {
@@ -22,6 +40,8 @@ struct Coordinator::Group {
   std::vector<SpecRow*> members;  // in the group's row order
   DraftCost draft_cost;           // seconds of this group's draft calls
   int forced_probes_left = 0;     // this round's probes against the measured costs
+  int probe_gap_left = 0;         // iterations before one of its paused rows may probe again
+  bool probed = false;            // one of its rows probes this iteration
   // This round's asks (and who asked) and commits; kept between rounds so that a round
   // allocates nothing for them.
   std::vector<DraftRequestRow> asks;
@@ -135,6 +155,8 @@ void Coordinator::prefill_shared(SpecRow& row, std::span<const int32_t> tokens) 
 void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs, int decoding) {
   for (auto& [id, g] : groups_) {
     g->forced_probes_left = 1;
+    g->probe_gap_left = std::max(0, g->probe_gap_left - 1);
+    g->probed = false;
     g->asks.clear();
     g->askers.clear();
   }
@@ -143,6 +165,18 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     if (!row.joined) continue;
     Group& g = group_of(row);
     int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
+    // In a batch a group's paused rows probe one at a time, spaced so that probes take at most
+    // kProbeBudget of the batch's time; a row whose probe must wait is paused until then, its
+    // back-off unchanged.
+    if (depth > 0 && row.policy->probing() && decoding > 1) {
+      if (g.probed || g.probe_gap_left > 0) {
+        row.policy->defer_probe(g.probe_gap_left);
+        depth = 0;
+      } else {
+        g.probed = true;
+        g.probe_gap_left = probe_gap(costs, g.draft_cost, decoding);
+      }
+    }
     // A paused row is not tapped: each tapped round costs the forward a gather per tap layer and
     // the method a device copy per tap, which on a GPU whose plain step is a few launches is a
     // sizeable part of that step. Its drafter's context then misses those positions. It is tapped

@@ -179,7 +179,13 @@ double DepthPolicy::expected_emitted(int k, int regime) const {
   return total;
 }
 
+void DepthPolicy::defer_probe(int rounds) {
+  probing_ = false;
+  paused_ = std::max(1, rounds);
+}
+
 int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left) {
+  probing_ = false;
   if (!adaptive_ || max_depth_ == 0) return max_depth_;
   if (paused_ > 0) {
     --paused_;
@@ -201,6 +207,7 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
       }
       if (forced_probes_left) --*forced_probes_left;
     }
+    probing_ = true;
     return 1;
   }
   // Until the cost fit has data, draft moderately: a full-depth window in every row of a big

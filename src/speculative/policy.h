@@ -121,6 +121,11 @@ class DepthPolicy {
   // every draft were accepted: the probe that ends the pause then re-measures the costs, and
   // what it accepts cannot resume drafting.
   bool cannot_pay() const { return paused_ > 0 && cannot_pay_; }
+  // Whether the last next_depth() ended a pause with a probe.
+  bool probing() const { return probing_; }
+  // Puts off the probe the last next_depth() asked for by `rounds` rounds (at least one),
+  // leaving the back-off as it is: in a batch, a group's rows probe one at a time.
+  void defer_probe(int rounds);
   static constexpr int kNever = 1 << 30;
 
  private:
@@ -152,6 +157,7 @@ class DepthPolicy {
   bool cannot_pay_ = false;  // the last pricing found no depth that could pay at full acceptance
   int backoff_ = 4;          // length of the next pause
   bool wide_probe_ = false;  // alternates the depths drafted while the cost slope is unknown
+  bool probing_ = false;     // the last next_depth() was a pause's probe
   struct Choice {
     double emitted, seconds, full;  // per round; full: P(the next round is in regime 1)
   };

@@ -1,0 +1,82 @@
+// Paused rows' probes in a batch: a group's rows probe one at a time, spaced so that the probes
+// take a small share of the batch's time, where each row alone would probe on its own back-off.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "sampling/sampling.h"
+#include "speculative/coordinator.h"
+#include "speculative/methods/ngram_method.h"
+
+namespace specdec {
+namespace {
+
+// A batch of `rows` whose plain step costs 0.3 ms and whose windows cost 0.2 ms more per extra
+// token a row (the n-gram group's own draft calls cost next to nothing).
+CostModel batch_costs(int rows) {
+  CostModel costs;
+  for (int i = 0; i < 80; ++i) {
+    const int width = 1 + i % 4;
+    costs.observe_forward(rows * width, (0.3 + 0.2 * (width - 1)) * 1e-3);
+  }
+  return costs;
+}
+
+// Runs `iterations` rounds of `rows` rows that never accept a draft; returns the iterations in
+// which some row probed.
+int iterations_with_probes(int rows, int iterations) {
+  Coordinator coordinator(TargetView{});
+  coordinator.add_method("ngram", std::make_shared<NgramMethod>());
+  std::vector<SpecRow> spec(static_cast<size_t>(rows));
+  for (int i = 0; i < rows; ++i) {
+    SpecRow& r = spec[static_cast<size_t>(i)];
+    r.id = i;
+    r.method = "ngram";
+    r.policy.emplace(3, true, 0.01);  // a row whose drafts are never accepted: it pauses
+    coordinator.join(r);
+  }
+  const CostModel costs = batch_costs(rows);
+  // Rows reach their requests' rounds at different times: row i is 3 i rounds further on its
+  // own back-off schedule.
+  const DraftCost no_calls;
+  for (int i = 0; i < rows; ++i)
+    for (int k = 0; k < 3 * i; ++k) {
+      DepthPolicy& p = *spec[static_cast<size_t>(i)].policy;
+      p.observe(p.next_depth(costs, no_calls, rows) > 0 ? 1 : 0, 0);
+    }
+  const SamplingParams greedy;
+  int probing = 0;
+  for (int it = 0; it < iterations; ++it) {
+    std::vector<DraftAsk> asks;
+    for (SpecRow& r : spec) asks.push_back(DraftAsk{&r, 5, 100 + it, 8, &greedy});
+    coordinator.propose(asks, costs, rows);
+    bool any = false;
+    for (SpecRow& r : spec) {
+      if (!r.policy->probing()) {
+        r.policy->observe(0, 0);
+        continue;
+      }
+      any = true;
+      r.policy->observe(1, 0);  // the probe's draft is rejected
+    }
+    probing += any ? 1 : 0;
+  }
+  return probing;
+}
+
+TEST(BatchProbes, AGroupsPausedRowsProbeOneAtATimeWithinABudget) {
+  // Alone, a row probes after pauses of 4, 8, 16, 32 and 64 rounds: five of its first 130.
+  const int alone = iterations_with_probes(1, 130);
+  EXPECT_GE(alone, 4);
+  EXPECT_LE(alone, 6);
+  // Eight such rows, each on its own back-off, would probe in some 40 of 130 iterations. Spaced
+  // so that a probe's extra cost (two-token windows, 0.2 ms on a 0.3 ms step) takes at most 2 %
+  // of the batch's time, probes come at most once in ~34 iterations.
+  const int batch = iterations_with_probes(8, 130);
+  EXPECT_GE(batch, 1);
+  EXPECT_LE(batch, 5) << batch << " of 130 iterations carried a probe";
+}
+
+}  // namespace
+}  // namespace specdec
