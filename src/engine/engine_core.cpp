@@ -189,6 +189,7 @@ bool EngineCore::step() {
   const ForwardResult out = forward(request, decode_only);
   verify_and_commit(batch, out, on_backend, seconds_since(t0));
   retire();
+  if (decode_only) coordinator_.observe_iteration(seconds_since(started));
   if (decode_only && !out.one_off) {
     ++decode_iterations_;
     decode_iteration_seconds_ += seconds_since(started);

@@ -16,20 +16,30 @@ using Clock = std::chrono::steady_clock;
 
 // The share of a batch's time its paused rows' probes may take. A probe is one row's round of
 // one draft, but in a batch it costs the whole iteration: the group's draft call for that row
-// and every row's window padded to two tokens, most of a plain step on a GPU. Rows paused one by
-// one each probe on their own back-off (4, 8, ... 64 rounds), so eight rows early in their
-// requests put a probe into every third or fourth iteration.
+// and every row's window padded to two tokens, most of a plain step on a GPU, and many steps
+// when they are shapes not recorded yet (a batch's probes are few and far between, so theirs
+// often are). Rows paused one by one each probe on their own back-off (4, 8, ... 64 rounds), so
+// eight rows early in their requests put a probe into every third or fourth iteration.
 constexpr double kProbeBudget = 0.02;
 
-// Iterations between two probes of one group in a batch of `rows`: a probe's extra cost (the
-// draft call of one row, and the windows of two tokens instead of one) over kProbeBudget of a
-// plain step. 0 until the costs are measured, and for one row (its probes cost only itself).
-int probe_gap(const CostModel& costs, const DraftCost& draft, int rows) {
+// A wait in iterations, bounded.
+int probe_gap_left_of(double gap) { return static_cast<int>(std::clamp(gap, 0.0, 4096.0)); }
+
+// Iterations between two probes of one group in a batch of `rows`: a probe's extra cost over
+// kProbeBudget of a plain step. The extra cost is what the group's probe iterations were
+// measured to cost beyond plain ones (`measured`, 0 before any), or at least what the fits
+// price: the draft call of one row, and the windows of two tokens instead of one. 0 until the
+// costs are measured, and for one row (its probes cost only itself).
+int probe_gap(const CostModel& costs, const DraftCost& draft, int rows, double measured) {
   if (rows <= 1 || !costs.calibrated()) return 0;
   const double step = costs.forward_cost(rows);
-  const double extra = draft.cost(1) + std::max(0.0, costs.forward_cost(2 * rows) - step);
-  return static_cast<int>(std::clamp(std::ceil(extra / (kProbeBudget * step)), 0.0, 1024.0));
+  const double priced = draft.cost(1) + std::max(0.0, costs.forward_cost(2 * rows) - step);
+  const double extra = std::max(measured, priced);
+  return probe_gap_left_of(std::ceil(extra / (kProbeBudget * step)));
 }
+
+constexpr double kPlainRate = 0.05;  // moving-average rate of a plain iteration's time
+constexpr double kProbeRate = 0.5;   // and of a probe iteration's: there are few of them
 }  // namespace
 
 struct Coordinator::Group {
@@ -42,6 +52,7 @@ struct Coordinator::Group {
   int forced_probes_left = 0;     // this round's probes against the measured costs
   int probe_gap_left = 0;         // iterations before one of its paused rows may probe again
   bool probed = false;            // one of its rows probes this iteration
+  double probe_seconds = 0;       // moving average of iterations whose only draft was its probe
   // This round's asks (and who asked) and commits; kept between rounds so that a round
   // allocates nothing for them.
   std::vector<DraftRequestRow> asks;
@@ -174,7 +185,8 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
         depth = 0;
       } else {
         g.probed = true;
-        g.probe_gap_left = probe_gap(costs, g.draft_cost, decoding);
+        const double measured = g.probe_seconds > 0 && plain_seconds_ > 0 ? g.probe_seconds - plain_seconds_ : 0.0;
+        g.probe_gap_left = probe_gap(costs, g.draft_cost, decoding, measured);
       }
     }
     // A paused row is not tapped: each tapped round costs the forward a gather per tap layer and
@@ -196,8 +208,32 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     }
     g.askers.push_back(&row);
   }
+  last_asks_ = 0;
+  probe_only_ = nullptr;
+  for (auto& [id, g] : groups_) {
+    last_asks_ += g->asks.size();
+    if (g->probed) probe_only_ = g.get();
+  }
+  if (last_asks_ != 1) probe_only_ = nullptr;
   for (auto& [id, g] : groups_)
     if (!g->asks.empty()) g->draft();
+}
+
+void Coordinator::observe_iteration(double seconds) {
+  if (last_asks_ == 0) {
+    plain_seconds_ = plain_seconds_ == 0 ? seconds : plain_seconds_ + kPlainRate * (seconds - plain_seconds_);
+  } else if (probe_only_) {
+    double& p = probe_only_->probe_seconds;
+    p = p == 0 ? seconds : p + kProbeRate * (seconds - p);
+    // The wait that this probe set was priced before its cost was seen: lengthened to what it
+    // cost, when that was more.
+    if (plain_seconds_ > 0 && p > plain_seconds_) {
+      const double gap = std::ceil((p - plain_seconds_) / (kProbeBudget * plain_seconds_));
+      probe_only_->probe_gap_left = std::max(probe_gap_left_of(gap), probe_only_->probe_gap_left);
+    }
+  }
+  last_asks_ = 0;
+  probe_only_ = nullptr;
 }
 
 void Coordinator::Group::draft() {

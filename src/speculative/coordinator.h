@@ -93,6 +93,11 @@ class Coordinator {
   void propose(std::span<const DraftAsk> asks, const CostModel& costs, int decoding);
   // Relays the verified rounds to the groups (each row that took part, drafted or not).
   void commit(std::span<const RoundOutcome> outcomes);
+  // The wall time of the decode iteration whose drafts propose() set, one-off costs included: it
+  // prices a batch's probes (what an iteration whose only draft is one row's probe costs beyond
+  // one with none), which the cost fits cannot, as they leave out the one-off costs that a probe's
+  // new shapes bring.
+  void observe_iteration(double seconds);
 
  private:
   struct Group;
@@ -101,6 +106,10 @@ class Coordinator {
 
   TargetView target_;
   std::map<std::string, std::unique_ptr<Group>> groups_;
+  // The last propose(): its drafting rows, and the group whose probe was its only draft.
+  size_t last_asks_ = 0;
+  Group* probe_only_ = nullptr;
+  double plain_seconds_ = 0;  // moving average of decode iterations without drafts
 };
 
 }  // namespace specdec

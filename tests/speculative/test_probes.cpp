@@ -24,8 +24,9 @@ CostModel batch_costs(int rows) {
 }
 
 // Runs `iterations` rounds of `rows` rows that never accept a draft; returns the iterations in
-// which some row probed.
-int iterations_with_probes(int rows, int iterations) {
+// which some row probed. With `probe_steps` > 0 the coordinator is told each iteration's time:
+// 0.3 ms plain, `probe_steps` times that with a probe.
+int iterations_with_probes(int rows, int iterations, double probe_steps = 0) {
   Coordinator coordinator(TargetView{});
   coordinator.add_method("ngram", std::make_shared<NgramMethod>());
   std::vector<SpecRow> spec(static_cast<size_t>(rows));
@@ -61,6 +62,7 @@ int iterations_with_probes(int rows, int iterations) {
       r.policy->observe(1, 0);  // the probe's draft is rejected
     }
     probing += any ? 1 : 0;
+    if (probe_steps > 0) coordinator.observe_iteration((any ? probe_steps : 1.0) * 0.3e-3);
   }
   return probing;
 }
@@ -76,6 +78,16 @@ TEST(BatchProbes, AGroupsPausedRowsProbeOneAtATimeWithinABudget) {
   const int batch = iterations_with_probes(8, 130);
   EXPECT_GE(batch, 1);
   EXPECT_LE(batch, 5) << batch << " of 130 iterations carried a probe";
+}
+
+TEST(BatchProbes, AProbeMeasuredDearSpacesTheNextOnesFurther) {
+  // A batch's probe iteration measured at 15 plain steps (its shapes not recorded yet, which the
+  // cost fits leave out): the next probe waits some 700 iterations, not the ~34 the fits price.
+  const int measured = iterations_with_probes(8, 300, 15.0);
+  EXPECT_GE(measured, 1);
+  EXPECT_LE(measured, 1) << measured << " of 300 iterations carried a probe";
+  // Measured as cheap as the fits price them, they come as before.
+  EXPECT_GE(iterations_with_probes(8, 300, 1.7), 5);
 }
 
 }  // namespace
