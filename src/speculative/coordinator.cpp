@@ -51,7 +51,8 @@ struct Coordinator::Group {
   DraftCost draft_cost;           // seconds of this group's draft calls
   int forced_probes_left = 0;     // this round's probes against the measured costs
   int probe_gap_left = 0;         // iterations before one of its paused rows may probe again
-  bool probed = false;            // one of its rows probes this iteration
+  bool probed = false;            // one of its rows was let probe this iteration
+  bool probe_drafts = false;      // and drafts (it had room for a draft)
   double probe_seconds = 0;       // moving average of iterations whose only draft was its probe
   // This round's asks (and who asked) and commits; kept between rounds so that a round
   // allocates nothing for them.
@@ -168,6 +169,7 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     g->forced_probes_left = 1;
     g->probe_gap_left = std::max(0, g->probe_gap_left - 1);
     g->probed = false;
+    g->probe_drafts = false;
     g->asks.clear();
     g->askers.clear();
   }
@@ -176,6 +178,7 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     if (!row.joined) continue;
     Group& g = group_of(row);
     int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
+    bool probe = false;
     // In a batch a group's paused rows probe one at a time, spaced so that probes take at most
     // kProbeBudget of the batch's time; a row whose probe must wait is paused until then, its
     // back-off unchanged.
@@ -184,7 +187,7 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
         row.policy->defer_probe(g.probe_gap_left);
         depth = 0;
       } else {
-        g.probed = true;
+        g.probed = probe = true;
         const double measured = g.probe_seconds > 0 && plain_seconds_ > 0 ? g.probe_seconds - plain_seconds_ : 0.0;
         g.probe_gap_left = probe_gap(costs, g.draft_cost, decoding, measured);
       }
@@ -207,12 +210,13 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
       ask.draft_seconds = g.draft_cost.cost(depth);
     }
     g.askers.push_back(&row);
+    g.probe_drafts = g.probe_drafts || probe;
   }
   last_asks_ = 0;
   probe_only_ = nullptr;
   for (auto& [id, g] : groups_) {
     last_asks_ += g->asks.size();
-    if (g->probed) probe_only_ = g.get();
+    if (g->probe_drafts) probe_only_ = g.get();
   }
   if (last_asks_ != 1) probe_only_ = nullptr;
   for (auto& [id, g] : groups_)
