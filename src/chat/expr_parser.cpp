@@ -208,6 +208,7 @@ ExprPtr parse_filters_and_tests(TokenStream& ts, ExprPtr e) {
 }
 
 ExprPtr parse_unary(TokenStream& ts, bool with_filter) {
+  const TokenStream::Nested nested(ts);
   ExprPtr e;
   if (ts.is_op("-") || ts.is_op("+")) {
     const Token t = ts.next();
@@ -268,6 +269,7 @@ ExprPtr parse_compare(TokenStream& ts) {
 }
 
 ExprPtr parse_not(TokenStream& ts) {
+  const TokenStream::Nested nested(ts);
   if (ts.is_name("not")) {
     auto e = make(Expr::Kind::Unary, ts.next().line, "not");
     e->args.push_back(parse_not(ts));

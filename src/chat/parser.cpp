@@ -53,7 +53,11 @@ class Parser {
         if (stop) *stop = Stop{keyword, std::move(ts)};
         return body;
       }
+      // A block statement parses its bodies here again, one level deeper (and the renderer runs
+      // them so): refused past kMaxBlocks levels, well before the stack would run out.
+      if (++depth_ > kMaxBlocks) fail(c.line, "blocks nested more than " + std::to_string(kMaxBlocks) + " levels deep");
       body.push_back(parse_statement(keyword, ts, c.line));
+      --depth_;
     }
     if (!stops.empty()) {
       std::string expected;
@@ -183,6 +187,8 @@ class Parser {
   std::vector<Chunk> chunks_;
   size_t pos_ = 0;
   std::string name_;
+  static constexpr int kMaxBlocks = 100;
+  int depth_ = 0;  // block statements open around the one being parsed
 };
 
 }  // namespace

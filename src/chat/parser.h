@@ -27,10 +27,31 @@ class TokenStream {
   [[noreturn]] void fail(const std::string& what) const;
   const std::string& template_name() const { return name_; }
 
+  // Held while an expression nests one level deeper (a parenthesis, bracket or brace, a unary
+  // operator): past kMaxNesting levels the template is refused, since parsing and evaluating it
+  // recurse once per level and would exhaust the stack long before any real template gets there.
+  static constexpr int kMaxNesting = 200;
+  class Nested {
+   public:
+    explicit Nested(TokenStream& ts) : ts_(ts) {
+      if (++ts_.depth_ > kMaxNesting) {
+        --ts_.depth_;
+        ts_.fail("expression nested more than " + std::to_string(kMaxNesting) + " levels deep");
+      }
+    }
+    ~Nested() { --ts_.depth_; }
+    Nested(const Nested&) = delete;
+    Nested& operator=(const Nested&) = delete;
+
+   private:
+    TokenStream& ts_;
+  };
+
  private:
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   std::string name_;
+  int depth_ = 0;
 };
 
 ExprPtr parse_expression(TokenStream& ts);

@@ -166,6 +166,14 @@ Value Renderer::call_macro(const Stmt& m, const CallArgs& args) {
   if (args.positional.size() > m.names.size())
     throw EvalError("macro '" + m.text + "' takes " + std::to_string(m.names.size()) + " arguments, got " +
                     std::to_string(args.positional.size()));
+  if (macro_depth_ >= kMaxMacroDepth)
+    throw EvalError("macro '" + m.text + "' called " + std::to_string(kMaxMacroDepth) +
+                    " levels deep (a macro that calls itself without end?)");
+  struct Depth {
+    int& d;
+    explicit Depth(int& depth) : d(++depth) {}
+    ~Depth() { --d; }
+  } depth(macro_depth_);
   // A macro sees the globals and the template's variables, not its caller's loop variables.
   std::vector<std::shared_ptr<Frame>> saved = {frames_[0], frames_[1], std::make_shared<Frame>()};
   std::swap(saved, frames_);

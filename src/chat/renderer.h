@@ -48,6 +48,11 @@ class Renderer {
 
   std::string name_;
   std::vector<std::shared_ptr<Frame>> frames_;  // [0] globals, [1] the template's own, then inner scopes
+  // Macro calls under way. A macro may call itself (templates render nested JSON schemas so), but
+  // each call recurses through the renderer: past kMaxMacroDepth the render fails, as jinja2's
+  // does at Python's recursion limit, instead of exhausting the stack.
+  static constexpr int kMaxMacroDepth = 64;
+  int macro_depth_ = 0;
   std::string* out_ = nullptr;
 };
 

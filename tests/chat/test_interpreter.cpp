@@ -85,3 +85,43 @@ TEST(ChatInterpreter, ErrorsNameTemplateAndLine) {
 }
 
 }  // namespace
+
+namespace {
+
+// The error a template's render throws, or "" when it renders.
+std::string error_of(const std::string& source) {
+  try {
+    render(source);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string repeated(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+}  // namespace
+
+TEST(ChatInterpreter, DepthIsBoundedWithAClearError) {
+  // A macro may call itself, as templates that render nested tool schemas do...
+  EXPECT_EQ(render("{% macro down(n) %}{{ n }}{% if n > 0 %}{{ down(n - 1) }}{% endif %}{% endmacro %}{{ down(5) }}"),
+            "543210");
+  // ...but one that never stops fails the render with an error, instead of exhausting the stack.
+  EXPECT_NE(error_of("{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}").find("macro 'f' called 64 levels deep"),
+            std::string::npos);
+  // Expressions and blocks nested past what any template needs are refused when parsed.
+  EXPECT_EQ(render("{{ " + repeated("(", 40) + "1" + repeated(")", 40) + " }}"), "1");
+  EXPECT_NE(error_of("{{ " + repeated("(", 3000) + "1" + repeated(")", 3000) + " }}").find("nested more than"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ " + repeated("not ", 3000) + "1 }}").find("nested more than"), std::string::npos);
+  EXPECT_NE(error_of("{{ " + repeated("-", 3000) + "1 }}").find("nested more than"), std::string::npos);
+  EXPECT_NE(
+      error_of(repeated("{% if 1 %}", 3000) + "x" + repeated("{% endif %}", 3000)).find("blocks nested more than"),
+      std::string::npos);
+  // The renderer is unharmed: the next template renders.
+  EXPECT_EQ(render("{{ 1 + 1 }}"), "2");
+}
