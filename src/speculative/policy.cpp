@@ -93,11 +93,9 @@ void DraftCost::observe(int depth, double seconds) {
   calls_ = std::min(calls_ + 1, 1000);
   fit_.add(depth, seconds);
   if (fit_.spreads(kMinSpread)) {
-    // A call whose time does not grow with its depth (a block drafter's one forward, a chain
-    // run to a rounded depth) fits a slope of about zero, noise either side.
-    const double slope = std::max(0.0, fit_.slope());
+    const double slope = fit_.slope();
     const double intercept = fit_.intercept(slope);
-    if (intercept >= 0) {
+    if (slope > 0 && intercept >= 0) {
       per_step_ = slope;
       fixed_ = intercept;
       return;

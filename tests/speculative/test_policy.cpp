@@ -317,16 +317,6 @@ TEST(DraftCost, OneDepthSeenCountsOneStepForTheCallsFixedPart) {
   EXPECT_NEAR(draft.cost(5), 0.6e-3, 1e-9);
 }
 
-TEST(DraftCost, ACallThatDoesNotGrowWithItsDepthIsPricedFlat) {
-  // A block drafter's call (one forward for the whole block) costs about 0.2 ms at any depth,
-  // the deeper calls seen a little cheaper by chance: a call of six costs 0.2 ms, not the 0.47
-  // ms of a call split into steps.
-  DraftCost draft;
-  for (int i = 0; i < 20; ++i) draft.observe(i % 2 == 0 ? 1 : 3, i % 2 == 0 ? 0.21e-3 : 0.19e-3);
-  EXPECT_NEAR(draft.cost(1), 0.2e-3, 0.002e-3);
-  EXPECT_NEAR(draft.cost(6), 0.2e-3, 0.002e-3);
-}
-
 TEST(DepthPolicy, DraftsDeepWhenADraftModelsCallsHaveAFixedPart) {
   // A draft model's calls cost 0.06 ms plus 0.115 ms a step, measured at depths 1 and 3 only; a
   // plain step costs 0.65 ms and a window the measured CPU line. Four rounds in five accept all
