@@ -685,6 +685,9 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   key.outputs = depth;
   key.pool_blocks = cache.total_blocks();
   key.pools = {cache.k_pool(0).data, cache.v_pool(0).data};
+  // On a backend that records, a chain that does not replay paid one-off costs (a new shape, or
+  // step 0 called one by one); on one that records nothing, none is one-off.
+  const bool records = replays_chains();
   bool replayed = false;
   if (width > 0) {
     // The inputs come from the caller's buffer; the recording reads its own copy of them.
@@ -699,12 +702,12 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
     // call, then the chain.
     run(rows, fused_inputs, true, embedding, cache, &s.x);
     logits_of_x();
-    if (steps == 0)
-      chain();
-    else
+    if (steps > 0 && records)
       replayed = !chain_replays_.replay_or_run(key, chain);
+    else
+      chain();
   }
-  one_off = one_off || (chain_replays_.available() && !replayed);
+  one_off = one_off || (records && !replayed);
   chain_stats_.chains += 1;
   chain_stats_.replayed += replayed ? 1 : 0;
   out.ids.resize(static_cast<size_t>(depth * R));
