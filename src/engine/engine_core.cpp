@@ -189,10 +189,11 @@ bool EngineCore::step() {
   const ForwardResult out = forward(request, decode_only);
   verify_and_commit(batch, out, on_backend, seconds_since(t0));
   retire();
-  if (decode_only) coordinator_.observe_iteration(seconds_since(started));
+  const double iteration = seconds_since(started);
+  if (decode_only) coordinator_.observe_iteration(iteration);
   if (decode_only && !out.one_off) {
     ++decode_iterations_;
-    decode_iteration_seconds_ += seconds_since(started);
+    decode_iteration_seconds_ += iteration;
     decode_device_seconds_ += out.device_seconds;
   }
   return true;

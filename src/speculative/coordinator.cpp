@@ -22,20 +22,21 @@ using Clock = std::chrono::steady_clock;
 // eight rows early in their requests put a probe into every third or fourth iteration.
 constexpr double kProbeBudget = 0.02;
 
-// A wait in iterations, bounded.
-int probe_gap_left_of(double gap) { return static_cast<int>(std::clamp(gap, 0.0, 4096.0)); }
+// Iterations over which probes that each cost `extra` seconds more than a plain iteration of
+// `step` seconds take kProbeBudget of the time (bounded).
+int probe_wait(double extra, double step) {
+  return static_cast<int>(std::clamp(std::ceil(extra / (kProbeBudget * step)), 0.0, 4096.0));
+}
 
-// Iterations between two probes of one group in a batch of `rows`: a probe's extra cost over
-// kProbeBudget of a plain step. The extra cost is what the group's probe iterations were
-// measured to cost beyond plain ones (`measured`, 0 before any), or at least what the fits
+// The wait after a probe in a batch of `rows`: its extra cost is what the group's probe iterations
+// were measured to cost beyond plain ones (`measured`, 0 before any), or at least what the fits
 // price: the draft call of one row, and the windows of two tokens instead of one. 0 until the
-// costs are measured, and for one row (its probes cost only itself).
+// costs are measured.
 int probe_gap(const CostModel& costs, const DraftCost& draft, int rows, double measured) {
-  if (rows <= 1 || !costs.calibrated()) return 0;
+  if (!costs.calibrated()) return 0;
   const double step = costs.forward_cost(rows);
   const double priced = draft.cost(1) + std::max(0.0, costs.forward_cost(2 * rows) - step);
-  const double extra = std::max(measured, priced);
-  return probe_gap_left_of(std::ceil(extra / (kProbeBudget * step)));
+  return probe_wait(std::max(measured, priced), step);
 }
 
 constexpr double kPlainRate = 0.05;  // moving-average rate of a plain iteration's time
@@ -51,8 +52,7 @@ struct Coordinator::Group {
   DraftCost draft_cost;           // seconds of this group's draft calls
   int forced_probes_left = 0;     // this round's probes against the measured costs
   int probe_gap_left = 0;         // iterations before one of its paused rows may probe again
-  bool probed = false;            // one of its rows was let probe this iteration
-  bool probe_drafts = false;      // and drafts (it had room for a draft)
+  const SpecRow* prober = nullptr;  // the row let probe this iteration
   double probe_seconds = 0;       // moving average of iterations whose only draft was its probe
   // This round's asks (and who asked) and commits; kept between rounds so that a round
   // allocates nothing for them.
@@ -168,8 +168,7 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
   for (auto& [id, g] : groups_) {
     g->forced_probes_left = 1;
     g->probe_gap_left = std::max(0, g->probe_gap_left - 1);
-    g->probed = false;
-    g->probe_drafts = false;
+    g->prober = nullptr;
     g->asks.clear();
     g->askers.clear();
   }
@@ -178,16 +177,15 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     if (!row.joined) continue;
     Group& g = group_of(row);
     int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
-    bool probe = false;
     // In a batch a group's paused rows probe one at a time, spaced so that probes take at most
     // kProbeBudget of the batch's time; a row whose probe must wait is paused until then, its
     // back-off unchanged.
     if (depth > 0 && row.policy->probing() && decoding > 1) {
-      if (g.probed || g.probe_gap_left > 0) {
+      if (g.prober || g.probe_gap_left > 0) {
         row.policy->defer_probe(g.probe_gap_left);
         depth = 0;
       } else {
-        g.probed = probe = true;
+        g.prober = &row;
         const double measured = g.probe_seconds > 0 && plain_seconds_ > 0 ? g.probe_seconds - plain_seconds_ : 0.0;
         g.probe_gap_left = probe_gap(costs, g.draft_cost, decoding, measured);
       }
@@ -210,13 +208,13 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
       ask.draft_seconds = g.draft_cost.cost(depth);
     }
     g.askers.push_back(&row);
-    g.probe_drafts = g.probe_drafts || probe;
   }
+  // An iteration whose only drafting row is a probe (it had room for a draft) times that probe.
   last_asks_ = 0;
   probe_only_ = nullptr;
   for (auto& [id, g] : groups_) {
     last_asks_ += g->asks.size();
-    if (g->probe_drafts) probe_only_ = g.get();
+    if (g->askers.size() == 1 && g->askers[0] == g->prober) probe_only_ = g.get();
   }
   if (last_asks_ != 1) probe_only_ = nullptr;
   for (auto& [id, g] : groups_)
@@ -231,10 +229,9 @@ void Coordinator::observe_iteration(double seconds) {
     p = p == 0 ? seconds : p + kProbeRate * (seconds - p);
     // The wait that this probe set was priced before its cost was seen: lengthened to what it
     // cost, when that was more.
-    if (plain_seconds_ > 0 && p > plain_seconds_) {
-      const double gap = std::ceil((p - plain_seconds_) / (kProbeBudget * plain_seconds_));
-      probe_only_->probe_gap_left = std::max(probe_gap_left_of(gap), probe_only_->probe_gap_left);
-    }
+    if (plain_seconds_ > 0 && p > plain_seconds_)
+      probe_only_->probe_gap_left =
+          std::max(probe_wait(p - plain_seconds_, plain_seconds_), probe_only_->probe_gap_left);
   }
   last_asks_ = 0;
   probe_only_ = nullptr;

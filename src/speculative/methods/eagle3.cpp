@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "model/replay.h"
 #include "sampling/sampling.h"
 #include "speculative/methods/kv_rows.h"
 #include "speculative/methods/pending_taps.h"
@@ -218,8 +219,7 @@ class Eagle3Rows : public DraftRows {
       live.push_back(i);
     }
     if (live.empty()) return out;
-    if (chain_on_device(asks, live, counts)) {
-      const int deepest = chain_depth(asks, live);
+    if (const int deepest = chain_depth(asks, live); chain_on_device(asks, live, counts, deepest)) {
       const Tensor inputs = fuse(feeding, counts, head_->step0_width(step_rows));
       const Eagle3Head::Drafts d = head_->draft_argmax(step_rows, inputs, deepest, embedding_, *cache_);
       const std::span<const int32_t> to_target = head_->draft_to_target();
@@ -286,19 +286,16 @@ class Eagle3Rows : public DraftRows {
     int deepest = 0;
     for (const size_t i : live) deepest = std::max(deepest, asks[i].depth);
     if (!head_->replays_chains()) return deepest;
-    int rounded = 1;
-    while (rounded < deepest) rounded *= 2;
-    return std::max(deepest, std::min(rounded, max_draft_));
+    return std::max(deepest, std::min(ReplayCache::pow2(deepest), max_draft_));
   }
 
   // Whether the live rows draft their whole chain on the device: every one takes its argmax and
   // wants no distributions (the host has nothing to draw), and each one's head KV takes the
-  // deepest row's chain (the shallower rows run the extra steps, and drop what they bring).
+  // chain of `deepest` (the shallower rows run the extra steps, and drop what they bring).
   bool chain_on_device(std::span<const DraftRequestRow> asks, std::span<const size_t> live,
-                       std::span<const int64_t> counts) {
+                       std::span<const int64_t> counts, int deepest) {
     for (const size_t i : live)
       if (!asks[i].sampling->selects_argmax() || asks[i].want_q) return false;
-    const int deepest = chain_depth(asks, live);
     const int64_t max_position = head_->config().layer.max_position;
     for (size_t j = 0; j < live.size(); ++j) {
       const auto& r = rows_[static_cast<size_t>(asks[live[j]].row)];
