@@ -63,9 +63,13 @@ std::string message_content(const json& content, const std::string& name) {
   if (!content.is_array()) throw invalid_field(name, bad);
   std::string text;
   for (const json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+    // Each field's type is checked before it is read: json::value throws on a non-string "type".
+    if (!part.is_object()) throw invalid_field(name, bad);
+    const auto type = part.find("type");
+    const auto value = part.find("text");
+    if (type == part.end() || !type->is_string() || *type != "text" || value == part.end() || !value->is_string())
       throw invalid_field(name, bad);
-    text += part["text"].get<std::string>();
+    text += value->get<std::string>();
   }
   return text;
 }

@@ -74,6 +74,11 @@ TEST(RequestValidation, ChatMessagesAreChecked) {
       {R"({"messages": [{"role": "user"}]})", "messages[0].content", "'messages[0].content' is required"},
       {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content",
        "'messages[0].content' must be a string or an array of text parts"},
+      // A part whose "type" or "text" is not a string (found by fuzzing: it escaped as a json type_error).
+      {R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": false, "text": "b"}]}]})",
+       "messages[0].content", "'messages[0].content' must be a string or an array of text parts"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]})", "messages[0].content",
+       "'messages[0].content' must be a string or an array of text parts"},
   };
   auto render = [](const json&, bool) { return std::string("x"); };
   for (const Bad& b : bad) {
