@@ -152,14 +152,44 @@ double decode_rate(const RunResult& r) { return r.decode_tokens / std::max(1e-9,
 // Plain and speculative runs of the same prompts, and what the speculative one gained.
 struct Pair {
   RunResult plain, spec;      // the fastest run of each (their tokens/s columns)
-  double speedup = 0;         // whole run: median over the repeats of spec / plain tokens/s
+  double speedup = 0;         // whole run: median over the pairs of spec / plain tokens/s
   double decode_speedup = 0;  // decode phase, likewise
+  nlohmann::json pairs = nlohmann::json::array();  // each pair's ratios and speculative telemetry
 };
 
-// Plain and speculative runs alternate o.repeats times. The speedup is the median of each
-// repeat's ratio: the two runs of a repeat follow each other within a second, so a machine whose
-// speed drifts (other load) slows both alike, where comparing the fastest plain run with the
-// fastest speculative one mixes different minutes.
+// The telemetry of a run's rows, summed: how often they drafted, and what they accepted.
+SpeculativeStats run_telemetry(const RunResult& run) {
+  SpeculativeStats tel;
+  for (const GenerationResult& r : run.results) {
+    if (!r.stats.speculative) continue;
+    const SpeculativeStats& s = *r.stats.speculative;
+    tel.draft = s.draft;
+    tel.drafted += s.drafted;
+    tel.accepted += s.accepted;
+    tel.rounds += s.rounds;
+    tel.emitted += s.emitted;
+    tel.target_forwards += s.target_forwards;
+    tel.draft_seconds += s.draft_seconds;
+    tel.verify_seconds += s.verify_seconds;
+    for (auto [from, to] : {std::pair{&s.drafted_at, &tel.drafted_at}, std::pair{&s.accepted_at, &tel.accepted_at}}) {
+      if (to->size() < from->size()) to->resize(from->size(), 0);
+      for (size_t i = 0; i < from->size(); ++i) (*to)[i] += (*from)[i];
+    }
+  }
+  return tel;
+}
+
+// Pairs of one plain and one speculative run: o.repeats of them, and more while the runs are
+// short. A run of a few tens of milliseconds (a small model on a GPU) moves by several percent
+// with the machine, so such runs take pairs until each side has run kMinPairedSeconds, up to
+// kMaxPairFactor times o.repeats. The speedup is the median of each pair's ratio: the two runs of
+// a pair follow each other, so a machine whose speed drifts (other load) slows both alike, where
+// comparing the fastest plain run with the fastest speculative one mixes different minutes. The
+// pairs alternate which run goes first, so that what the first leaves behind (warm caches, a
+// clock that has risen) favours neither side.
+constexpr double kMinPairedSeconds = 0.5;
+constexpr int kMaxPairFactor = 4;
+
 Pair measure_pair(Engine& engine, const RunMethod& method, const std::vector<std::vector<int32_t>>& prompts,
                   int max_tokens, const BenchCommand& o) {
   Pair best;
@@ -167,17 +197,47 @@ Pair measure_pair(Engine& engine, const RunMethod& method, const std::vector<std
   auto keep = [](const RunResult& r, RunResult& into) {
     if (into.wall == 0 || r.generated / r.wall > into.generated / into.wall) into = r;
   };
-  for (int rep = 0; rep < o.repeats; ++rep) {
-    const RunResult plain = run_batch(engine, prompts, max_tokens, o.sampling);
-    const RunResult spec = run_batch(engine, prompts, max_tokens, o.sampling, method);
+  double paired = 0;  // seconds of the shorter side so far
+  for (int rep = 0; rep < o.repeats || (paired < kMinPairedSeconds && rep < kMaxPairFactor * o.repeats); ++rep) {
+    RunResult plain, spec;
+    if (rep % 2 == 0) {
+      plain = run_batch(engine, prompts, max_tokens, o.sampling);
+      spec = run_batch(engine, prompts, max_tokens, o.sampling, method);
+    } else {
+      spec = run_batch(engine, prompts, max_tokens, o.sampling, method);
+      plain = run_batch(engine, prompts, max_tokens, o.sampling);
+    }
+    paired += std::min(plain.wall, spec.wall);
     whole.push_back((spec.generated / spec.wall) / (plain.generated / plain.wall));
     decode.push_back(decode_rate(spec) / decode_rate(plain));
+    const SpeculativeStats tel = run_telemetry(spec);
+    best.pairs.push_back({{"speedup", whole.back()},
+                          {"decode_speedup", decode.back()},
+                          {"plain_ms", plain.wall * 1e3},
+                          {"spec_ms", spec.wall * 1e3},
+                          {"rounds", tel.rounds},
+                          {"drafting_rounds", tel.drafted_at.empty() ? 0 : tel.drafted_at[0]},
+                          {"drafted", tel.drafted},
+                          {"accepted", tel.accepted},
+                          {"draft_ms", tel.draft_seconds * 1e3},
+                          {"verify_ms", tel.verify_seconds * 1e3}});
     keep(plain, best.plain);
     keep(spec, best.spec);
   }
   best.speedup = median(whole);
   best.decode_speedup = median(decode);
   return best;
+}
+
+// The spread of a Pair's decode ratios and each pair's figures, for the JSON report.
+nlohmann::json pair_spread(const Pair& m) {
+  double lo = 0, hi = 0;
+  for (const auto& p : m.pairs) {
+    const double r = p["decode_speedup"].get<double>();
+    lo = lo == 0 ? r : std::min(lo, r);
+    hi = std::max(hi, r);
+  }
+  return {{"decode_speedup_min", lo}, {"decode_speedup_max", hi}, {"pairs", m.pairs}};
 }
 
 // Warm-up, on text the suite's prompts do not start with: one row, then a full batch, plain and
@@ -213,7 +273,8 @@ nlohmann::json prompt_row(const SuitePrompt& sp, const Pair& m) {
           {"plain_ttft_ms", plain.max_ttft * 1e3},
           {"spec_ttft_ms", spec.max_ttft * 1e3},
           {"identical", same},
-          {"telemetry", nlohmann::json::parse(tel.to_json())}};
+          {"telemetry", nlohmann::json::parse(tel.to_json())},
+          {"spread", pair_spread(m)}};
 }
 
 nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const std::string& draft, size_t index) {
@@ -244,23 +305,7 @@ nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const st
   bool same = true;
   for (size_t i = 0; i < batch.size(); ++i) same = same && m.plain.results[i].tokens == m.spec.results[i].tokens;
   // The batch's rows' telemetry summed: how often its rows drafted, and what they accepted.
-  SpeculativeStats tel;
-  for (const GenerationResult& r : m.spec.results) {
-    if (!r.stats.speculative) continue;
-    const SpeculativeStats& s = *r.stats.speculative;
-    tel.draft = s.draft;
-    tel.drafted += s.drafted;
-    tel.accepted += s.accepted;
-    tel.rounds += s.rounds;
-    tel.emitted += s.emitted;
-    tel.target_forwards += s.target_forwards;
-    tel.draft_seconds += s.draft_seconds;
-    tel.verify_seconds += s.verify_seconds;
-    for (auto [from, to] : {std::pair{&s.drafted_at, &tel.drafted_at}, std::pair{&s.accepted_at, &tel.accepted_at}}) {
-      if (to->size() < from->size()) to->resize(from->size(), 0);
-      for (size_t i = 0; i < from->size(); ++i) (*to)[i] += (*from)[i];
-    }
-  }
+  const SpeculativeStats tel = run_telemetry(m.spec);
   const std::string label = "batch " + std::to_string(o.spec_batch);
   std::printf("%-18s %-16s %9.1f %10.1f %10.1f %7.2fx %7.2fx %8.2f %8.2f %5s\n", label.c_str(), "all",
               m.plain.max_ttft * 1e3, decode_rate(m.plain), decode_rate(m.spec), m.decode_speedup, m.speedup,
@@ -274,7 +319,8 @@ nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const st
             {"speedup", m.speedup},
             {"decode_speedup", m.decode_speedup},
             {"identical", same},
-            {"telemetry", nlohmann::json::parse(tel.to_json())}}}};
+            {"telemetry", nlohmann::json::parse(tel.to_json())},
+            {"spread", pair_spread(m)}}}};
 }
 
 // The engine's limits, raised so that every run of the benchmark prefills all its prompts in its
