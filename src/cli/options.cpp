@@ -212,7 +212,8 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
                   "with --replay: calls timed per measurement (fewer: a quicker, noisier replay)")
       ->capture_default_str();
   cmd->add_option("--repeats", o.repeats,
-                  "speculative suite: plain/speculative pairs; speedup = median pair ratio, tokens/s = fastest run")
+                  "speculative suite: plain/speculative pairs (more for short runs); speedup = median pair ratio, "
+                  "tokens/s = fastest run")
       ->capture_default_str();
   cmd->add_option("--prefix-tokens", o.prefix_tokens,
                   "also measure the prefix cache: time to first token of a prompt whose first N tokens an earlier "
