@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -216,6 +217,28 @@ TEST_F(Cli, BenchComparesPlainAndSpeculativeRuns) {
   EXPECT_EQ(tel["emitted"].get<int>(), tel["accepted"].get<int>() + tel["rounds"].get<int>()) << tel;
   EXPECT_EQ(spec["batch"]["rows"], 2);
   EXPECT_TRUE(spec["batch"]["identical"].get<bool>()) << spec;
+  // Runs this short (16 tokens) take more pairs than --repeats 1, at most four times as many;
+  // the reported speedup is the median pair's, within the reported range.
+  for (const auto* m : {&spec["batch1"][0], &spec["batch"]}) {
+    const auto& spread = (*m)["spread"];
+    const auto& pairs = spread["pairs"];
+    ASSERT_GE(pairs.size(), 2u) << spread;
+    ASSERT_LE(pairs.size(), 4u) << spread;
+    std::vector<double> ratios;
+    for (const auto& p : pairs) {
+      EXPECT_GT(p["plain_ms"].get<double>(), 0) << p;
+      EXPECT_GT(p["spec_ms"].get<double>(), 0) << p;
+      EXPECT_LE(p["drafting_rounds"].get<int>(), p["rounds"].get<int>()) << p;
+      EXPECT_LE(p["accepted"].get<int>(), p["drafted"].get<int>()) << p;
+      ratios.push_back(p["decode_speedup"].get<double>());
+    }
+    std::sort(ratios.begin(), ratios.end());
+    const size_t n = ratios.size();
+    const double median = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+    EXPECT_DOUBLE_EQ((*m)["decode_speedup"].get<double>(), median) << spread;
+    EXPECT_DOUBLE_EQ(spread["decode_speedup_min"].get<double>(), ratios.front()) << spread;
+    EXPECT_DOUBLE_EQ(spread["decode_speedup_max"].get<double>(), ratios.back()) << spread;
+  }
 }
 
 // A prompt the model's context cannot hold (the bundled target's is 2,048) fails before any
