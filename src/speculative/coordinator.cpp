@@ -93,6 +93,8 @@ void Coordinator::add_method(const std::string& id, std::shared_ptr<DraftMethod>
   auto group = std::make_unique<Group>();
   group->tap_layers = needs.tap_layers;
   group->resume_taps = std::max(1, needs.resume_taps);
+  group->draft_cost =
+      DraftCost(method->drafts_in_one_forward() ? DraftCost::Shape::per_block : DraftCost::Shape::per_draft);
   group->rows = method->open(target_);
   group->method = std::move(method);
   groups_[id] = std::move(group);

@@ -188,6 +188,9 @@ class DraftMethod {
   virtual std::unique_ptr<DraftRows> open(const TargetView& target) = 0;
   // Default maximum draft depth for this method.
   virtual int default_depth() const = 0;
+  // Whether a draft call is one forward whatever its depth (a block drafter) rather than a
+  // forward per draft: how the engine prices depths it has not measured.
+  virtual bool drafts_in_one_forward() const { return false; }
 };
 
 // Refuses a checkpoint from another namespace or one that does not line up with the tokens.

@@ -101,9 +101,17 @@ void DraftCost::observe(int depth, double seconds) {
       return;
     }
   }
-  // One depth seen (or a fit that makes no sense on noisy calls): split the mean call as a call
-  // of that depth plus one step for its fixed part, what a draft model's call does (it feeds the
-  // last round's tokens in a forward of its own).
+  // One depth seen (or a fit that makes no sense on noisy calls): the mean call split by the
+  // method's shape. A draft model's call is a call of that depth plus one step for its fixed
+  // part (it feeds the last round's tokens in a forward of its own). A block drafter's call is
+  // one forward whatever the depth: split per draft, its deep rounds would be priced at several
+  // such forwards and its shallow ones at a fraction of one, so the policy would keep it shallow
+  // or paused where deep rounds pay.
+  if (shape_ == Shape::per_block) {
+    per_step_ = 0;
+    fixed_ = fit_.mean_y();
+    return;
+  }
   per_step_ = fit_.mean_y() / (fit_.mean_x() + 1);
   fixed_ = per_step_;
 }

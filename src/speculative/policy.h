@@ -80,6 +80,11 @@ class CostModel {
 // sizeable part of a target step, and one figure for both would misprice each.
 class DraftCost {
  public:
+  // How a call's time grows with its depth where the calls seen cannot tell (one depth seen): a
+  // forward per draft after one for the last round's tokens (a draft model, a chained head), or
+  // one forward for the whole block whatever the depth (a block drafter).
+  enum class Shape { per_draft, per_block };
+  explicit DraftCost(Shape shape = Shape::per_draft) : shape_(shape) {}
   // One call that drafted up to `depth` tokens a row; `seconds` is one row's share of its time.
   // Its rows draft in parallel: a call of eight rows costs more than one of a single row but far
   // less than eight of them, so the share is measured at the batch the engine runs.
@@ -91,6 +96,7 @@ class DraftCost {
   ForgettingFit fit_;  // seconds on depth
   double fixed_ = 0, per_step_ = 0;
   int calls_ = 0;  // calls observed
+  Shape shape_;
 };
 
 // One per speculating row: learns the row's acceptance from its own rounds and chooses each

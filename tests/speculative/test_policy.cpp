@@ -317,6 +317,48 @@ TEST(DraftCost, OneDepthSeenCountsOneStepForTheCallsFixedPart) {
   EXPECT_NEAR(draft.cost(5), 0.6e-3, 1e-9);
 }
 
+TEST(DraftCost, OneDepthSeenOfABlockDrafterPricesEveryDepthAsThatCall) {
+  // A block drafter's call is one forward whatever its depth: calls of three drafts at 0.65 ms
+  // price a call of one or of seven at 0.65 ms too, where the per-draft split would say 0.33 and
+  // 1.3 ms.
+  DraftCost block(DraftCost::Shape::per_block), per_draft;
+  for (int i = 0; i < 10; ++i) {
+    block.observe(3, 0.65e-3);
+    per_draft.observe(3, 0.65e-3);
+  }
+  EXPECT_NEAR(block.cost(1), 0.65e-3, 1e-9);
+  EXPECT_NEAR(block.cost(7), 0.65e-3, 1e-9);
+  EXPECT_NEAR(per_draft.cost(7), 1.3e-3, 1e-9);
+  EXPECT_EQ(block.cost(0), 0.0);
+  // Depths that spread still fit a slope (a block drafter whose LM head runs per draft).
+  DraftCost spread(DraftCost::Shape::per_block);
+  for (int i = 0; i < 40; ++i) spread.observe(i % 2 == 0 ? 1 : 5, (0.6 + 0.02 * (i % 2 == 0 ? 1 : 5)) * 1e-3);
+  EXPECT_NEAR(spread.cost(7), 0.74e-3, 0.01e-3);
+}
+
+TEST(DepthPolicy, DraftsABlockDrafterDeepFromOneMeasuredDepth) {
+  // A block drafter's calls, 0.65 ms whatever the depth, measured at depth 3 only; a plain step
+  // costs 0.65 ms and a window the measured CPU line. The row's rounds of seven drafts accept
+  // 0, 1, 7 and 7 in turn (code: a line is either known or not): seven drafts a round emit 4.75
+  // tokens for 1.56 + 0.65 ms, 1.3x a plain step's rate, the best of any depth when the call
+  // costs the same at each. Priced per draft (a call of seven at 1.3 ms, of one at 0.33 ms) the
+  // policy drafted two.
+  const CostModel costs = cpu_window_model();
+  DraftCost block(DraftCost::Shape::per_block), per_draft;
+  for (int i = 0; i < 10; ++i) {
+    block.observe(3, 0.65e-3);
+    per_draft.observe(3, 0.65e-3);
+  }
+  DepthPolicy a(7, true), b(7, true);
+  const int accepted[] = {0, 1, 7, 7};
+  for (int i = 0; i < 30; ++i) {
+    a.observe(7, accepted[i % 4]);
+    b.observe(7, accepted[i % 4]);
+  }
+  EXPECT_EQ(a.next_depth(costs, block, 1), 7);
+  EXPECT_LE(b.next_depth(costs, per_draft, 1), 2);
+}
+
 TEST(DepthPolicy, DraftsDeepWhenADraftModelsCallsHaveAFixedPart) {
   // A draft model's calls cost 0.06 ms plus 0.115 ms a step, measured at depths 1 and 3 only; a
   // plain step costs 0.65 ms and a window the measured CPU line. Four rounds in five accept all

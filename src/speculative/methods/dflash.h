@@ -47,6 +47,7 @@ class DflashMethod : public DraftMethod {
   TargetNeeds needs() const override;
   std::unique_ptr<DraftRows> open(const TargetView& target) override;
   int default_depth() const override;
+  bool drafts_in_one_forward() const override { return true; }
 
   const DflashConfig& config() const { return config_; }
   size_t parameter_count() const;
