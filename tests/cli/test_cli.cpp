@@ -217,13 +217,22 @@ TEST_F(Cli, BenchComparesPlainAndSpeculativeRuns) {
   EXPECT_EQ(tel["emitted"].get<int>(), tel["accepted"].get<int>() + tel["rounds"].get<int>()) << tel;
   EXPECT_EQ(spec["batch"]["rows"], 2);
   EXPECT_TRUE(spec["batch"]["identical"].get<bool>()) << spec;
-  // Runs this short (16 tokens) take more pairs than --repeats 1, at most four times as many;
+  // Pairs go on past --repeats 1 while the shorter run of each pair has totalled less than 0.5 s,
+  // up to four pairs (runs of 16 tokens take more than one pair here, one under a sanitizer);
   // the reported speedup is the median pair's, within the reported range.
   for (const auto* m : {&spec["batch1"][0], &spec["batch"]}) {
     const auto& spread = (*m)["spread"];
     const auto& pairs = spread["pairs"];
-    ASSERT_GE(pairs.size(), 2u) << spread;
+    ASSERT_GE(pairs.size(), 1u) << spread;
     ASSERT_LE(pairs.size(), 4u) << spread;
+    double before_last = 0, total = 0;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const double shorter = std::min(pairs[i]["plain_ms"].get<double>(), pairs[i]["spec_ms"].get<double>());
+      if (i + 1 < pairs.size()) before_last += shorter;
+      total += shorter;
+    }
+    EXPECT_LT(before_last, 500.0) << spread;
+    if (pairs.size() < 4) EXPECT_GE(total, 500.0) << spread;
     std::vector<double> ratios;
     for (const auto& p : pairs) {
       EXPECT_GT(p["plain_ms"].get<double>(), 0) << p;
