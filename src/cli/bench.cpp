@@ -252,6 +252,15 @@ void warm_up_suite(const BenchCommand& o, Engine& engine, const RunMethod& metho
   }
 }
 
+// The pairs' lowest and highest generation speedups, for the table: how far one pair strays.
+std::string pair_range(const Pair& m) {
+  const nlohmann::json spread = pair_spread(m);
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f-%.2f", spread["decode_speedup_min"].get<double>(),
+                spread["decode_speedup_max"].get<double>());
+  return text;
+}
+
 nlohmann::json prompt_row(const SuitePrompt& sp, const Pair& m) {
   const RunResult& plain = m.plain;
   const RunResult& spec = m.spec;
@@ -259,9 +268,9 @@ nlohmann::json prompt_row(const SuitePrompt& sp, const Pair& m) {
   const double pd = decode_rate(plain), sd = decode_rate(spec);
   const SpeculativeStats tel = spec.results[0].stats.speculative.value_or(SpeculativeStats{});
   const bool same = plain.results[0].tokens == spec.results[0].tokens;
-  std::printf("%-18s %-16s %9.1f %10.1f %10.1f %7.2fx %7.2fx %8.2f %8.2f %5s\n", sp.name.c_str(), sp.category.c_str(),
-              plain.max_ttft * 1e3, pd, sd, m.decode_speedup, m.speedup, tel.acceptance_rate(),
-              tel.mean_accepted_length(), same ? "yes" : "NO");
+  std::printf("%-18s %-16s %9.1f %10.1f %10.1f %7.2fx %11s %7.2fx %8.2f %8.2f %5s\n", sp.name.c_str(),
+              sp.category.c_str(), plain.max_ttft * 1e3, pd, sd, m.decode_speedup, pair_range(m).c_str(), m.speedup,
+              tel.acceptance_rate(), tel.mean_accepted_length(), same ? "yes" : "NO");
   return {{"prompt", sp.name},
           {"category", sp.category},
           {"plain_tokens_per_s", pt},
@@ -293,10 +302,11 @@ nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const st
               engine.device_name().c_str());
   // Generation tokens/s (after each row's first token), as the plain table's decode tok/s and
   // as other servers report their generation rate: what speculation speeds up. TTFT (the
-  // prefill, the same work in both runs) beside it, and the speedup of the whole request,
+  // prefill, the same work in both runs) beside it, the range of the pairs' speedups (so that a
+  // figure within the machine's noise reads as such), and the speedup of the whole request,
   // prefill included.
-  std::printf("%-18s %-16s %9s %10s %10s %8s %8s %8s %8s %5s\n", "prompt", "category", "TTFT ms", "plain t/s",
-              "spec t/s", "speedup", "whole", "accept", "mean len", "same");
+  std::printf("%-18s %-16s %9s %10s %10s %8s %11s %8s %8s %8s %5s\n", "prompt", "category", "TTFT ms", "plain t/s",
+              "spec t/s", "speedup", "pairs", "whole", "accept", "mean len", "same");
   nlohmann::json per_prompt = nlohmann::json::array();
   for (size_t i = 0; i < prompts.size(); ++i)
     per_prompt.push_back(prompt_row(o.suite[i], measure_pair(engine, method, {prompts[i]}, o.suite[i].max_tokens, o)));
@@ -307,9 +317,9 @@ nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const st
   // The batch's rows' telemetry summed: how often its rows drafted, and what they accepted.
   const SpeculativeStats tel = run_telemetry(m.spec);
   const std::string label = "batch " + std::to_string(o.spec_batch);
-  std::printf("%-18s %-16s %9.1f %10.1f %10.1f %7.2fx %7.2fx %8.2f %8.2f %5s\n", label.c_str(), "all",
-              m.plain.max_ttft * 1e3, decode_rate(m.plain), decode_rate(m.spec), m.decode_speedup, m.speedup,
-              tel.acceptance_rate(), tel.mean_accepted_length(), same ? "yes" : "NO");
+  std::printf("%-18s %-16s %9.1f %10.1f %10.1f %7.2fx %11s %7.2fx %8.2f %8.2f %5s\n", label.c_str(), "all",
+              m.plain.max_ttft * 1e3, decode_rate(m.plain), decode_rate(m.spec), m.decode_speedup,
+              pair_range(m).c_str(), m.speedup, tel.acceptance_rate(), tel.mean_accepted_length(), same ? "yes" : "NO");
   return {{"method", draft},
           {"batch1", per_prompt},
           {"batch",
