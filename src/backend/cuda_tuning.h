@@ -8,7 +8,7 @@ namespace specdec {
 // Which one-row store and add linears stream two output columns a warp instead of one.
 enum class PairedColumns : int { never = 0, with_folded_norm = 1, always = 2 };
 
-// No switch but flash_prefill and skinny_max_m changes a result: each other alternative
+// No switch but flash_prefill, skinny_max_m and cluster_sampling changes a result: each other alternative
 // computes the same bits at another speed. The CUDA backend lets the SPECDEC_CUDA_* environment
 // variables named here override these fields (read once, when the backend is made).
 struct CudaTuning {
@@ -85,6 +85,11 @@ struct CudaTuning {
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
   // gives the same bits.
   int gemm_tile = 0;
+  // Backend::sample draws a row of 2,048 or more logits with a cluster of blocks that hold the row
+  // in their shared memory, each pass a share of it; false draws every row with one block
+  // (SPECDEC_CUDA_CLUSTER_SAMPLE=0). Changes results within rounding: the probability sums add
+  // the blocks' partial sums in another order (still fixed, so still batch invariant).
+  bool cluster_sampling = true;
 };
 
 }  // namespace specdec

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <string>
 
 #include "gpu/gpu_test_util.h"
 #include "sampling/sampling.h"
@@ -62,26 +64,35 @@ std::vector<int32_t> device_sample(Backend& g, const Batch& b) { return device_s
 
 TEST(GpuSample, MatchesTheHostSamplerExceptWithinRounding) {
   SPECDEC_REQUIRE_GPU();
-  Backends b = make_backends();
-  const std::vector<std::pair<size_t, int>> sizes = {{7, 8}, {97, 8}, {1000, 4}, {32000, 2}, {128256, 1}};
-  for (const auto& [V, copies] : sizes) {
-    const Batch batch = grid_batch(V, copies);
-    const std::vector<int32_t> got = device_sample(*b.gpu, batch);
-    int mismatches = 0;
-    for (size_t r = 0; r < batch.size(); ++r) {
-      const SampleRow& p = batch.rows[r];
-      const int32_t want = sample(batch.row(r), p);
-      if (got[r] == want) continue;
-      ++mismatches;
-      const bool exact = p.temperature == 0.0f || batch.shapes[r] == LogitShape::equal;
-      EXPECT_TRUE(!exact && specdec::testing::near_a_boundary(batch.row(r), p))
-          << "V " << V << " row " << r << ": device " << got[r] << ", host " << want << " (T " << p.temperature
-          << ", top_k " << p.top_k << ", top_p " << p.top_p << ", min_p " << p.min_p << ", shape "
-          << static_cast<int>(batch.shapes[r]) << ")";
+  // Rows of 2,048 logits or more are drawn by a cluster of blocks, each holding a part of the
+  // row (2,049 and 4,099: a last part shorter than the others); both kernels are checked.
+  const std::vector<std::pair<size_t, int>> sizes = {{7, 8},    {97, 8},    {1000, 4},  {2049, 4},
+                                                     {4099, 2}, {32000, 2}, {128256, 1}};
+  for (const bool cluster : {true, false}) {
+    CudaTuning tuning;
+    tuning.cluster_sampling = cluster;
+    const std::unique_ptr<Backend> gpu = make_gpu(tuning);
+    for (const auto& [V, copies] : sizes) {
+      const Batch batch = grid_batch(V, copies);
+      const std::vector<int32_t> got = device_sample(*gpu, batch);
+      int mismatches = 0;
+      for (size_t r = 0; r < batch.size(); ++r) {
+        const SampleRow& p = batch.rows[r];
+        const int32_t want = sample(batch.row(r), p);
+        if (got[r] == want) continue;
+        ++mismatches;
+        const bool exact = p.temperature == 0.0f || batch.shapes[r] == LogitShape::equal;
+        EXPECT_TRUE(!exact && specdec::testing::near_a_boundary(batch.row(r), p))
+            << "cluster " << cluster << " V " << V << " row " << r << ": device " << got[r] << ", host " << want
+            << " (T " << p.temperature << ", top_k " << p.top_k << ", top_p " << p.top_p << ", min_p " << p.min_p
+            << ", shape " << static_cast<int>(batch.shapes[r]) << ")";
+      }
+      EXPECT_LE(mismatches, std::max<int>(2, static_cast<int>(batch.size()) / 100))
+          << "cluster " << cluster << " V " << V;
+      const std::string tag = (cluster ? "_cluster_V" : "_block_V") + std::to_string(V);
+      specdec::testing::report("gpu_sample_rows" + tag, static_cast<double>(batch.size()));
+      specdec::testing::report("gpu_sample_mismatches" + tag, mismatches);
     }
-    EXPECT_LE(mismatches, std::max<int>(2, static_cast<int>(batch.size()) / 100)) << "V " << V;
-    specdec::testing::report("gpu_sample_rows_V" + std::to_string(V), static_cast<double>(batch.size()));
-    specdec::testing::report("gpu_sample_mismatches_V" + std::to_string(V), mismatches);
   }
 }
 
@@ -178,6 +189,20 @@ TEST(GpuSample, DrawsFollowTheFilteredDistribution) {
   expect_distribution(*b.gpu, logits, SampleRow{1.0f, 0, 1.0f, 0.0f, 42, 0}, 40000);
   expect_distribution(*b.gpu, logits, SampleRow{0.7f, 20, 0.9f, 0.02f, 43, 0}, 40000);
   expect_distribution(*b.gpu, logits, SampleRow{1.5f, 0, 0.5f, 0.0f, 44, 0}, 40000);
+}
+
+// A row of 2,048 logits is drawn by a cluster of blocks, each holding a part of it. Its probable
+// tokens here lie in every part (the rest at -inf, never to be drawn), so that the draws cross the
+// CDF in each block and the blocks' filters must agree on the thresholds they share.
+TEST(GpuSample, ClusterDrawsFollowTheFilteredDistribution) {
+  SPECDEC_REQUIRE_GPU();
+  Backends b = make_backends();
+  std::vector<float> logits(2048, -std::numeric_limits<float>::infinity());
+  for (int i = 0; i < 48; ++i)
+    logits[static_cast<size_t>(i * 42 + 5)] = 0.4f * static_cast<float>(i % 7) - 0.3f * static_cast<float>(i % 5);
+  expect_distribution(*b.gpu, logits, SampleRow{1.0f, 0, 1.0f, 0.0f, 42, 0}, 20000);
+  expect_distribution(*b.gpu, logits, SampleRow{0.7f, 20, 0.9f, 0.02f, 43, 0}, 20000);
+  expect_distribution(*b.gpu, logits, SampleRow{1.5f, 0, 0.5f, 0.0f, 44, 0}, 20000);
 }
 
 TEST(GpuSample, RowsTheHostRefusesGetMinusOne) {

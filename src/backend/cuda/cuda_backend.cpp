@@ -99,6 +99,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_INVARIANT_LT", tuning.invariant_cublaslt);
   set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
   set_switch("SPECDEC_CUDA_DIRECT", tuning.direct_outputs);
+  set_switch("SPECDEC_CUDA_CLUSTER_SAMPLE", tuning.cluster_sampling);
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
   set_level("SPECDEC_CUDA_SKINNY_MAX_M", cuda::kSkinnyMaxM, tuning.skinny_max_m);
   set_level("SPECDEC_CUDA_ORDERED_MAX_M", cuda::kOrderedMaxM, tuning.ordered_max_m);

@@ -1,15 +1,22 @@
-// Token sampling on the device (Backend::sample): one block per logits row runs the host pipeline
-// of sampling.cpp — temperature, top-k, top-p, min-p, then the inverse CDF in token-id order at
-// the row's Philox uniform — without sorting. The thresholds of top-k and top-p come from a
-// search over the order-preserving bits of the values, a fixed number of passes over the row;
-// masses are summed in 2^-56 fixed point, so their sums are exact whatever the order. Every
-// float sum has a fixed order for the block size, and a block reads only its own row: the token
-// is deterministic and batch invariant.
+// Token sampling on the device (Backend::sample): the host pipeline of sampling.cpp —
+// temperature, top-k, top-p, min-p, then the inverse CDF in token-id order at the row's Philox
+// uniform — without sorting. The thresholds of top-k and top-p come from a search over the
+// order-preserving bits of the values, a fixed number of passes over the row; masses are summed in
+// 2^-56 fixed point, so their sums are exact whatever the order. Every float sum has a fixed order
+// for the launch's shape, and a row's blocks read only that row: the token is deterministic and
+// batch invariant.
 //
-// Speed: a row is read from the logits once (the division by the temperature), and once from a
-// scratch row holding the scaled logits, which that pass overwrites with exp(scaled - max); every
-// later pass reads those weights and does no division or exp. Loads go out in batches so that
-// many are in flight per thread. The sums and their orders are exactly those of one pass per use.
+// Speed: the pipeline is a dozen or so passes over the row, each short, so a pass is bound by
+// how long one block waits for its loads. A row of 2,048 logits or more is therefore cut into
+// parts, one per block of a thread-block cluster, each held in its block's shared memory: the
+// logits are read from memory once and every later pass reads shared memory, the blocks
+// combining each pass's partial results through distributed shared memory. Shorter rows take one
+// block, which reads the logits once and keeps its work row in a scratch row. Either way the
+// first pass overwrites the logits' copy with exp(scaled - max), so later passes do no division
+// or exp, and loads go out in batches so that many are in flight per thread.
+#include <cooperative_groups.h>
+
+#include <climits>
 #include <cstdint>
 
 #include "backend/cuda/device_util.cuh"
@@ -18,6 +25,8 @@
 
 namespace specdec::cuda {
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -56,27 +65,29 @@ __device__ __forceinline__ unsigned long long fixed_from_bits(uint32_t b) {
   return shift > -24 ? m >> -shift : 0;
 }
 
-// f(i, a[i]) for this thread's ids i = tid, tid + kThreads, ... in increasing order, as a plain
-// strided loop would call it (so sums keep their order), with kBatch loads issued ahead (the last
-// batch holds fewer ids). f may overwrite a[i] (the batch is already loaded) but no other element.
+// f(j, a[j]) for this thread's local indices j = tid, tid + kThreads, ... of a[0, n) in increasing
+// order, as a plain strided loop would call it (so sums keep their order), with kBatch loads
+// issued ahead (the last batch holds fewer). f may overwrite a[j] (the batch is already loaded)
+// but no other element.
 template <typename F>
-__device__ __forceinline__ void for_each_strided(const float* a, int vocab, const F& f) {
-  for (int i = threadIdx.x; i < vocab; i += kBatch * kThreads) {
+__device__ __forceinline__ void for_each_strided(const float* a, int n, const F& f) {
+  for (int i = threadIdx.x; i < n; i += kBatch * kThreads) {
     float v[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int j = i + u * kThreads;
-      v[u] = j < vocab ? a[j] : 0.0f;
+      v[u] = j < n ? a[j] : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int j = i + u * kThreads;
-      if (j < vocab) f(j, v[u]);
+      if (j < n) f(j, v[u]);
     }
   }
 }
 
-// Scalars of one search or reduction, shared by the block.
+// Scalars of one search or reduction, shared by the block; x_*: what the blocks of a cluster
+// exchange (two of each, used in turn: see ClusterRow).
 struct Shared {
   double sum_scratch[kWarps];
   unsigned long long bucket[kBuckets];
@@ -90,6 +101,11 @@ struct Shared {
   double chunk[kThreads];   // each thread's sum over its chunk of the final weights
   double incl[kThreads];    // the inclusive CDF at the end of each chunk
   double group[32], base[33];
+  double x_sum[2];
+  unsigned long long x_bucket[2][kBuckets];
+  uint32_t x_u32[2][3];
+  float x_best_value[2];
+  int x_best_index[2];
 };
 
 // Sum over the block in a fixed order: a butterfly in each warp (all lanes end equal), then the
@@ -131,15 +147,121 @@ __device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi)
   }
 }
 
-// sampling.cpp's argmax: the first maximum; a row with a NaN has no token (-1), as the host
-// refuses it.
-__device__ int block_argmax(const float* __restrict__ row, int vocab, Shared& sh) {
+// Where a block's part of a row lies and how the parts' results combine. WholeRow: one block
+// holds the row, and every combination is the block's own value. ClusterRow: the row is cut into
+// kClusterBlocks consecutive parts, one a block of a thread-block cluster; each combination is
+// the blocks' values in block order, read from their shared memory, so every block gets the same
+// result and takes the same branches. All threads of every block call each combination.
+struct WholeRow {
+  __device__ bool first() const { return true; }
+  __device__ double sum(double block_total, Shared&) { return block_total; }
+  __device__ void max_min_or(uint32_t&, uint32_t&, uint32_t&, Shared&) {}
+  // sh.bucket holds the block's bucket totals; afterwards the row's.
+  __device__ void buckets(Shared&) {}
+  __device__ void argmax(float&, int&, Shared&) {}
+  // The CDF before this block's part (base) and after it (next), and the row's total.
+  __device__ void prefix(double block_total, double& base, double& next, double& total, Shared&) {
+    base = 0.0;
+    next = total = block_total;
+  }
+  __device__ void finish() {}
+};
+
+constexpr int kClusterBlocks = 8;  // the portable cluster size
+
+struct ClusterRow {
+  cg::cluster_group cluster = cg::this_cluster();
+  // Each exchange writes slot `parity` of its x_ array, waits for the cluster, reads the other
+  // blocks' slots and flips parity. A block may write a slot again only two exchanges later,
+  // after a cluster barrier that every block reaches once it has read that slot: one barrier an
+  // exchange suffices.
+  int parity = 0;
+
+  __device__ bool first() const { return cluster.block_rank() == 0; }
+  template <typename T>
+  __device__ const T& at(const T* p, int rank) const {
+    return *cluster.map_shared_rank(const_cast<T*>(p), rank);
+  }
+  __device__ double sum(double block_total, Shared& sh) {
+    if (threadIdx.x == 0) sh.x_sum[parity] = block_total;
+    cluster.sync();
+    double total = 0.0;
+    for (int r = 0; r < kClusterBlocks; ++r) total += at(&sh.x_sum[parity], r);
+    parity ^= 1;
+    return total;
+  }
+  __device__ void max_min_or(uint32_t& a, uint32_t& b, uint32_t& c, Shared& sh) {
+    if (threadIdx.x == 0) {
+      sh.x_u32[parity][0] = a;
+      sh.x_u32[parity][1] = b;
+      sh.x_u32[parity][2] = c;
+    }
+    cluster.sync();
+    for (int r = 0; r < kClusterBlocks; ++r) {
+      const uint32_t* x = &at(&sh.x_u32[parity][0], r);
+      a = max(a, x[0]);
+      b = min(b, x[1]);
+      c |= x[2];
+    }
+    parity ^= 1;
+  }
+  __device__ void buckets(Shared& sh) {
+    if (threadIdx.x < kBuckets) sh.x_bucket[parity][threadIdx.x] = sh.bucket[threadIdx.x];
+    cluster.sync();
+    if (threadIdx.x < kBuckets) {
+      unsigned long long s = 0;
+      for (int r = 0; r < kClusterBlocks; ++r) s += at(&sh.x_bucket[parity][threadIdx.x], r);
+      sh.bucket[threadIdx.x] = s;
+    }
+    __syncthreads();
+    parity ^= 1;
+  }
+  __device__ void argmax(float& v, int& i, Shared& sh) {
+    if (threadIdx.x == 0) {
+      sh.x_best_value[parity] = v;
+      sh.x_best_index[parity] = i;
+    }
+    cluster.sync();
+    v = -INFINITY;
+    i = INT_MAX;
+    for (int r = 0; r < kClusterBlocks; ++r)
+      argmax_merge(v, i, at(&sh.x_best_value[parity], r), at(&sh.x_best_index[parity], r));
+    parity ^= 1;
+  }
+  __device__ void prefix(double block_total, double& base, double& next, double& total, Shared& sh) {
+    if (threadIdx.x == 0) sh.x_sum[parity] = block_total;
+    cluster.sync();
+    const int me = static_cast<int>(cluster.block_rank());
+    double acc = 0.0;
+    for (int r = 0; r < kClusterBlocks; ++r) {
+      if (r == me) base = acc;
+      acc += at(&sh.x_sum[parity], r);
+      if (r == me) next = acc;
+    }
+    total = acc;
+    parity ^= 1;
+  }
+  // No block may leave while another can still read its shared memory.
+  __device__ void finish() { cluster.sync(); }
+};
+
+// A block's part of a row: values at local indices [0, n), token ids base + j.
+struct Part {
+  float* data;
+  int base, n;
+};
+
+// sampling.cpp's argmax over the row: the first maximum; a row with a NaN has no token (-1), as
+// the host refuses it.
+template <typename Scope>
+__device__ int row_argmax(const float* __restrict__ part, int base, int n, int vocab, Scope& scope, Shared& sh) {
   float best = -INFINITY;
   int best_i = vocab;  // "none yet": loses every tie against a real index
-  bool nan_seen = false;
-  for (int j = threadIdx.x; j < vocab; j += kThreads) {
-    nan_seen = nan_seen || isnan(row[j]);
-    argmax_merge(best, best_i, row[j], j);
+  uint32_t nan_seen = 0;
+  for (int j = threadIdx.x; j < n; j += kThreads) {
+    const float v = part[j];
+    nan_seen |= isnan(v) ? 1u : 0u;
+    argmax_merge(best, best_i, v, base + j);
   }
   for (int off = 16; off > 0; off >>= 1) {
     const float ov = __shfl_xor_sync(kFull, best, off);
@@ -150,8 +272,11 @@ __device__ int block_argmax(const float* __restrict__ row, int vocab, Shared& sh
     sh.best_value[threadIdx.x / 32] = best;
     sh.best_index[threadIdx.x / 32] = best_i;
   }
-  const bool any_nan = __syncthreads_or(nan_seen);
+  uint32_t any_nan = __syncthreads_or(nan_seen) ? 1u : 0u;
   for (int w = 0; w < kWarps; ++w) argmax_merge(best, best_i, sh.best_value[w], sh.best_index[w]);
+  uint32_t unused_max = 0, unused_min = 0;
+  scope.max_min_or(unused_max, unused_min, any_nan, sh);
+  scope.argmax(best, best_i, sh);
   if (any_nan) return -1;
   return best_i >= vocab ? 0 : best_i;  // every logit -inf: index 0
 }
@@ -164,17 +289,18 @@ struct Threshold {
   unsigned long long at;     // weight of the elements with key == K
 };
 
-// Finds the largest key K in [lo, hi] such that the elements with key >= K weigh at least
-// `target`, where visit(i, src[i], key) says whether element i takes part and with which key, and
-// weight(key) gives its weight (elements with keys above hi must not exist). K and the weights
-// above and at it depend only on the elements, not on [lo, hi] or how it is cut. Each pass cuts
-// [lo, hi] into kBuckets buckets of a power-of-two width and keeps the one where the weight from
-// above crosses the target: at most 8 passes for the full 32-bit range. Buckets are summed in each thread's own
-// column of `hist` (no atomics), then over the columns: integer sums, exact in any order.
-template <typename Visit, typename Weight>
-__device__ Threshold threshold_search(const float* src, const Visit& visit, const Weight& weight, int vocab,
-                                      uint32_t lo, uint32_t hi, unsigned long long target,
-                                      unsigned long long (*hist)[kThreads], Shared& sh) {
+// Finds the largest key K in [lo, hi] such that the row's elements with key >= K weigh at least
+// `target`, where visit(id, value, key) says whether an element takes part and with which key,
+// and weight(key) gives its weight (elements with keys above hi must not exist). K and the
+// weights above and at it depend only on the elements, not on [lo, hi] or how it is cut. Each
+// pass cuts [lo, hi] into kBuckets buckets of a power-of-two width and keeps the one where the
+// weight from above crosses the target: at most 8 passes for the full 32-bit range. Buckets are
+// summed in each thread's own column of `hist` (no atomics), then over the columns and the
+// scope's blocks: integer sums, exact in any order.
+template <typename Scope, typename Visit, typename Weight>
+__device__ Threshold threshold_search(const Part& part, const Visit& visit, const Weight& weight, uint32_t lo,
+                                      uint32_t hi, unsigned long long target, unsigned long long (*hist)[kThreads],
+                                      Scope& scope, Shared& sh) {
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   unsigned long long above = 0;  // weight of the elements with key > hi
   for (;;) {
@@ -187,9 +313,9 @@ __device__ Threshold threshold_search(const float* src, const Visit& visit, cons
     // in a register and goes to the column once, rather than a shared-memory update each.
     int run_bucket = -1;
     unsigned long long run = 0;
-    for_each_strided(src, vocab, [&](int i, float v) {
+    for_each_strided(part.data, part.n, [&](int j, float v) {
       uint32_t key;
-      if (!visit(i, v, key) || key < lo || key > hi) return;
+      if (!visit(part.base + j, v, key) || key < lo || key > hi) return;
       const int b = static_cast<int>((key - lo) >> shift);
       if (b != run_bucket) {
         if (run_bucket >= 0) hist[run_bucket][tid] += run;
@@ -207,6 +333,7 @@ __device__ Threshold threshold_search(const float* src, const Visit& visit, cons
       if (lane == 0) sh.bucket[b] = s;
     }
     __syncthreads();
+    scope.buckets(sh);
     if (tid == 0) {
       unsigned long long acc = above;
       int b = used - 1;
@@ -235,11 +362,11 @@ __device__ Threshold threshold_search(const float* src, const Visit& visit, cons
   }
 }
 
-// One row's pipeline state after top-k: its work row, which by then holds each token's e1 =
+// One row's pipeline state after top-k: its work values, which by then hold each token's e1 =
 // exp(scaled - max) (0 for the tokens top-k drops), and each later filter's outcome, so any pass
 // can tell whether a token is still in.
 struct Row {
-  const float* e1;     // the work row
+  Part e1;             // the work values
   bool top_p = false;  // top-p ran: keeps p1 > p_level, and p1 == p_level up to id p_last
   float inv1 = 0.0f;   // 1 / the softmax sum after top-k (p1 = e1 * inv1)
   float p_level = 0.0f;
@@ -253,7 +380,7 @@ struct Row {
     const float p1 = e * inv1;
     return p1 > p_level || (p1 == p_level && i <= p_last);
   }
-  // e = e1[i] if token i is still in after every filter, else 0.
+  // e = e1 of token i if it is still in after every filter, else 0.
   __device__ float final_of(int i, float e) const {
     if (e == 0.0f || !top_p_keeps(i, e)) return 0.0f;
     if (min_p && e * inv2 < min_scaled) return 0.0f;
@@ -261,12 +388,12 @@ struct Row {
   }
 };
 
-// Sum, in a fixed order, of f(i, src[i]) (a float) over the row.
-template <typename F>
-__device__ double sum_of(const float* src, const F& f, int vocab, Shared& sh) {
+// Sum over the row, in a fixed order, of f(id, value) (a float).
+template <typename Scope, typename F>
+__device__ double sum_of(const Part& part, const F& f, Scope& scope, Shared& sh) {
   double acc = 0.0;
-  for_each_strided(src, vocab, [&](int i, float v) { acc += static_cast<double>(f(i, v)); });
-  return block_sum(acc, sh);
+  for_each_strided(part.data, part.n, [&](int j, float v) { acc += static_cast<double>(f(part.base + j, v)); });
+  return scope.sum(block_sum(acc, sh), sh);
 }
 
 __device__ __forceinline__ unsigned long long one_each(uint32_t) { return 1; }
@@ -274,7 +401,9 @@ __device__ __forceinline__ unsigned long long one_each(uint32_t) { return 1; }
 // sampling.cpp's top-p over p1 = e1 * inv1: the boundary level (the largest p whose tokens,
 // with every more probable one, reach top_p), then how many of the tokens tied at it stay,
 // lowest ids first, as the host's walk in (p desc, id asc) order keeps them.
-__device__ void find_top_p(Row& r, float top_p, int vocab, unsigned long long (*hist)[kThreads], Shared& sh) {
+template <typename Scope>
+__device__ void find_top_p(Row& r, float top_p, int vocab, unsigned long long (*hist)[kThreads], Scope& scope,
+                           Shared& sh) {
   const float inv1 = r.inv1;
   const auto mass = [&](int, float e, uint32_t& key) {
     const float p1 = e * inv1;
@@ -285,7 +414,7 @@ __device__ void find_top_p(Row& r, float top_p, int vocab, unsigned long long (*
   // inv1 at most 1 since the sum holds the maximum's exp(0)): its weight is to_fixed(p1).
   const auto fixed = [](uint32_t key) { return fixed_from_bits(key); };
   const auto target = static_cast<unsigned long long>(ceil(static_cast<double>(top_p) * kFixedScale));
-  const Threshold level = threshold_search(r.e1, mass, fixed, vocab, 1u, 0x7f800000u, target, hist, sh);
+  const Threshold level = threshold_search(r.e1, mass, fixed, 1u, 0x7f800000u, target, hist, scope, sh);
   r.top_p = true;
   r.p_last = vocab - 1;
   if (!level.found) {  // rounding left the whole mass below top_p: every positive token stays
@@ -301,7 +430,7 @@ __device__ void find_top_p(Row& r, float top_p, int vocab, unsigned long long (*
     tied = level.at / one;
   } else {  // a level below 2^-56: count it
     const auto at_level = [&](int, float e) { return e * inv1 == pl ? 1.0f : 0.0f; };
-    tied = static_cast<unsigned long long>(sum_of(r.e1, at_level, vocab, sh));
+    tied = static_cast<unsigned long long>(sum_of(r.e1, at_level, scope, sh));
   }
   // The host keeps a tied token while the mass before it is below top_p: c of them, where
   // above + c * level first reaches top_p.
@@ -316,27 +445,33 @@ __device__ void find_top_p(Row& r, float top_p, int vocab, unsigned long long (*
     return e * inv1 == pl;
   };
   const Threshold cut =
-      threshold_search(r.e1, tie, one_each, vocab, 0u, static_cast<uint32_t>(vocab - 1), keep, hist, sh);
+      threshold_search(r.e1, tie, one_each, 0u, static_cast<uint32_t>(vocab - 1), keep, hist, scope, sh);
   r.p_last = vocab - 1 - static_cast<int>(cut.key);
 }
 
+// Returned by a block of a cluster whose part does not hold the row's token.
+constexpr int kElsewhere = INT_MIN;
+
 // The inverse CDF over the final weights w = final e1 * inv3 in token-id order, at u * total.
-// Thread t sums the weights of its contiguous chunk of ids; warp 0 turns the chunk sums into an
-// inclusive CDF (lane l adds its kChunkLanes chunks in order, lane 0 adds the lanes' totals in
-// order); the thread whose chunk holds the crossing walks it. The CDF is non-decreasing and ends
-// exactly at the total, so some chunk with weight holds the crossing and the walk returns a
-// token of positive weight (its own last one, should rounding keep the walk below the target).
-__device__ int inverse_cdf(const Row& r, float inv3, float u, int vocab, Shared& sh) {
+// Thread t sums the weights of its contiguous chunk of the block's part; warp 0 turns the chunk
+// sums into an inclusive CDF (lane l adds its kChunkLanes chunks in order, lane 0 adds the lanes'
+// totals in order); the scope places the part's CDF in the row's; the thread whose chunk holds
+// the crossing walks it. The CDF is non-decreasing and ends exactly at the part's total, so some
+// chunk with weight holds the crossing and the walk returns a token of positive weight (its own
+// last one, should rounding keep the walk below the target).
+template <typename Scope>
+__device__ int inverse_cdf(const Row& r, float inv3, float u, Scope& scope, Shared& sh) {
   const int tid = threadIdx.x, lane = tid % 32;
-  const int chunk = (vocab + kThreads - 1) / kThreads;
-  const int begin = min(vocab, tid * chunk), end = min(vocab, begin + chunk);
+  const Part& part = r.e1;
+  const int chunk = (part.n + kThreads - 1) / kThreads;
+  const int begin = min(part.n, tid * chunk), end = min(part.n, begin + chunk);
   double own = 0.0;
-  for (int i = begin; i < end; ++i) {
-    const float w = r.final_of(i, r.e1[i]) * inv3;
+  for (int j = begin; j < end; ++j) {
+    const float w = r.final_of(part.base + j, part.data[j]) * inv3;
     if (w > 0.0f) own += static_cast<double>(w);
   }
   sh.chunk[tid] = own;
-  if (tid == 0) sh.token = -1;
+  if (tid == 0) sh.token = kElsewhere;
   __syncthreads();
   if (tid < 32) {
     double local[kChunkLanes];
@@ -359,18 +494,27 @@ __device__ int inverse_cdf(const Row& r, float inv3, float u, int vocab, Shared&
     for (int j = 0; j < kChunkLanes; ++j) sh.incl[lane * kChunkLanes + j] = sh.base[lane] + local[j];
   }
   __syncthreads();
-  const double total = sh.base[32];
+  const double part_total = sh.base[32];
+  double base = 0.0, next = 0.0, total = 0.0;
+  scope.prefix(part_total, base, next, total, sh);
+  if (!(total > 0.0)) return scope.first() ? -1 : kElsewhere;
   const double target = static_cast<double>(u) * total;
+  // Exactly one part holds the crossing: the parts' ranges [base, next) tile [0, total) and
+  // target < total. Within it, the target lies below the part's own total (rounding of the
+  // subtraction aside, which the clamp takes care of).
+  if (!(base <= target && target < next)) return kElsewhere;
+  double t = target - base;
+  if (!(t < part_total)) t = nextafter(part_total, 0.0);
   const double before = tid == 0 ? 0.0 : sh.incl[tid - 1];
-  if (total > 0.0 && sh.incl[tid] > target && before <= target) {
+  if (sh.incl[tid] > t && before <= t) {
     double cum = before;
     int last = -1;
-    for (int i = begin; i < end; ++i) {
-      const float w = r.final_of(i, r.e1[i]) * inv3;
+    for (int j = begin; j < end; ++j) {
+      const float w = r.final_of(part.base + j, part.data[j]) * inv3;
       if (!(w > 0.0f)) continue;
       cum += static_cast<double>(w);
-      last = i;
-      if (cum > target) break;
+      last = part.base + j;
+      if (cum > t) break;
     }
     sh.token = last;
   }
@@ -378,34 +522,32 @@ __device__ int inverse_cdf(const Row& r, float inv3, float u, int vocab, Shared&
   return sh.token;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    sample_kernel(const float* __restrict__ logits, const SampleRow* __restrict__ rows, int* __restrict__ out,
-                  float* __restrict__ work_rows, int vocab) {
-  enter_kernel();
-  __shared__ unsigned long long hist[kBuckets][kThreads];
-  __shared__ Shared sh;
-  const SampleRow p = rows[blockIdx.x];
-  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
-  // Every branch below depends only on this row's parameters and on block-wide values, so the
-  // whole block takes it together (each __syncthreads is reached by all threads or none).
+// The host pipeline of sampling.cpp for one row, over the scope's part of it: `row` points at
+// the logits of the part, `work` at room for the part's values (where the logits may not be
+// written). Returns the token, -1 where the host would refuse the row, or kElsewhere in the
+// blocks of a cluster whose part does not hold the token.
+template <typename Scope>
+__device__ int sample_row(const float* __restrict__ row, float* work, int base, int n, int vocab, const SampleRow& p,
+                          unsigned long long (*hist)[kThreads], Scope& scope, Shared& sh) {
+  // Every branch below depends only on this row's parameters and on values every block of the
+  // scope holds alike, so the whole scope takes it together (each barrier is reached by all
+  // threads or none).
   if (!(p.temperature > 0.0f)) {
-    const int best = block_argmax(row, vocab, sh);
-    if (threadIdx.x == 0) out[blockIdx.x] = best;
-    return;
+    const int best = row_argmax(row, base, n, vocab, scope, sh);
+    return scope.first() ? best : kElsewhere;
   }
 
-  // The row's work row: the scaled logits, then their weights e1. Until the inverse CDF each
-  // thread reads only the elements it wrote itself (for_each_strided's ids); the block sums
+  // The part's work values: the scaled logits, then their weights e1. Until the inverse CDF each
+  // thread reads only the elements it wrote itself (for_each_strided's indices); the block sums
   // between order the writes before the inverse CDF reads other threads' chunks.
-  float* work = work_rows + static_cast<int64_t>(blockIdx.x) * vocab;
   const float temperature = p.temperature;
   // The scaled logits (the host divides unless T is 1: the same IEEE quotient), their maximum
   // (and minimum, for top-k's range); a NaN or a non-finite maximum is what makes the host's
   // softmax throw: -1.
   uint32_t kmax = 0, kmin = kFull, nan = 0;
-  for_each_strided(row, vocab, [&](int i, float l) {
+  for_each_strided(row, n, [&](int j, float l) {
     const float s = temperature == 1.0f ? l : l / temperature;
-    work[i] = s;
+    work[j] = s;
     if (isnan(s)) {
       nan = 1;
       return;
@@ -415,12 +557,11 @@ __global__ void __launch_bounds__(kThreads)
     kmin = min(kmin, k);
   });
   block_max_min_or(kmax, kmin, nan, sh);
+  scope.max_min_or(kmax, kmin, nan, sh);
   const float max_scaled = from_order_key(kmax);
-  if (nan || !isfinite(max_scaled)) {
-    if (threadIdx.x == 0) out[blockIdx.x] = -1;
-    return;
-  }
+  if (nan || !isfinite(max_scaled)) return scope.first() ? -1 : kElsewhere;
 
+  const Part part{work, base, n};
   // top-k: the k-th largest scaled logit counted with multiplicity; ties with it stay.
   uint32_t top_k_key = 0;  // top-k keeps scaled logits whose key is >= this (0 keeps all)
   if (p.top_k > 0 && p.top_k < vocab) {
@@ -429,7 +570,7 @@ __global__ void __launch_bounds__(kThreads)
       return true;
     };
     top_k_key =
-        threshold_search(work, count, one_each, vocab, kmin, kmax, static_cast<unsigned long long>(p.top_k), hist, sh)
+        threshold_search(part, count, one_each, kmin, kmax, static_cast<unsigned long long>(p.top_k), hist, scope, sh)
             .key;
   }
 
@@ -437,18 +578,18 @@ __global__ void __launch_bounds__(kThreads)
   // the scaled logit; its sum is the softmax's. Each filter's softmax is over the tokens still
   // in; the maximum never leaves, so it stays.
   double acc = 0.0;
-  for_each_strided(work, vocab, [&](int i, float s) {
+  for_each_strided(work, n, [&](int j, float s) {
     const float e = order_key(s) >= top_k_key ? expf(s - max_scaled) : 0.0f;
-    work[i] = e;
+    work[j] = e;
     acc += static_cast<double>(e);
   });
-  double sum = block_sum(acc, sh);
-  Row r{work};
+  double sum = scope.sum(block_sum(acc, sh), sh);
+  Row r{part};
   if (p.top_p < 1.0f) {
     r.inv1 = static_cast<float>(1.0 / sum);
-    find_top_p(r, p.top_p, vocab, hist, sh);
+    find_top_p(r, p.top_p, vocab, hist, scope, sh);
     const auto in_top_p = [&](int i, float e) { return e != 0.0f && r.top_p_keeps(i, e) ? e : 0.0f; };
-    sum = sum_of(work, in_top_p, vocab, sh);
+    sum = sum_of(part, in_top_p, scope, sh);
   }
   if (p.min_p > 0.0f) {
     // The largest probability is the maximum's, exp(0) * inv2 = inv2.
@@ -456,20 +597,87 @@ __global__ void __launch_bounds__(kThreads)
     r.min_scaled = p.min_p * r.inv2;
     r.min_p = true;
     const auto in_min_p = [&](int i, float e) { return r.final_of(i, e); };
-    sum = sum_of(work, in_min_p, vocab, sh);
+    sum = sum_of(part, in_min_p, scope, sh);
   }
   const float inv3 = static_cast<float>(1.0 / sum);
   const float u = uniform01(p.seed, p.position, 0);  // stream 0: RandomStream::token
-  const int token = inverse_cdf(r, inv3, u, vocab, sh);
+  return inverse_cdf(r, inv3, u, scope, sh);
+}
+
+// One block a row; the work values in the scratch rows.
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const float* __restrict__ logits, const SampleRow* __restrict__ rows, int* __restrict__ out,
+                  float* __restrict__ work_rows, int vocab) {
+  enter_kernel();
+  __shared__ unsigned long long hist[kBuckets][kThreads];
+  __shared__ Shared sh;
+  const SampleRow p = rows[blockIdx.x];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+  float* work = work_rows + static_cast<int64_t>(blockIdx.x) * vocab;
+  WholeRow scope;
+  const int token = sample_row(row, work, 0, vocab, vocab, p, hist, scope, sh);
+  scope.finish();
   if (threadIdx.x == 0) out[blockIdx.x] = token;
 }
+
+// One cluster of kClusterBlocks blocks a row, block b holding ids [b * part, (b + 1) * part) of
+// it in its shared memory: the row is read from memory once, and each of the pipeline's dozen
+// or so passes reads a block's part from shared memory, where one block for the whole row waits
+// on the L2 for each.
+__global__ void __launch_bounds__(kThreads)
+    sample_cluster_kernel(const float* __restrict__ logits, const SampleRow* __restrict__ rows, int* __restrict__ out,
+                          int vocab, int part) {
+  enter_kernel();
+  extern __shared__ float work[];
+  __shared__ unsigned long long hist[kBuckets][kThreads];
+  __shared__ Shared sh;
+  ClusterRow scope;
+  const int r = static_cast<int>(blockIdx.x) / kClusterBlocks;
+  const int base = static_cast<int>(scope.cluster.block_rank()) * part;
+  const int n = max(0, min(part, vocab - base));
+  const SampleRow p = rows[r];
+  const int token =
+      sample_row(logits + static_cast<int64_t>(r) * vocab + base, work, base, n, vocab, p, hist, scope, sh);
+  scope.finish();
+  if (threadIdx.x == 0 && token != kElsewhere) out[r] = token;
+}
+
+// Below this many logits a row is drawn by one block: its passes are short already.
+constexpr int kClusterMinVocab = 2048;
+// Shared memory a cluster block may take for its part of the row, beside its static arrays.
+constexpr int kMaxPartBytes = 160 * 1024;
 
 }  // namespace
 
 void launch_sample(const float* logits, const SampleRow* rows, int* out, float* work, int n, int vocab,
                    const Context& ctx) {
   if (n == 0) return;
-  launch(sample_kernel, n, kThreads, 0, ctx, logits, rows, out, work, vocab);
+  const int part = (vocab + kClusterBlocks - 1) / kClusterBlocks;
+  const size_t part_bytes = static_cast<size_t>(part) * sizeof(float);
+  if (!ctx.tuning.cluster_sampling || vocab < kClusterMinVocab || part_bytes > kMaxPartBytes) {
+    launch(sample_kernel, n, kThreads, 0, ctx, logits, rows, out, work, vocab);
+    return;
+  }
+  static const bool sized = [] {
+    return cudaFuncSetAttribute(sample_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxPartBytes) ==
+           cudaSuccess;
+  }();
+  (void)sized;  // a failure shows as the launch's error
+  cudaLaunchAttribute attribute[2];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = kClusterBlocks;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(n) * kClusterBlocks);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = part_bytes;
+  config.stream = ctx.stream;
+  config.attrs = attribute;
+  config.numAttrs = ctx.tuning.overlapped_launches ? 2 : 1;
+  (void)cudaLaunchKernelEx(&config, sample_cluster_kernel, logits, rows, out, vocab, part);
 }
 
 }  // namespace specdec::cuda
