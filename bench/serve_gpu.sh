@@ -11,6 +11,15 @@ out="${2:?usage: serve_gpu.sh MODEL_DIR OUT_DIR [SPECDEC_BINARY]}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${3:-$root/build/specdec}"
 mkdir -p "$out"
+# GET a path of the server to stdout, failing unless it answers 200: curl where it is installed,
+# else Python's standard library (a GPU host may have no curl).
+http_get() {
+  if command -v curl > /dev/null; then
+    curl -sf "$1"
+  else
+    python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1" 2> /dev/null
+  fi
+}
 # shellcheck disable=SC2086
 "$bin" serve --device cuda --model "$model" --port 0 --max-rows 256 --max-queue 1024 --max-batch-tokens 4096 \
   --draft ngram ${SPECDEC_SERVE_FLAGS:-} 2> "$out/server.log" &
@@ -19,7 +28,7 @@ trap 'kill $server 2>/dev/null || true; wait $server 2>/dev/null || true' EXIT
 port=""
 for _ in $(seq 1 1200); do
   port="$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$out/server.log" | head -1)"
-  if [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/health" > /dev/null; then break; fi
+  if [ -n "$port" ] && http_get "http://127.0.0.1:$port/health" > /dev/null; then break; fi
   kill -0 "$server" 2>/dev/null || { cat "$out/server.log"; exit 1; }
   sleep 0.25
 done
@@ -34,4 +43,4 @@ for spec in none ngram; do
       --label "gpu c=$c spec=$spec" --json "$out/serve_c${c}_${spec}.json"
   done
 done
-curl -s "$url/metrics" > "$out/metrics.txt"
+http_get "$url/metrics" > "$out/metrics.txt" || true
