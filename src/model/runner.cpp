@@ -117,8 +117,12 @@ void ModelRunner::ensure(Buffer& buffer, size_t bytes) {
 ModelRunner::MetaViews ModelRunner::upload_meta(const ForwardPlan& plan, std::span<const SampleRow> sampling) {
   const auto meta_of = [&plan](Carver& m) { return MetaViews(m, plan); };
   const MetaViews meta = scratch(meta_, meta_of);
-  // Laid out in a host staging vector exactly as in meta_, then uploaded in one copy.
-  meta_host_.assign(meta_.bytes() / sizeof(int32_t), 0);
+  // Laid out in a host staging vector exactly as in meta_, then uploaded in one copy: only the
+  // bytes this plan's layout takes, not the whole buffer, which keeps the size of the largest
+  // plan seen (a prefill of many rows) and would cost every later decode step its copy.
+  Carver measure = Carver::measure();
+  meta_of(measure);
+  meta_host_.assign(measure.size() / sizeof(int32_t), 0);
   Carver staging(meta_host_.data(), meta_host_.size() * sizeof(int32_t), Device::cpu);
   const MetaViews host = meta_of(staging);
   put(plan.ids, host.ids);

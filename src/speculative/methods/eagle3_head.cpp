@@ -402,7 +402,9 @@ Eagle3Head::Output Eagle3Head::run(std::span<const Row> rows, const Tensor& inpu
   Carver measure = Carver::measure();
   meta_of(measure);
   ensure(meta_, measure.size());
-  std::vector<int32_t> staging(meta_.bytes() / sizeof(int32_t), 0);
+  // Only this plan's bytes: the buffer keeps the size of the largest plan seen (a prompt's
+  // catch-up), which every later round would otherwise copy.
+  std::vector<int32_t> staging(measure.size() / sizeof(int32_t), 0);
   Carver host_carver(staging.data(), staging.size() * sizeof(int32_t), Device::cpu);
   const Meta host = meta_of(host_carver);
   put(plan.ids, host.ids);
@@ -558,7 +560,7 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
     return true;
   };
   bool one_off = grow(chain_meta_, measure.size());
-  std::vector<int32_t> staging(chain_meta_.bytes() / sizeof(int32_t), 0);
+  std::vector<int32_t> staging(measure.size() / sizeof(int32_t), 0);  // this chain's bytes only
   Carver host_carver(staging.data(), staging.size() * sizeof(int32_t), Device::cpu);
   meta_of(host_carver, host_first, host_steps, host_cat);
   const auto slot_of = [&](const std::vector<int>& table, int p) {
