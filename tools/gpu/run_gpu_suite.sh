@@ -20,7 +20,8 @@
 #            ';', e.g. "A=0 B=0;A=1 B=0"); then GPU tests and the bundled speculative benchmark
 # Usage: tools/gpu/run_gpu_suite.sh STAGE OUT_DIR [DEPS_PREFIX]
 # DEPS_PREFIX holds the headers and static libraries of the Debian packages specdec builds with
-# (nlohmann-json, CLI11, PCRE2, GoogleTest) when the host has no package manager.
+# (nlohmann-json, CLI11, PCRE2, utf8proc, GoogleTest) when the host has no package manager:
+# tools/gpu/pack_deps.sh makes it on a Debian machine.
 set -uo pipefail
 stage=$1
 dest=$2
