@@ -12,8 +12,9 @@
 // logits are read from memory once and every later pass reads shared memory, the blocks
 // combining each pass's partial results through distributed shared memory. Shorter rows take one
 // block, which reads the logits once and keeps its work row in a scratch row. Either way the
-// first pass overwrites the logits' copy with exp(scaled - max), so later passes do no division
-// or exp, and loads go out in batches so that many are in flight per thread.
+// work values hold the scaled logits after the first pass and exp(scaled - max) after the second,
+// so later passes do no division or exp, and loads go out in batches so that many are in flight
+// per thread.
 #include <cooperative_groups.h>
 
 #include <climits>
