@@ -95,9 +95,10 @@ size_t ModelRunner::step_weight_bytes(int tokens) const {
 }
 
 template <typename Make>
-auto ModelRunner::scratch(Buffer& buffer, const Make& make) {
+auto ModelRunner::scratch(Buffer& buffer, const Make& make, size_t* laid_out) {
   Carver measure = Carver::measure();
   make(measure);
+  if (laid_out) *laid_out = measure.size();
   ensure(buffer, measure.size());
   Carver in_buffer = Carver::of(buffer);
   return make(in_buffer);
@@ -116,13 +117,12 @@ void ModelRunner::ensure(Buffer& buffer, size_t bytes) {
 
 ModelRunner::MetaViews ModelRunner::upload_meta(const ForwardPlan& plan, std::span<const SampleRow> sampling) {
   const auto meta_of = [&plan](Carver& m) { return MetaViews(m, plan); };
-  const MetaViews meta = scratch(meta_, meta_of);
+  size_t laid_out = 0;
+  const MetaViews meta = scratch(meta_, meta_of, &laid_out);
   // Laid out in a host staging vector exactly as in meta_, then uploaded in one copy: only the
   // bytes this plan's layout takes, not the whole buffer, which keeps the size of the largest
   // plan seen (a prefill of many rows) and would cost every later decode step its copy.
-  Carver measure = Carver::measure();
-  meta_of(measure);
-  meta_host_.assign(measure.size() / sizeof(int32_t), 0);
+  meta_host_.assign(laid_out / sizeof(int32_t), 0);
   Carver staging(meta_host_.data(), meta_host_.size() * sizeof(int32_t), Device::cpu);
   const MetaViews host = meta_of(staging);
   put(plan.ids, host.ids);

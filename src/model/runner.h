@@ -45,9 +45,10 @@ class ModelRunner {
   struct MetaViews;
   struct OutputViews;
 
-  // Sizes `buffer` for a layout (growing it if needed), then lays the views out in it.
+  // Sizes `buffer` for a layout (growing it if needed), then lays the views out in it; `laid_out`,
+  // if given, receives the bytes the layout takes.
   template <typename Make>
-  auto scratch(Buffer& buffer, const Make& make);
+  auto scratch(Buffer& buffer, const Make& make, size_t* laid_out = nullptr);
   // Grows `buffer` to at least `bytes` (never shrinks), so steady-state forwards allocate nothing.
   // Moving a buffer drops the recordings that point into it and marks the forward one-off.
   void ensure(Buffer& buffer, size_t bytes);

@@ -39,22 +39,37 @@ __device__ __forceinline__ void enter_kernel() {
   grid_dependency_wait();
 }
 
-// kernel<<<grid, block, smem, ctx.stream>>>(args...), allowed to overlap the previous kernel's
-// tail (see grid_dependency_wait) unless ctx.tuning.overlapped_launches is off. Errors are left
-// for the caller's launch check (cudaGetLastError).
+// kernel<<<grid, block, smem, ctx.stream>>>(args...) in thread-block clusters of `cluster` blocks
+// along x (1: no clusters), allowed to overlap the previous kernel's tail (see
+// grid_dependency_wait) unless ctx.tuning.overlapped_launches is off. Errors are left for the
+// caller's launch check (cudaGetLastError).
 template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const Context& ctx, Args... args) {
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+void launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, unsigned cluster,
+                      const Context& ctx, Args... args) {
+  cudaLaunchAttribute attribute[2];
+  unsigned n = 0;
+  if (ctx.tuning.overlapped_launches) {
+    attribute[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attribute[n].id = cudaLaunchAttributeClusterDimension;
+    attribute[n++].val.clusterDim = {cluster, 1, 1};
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = ctx.stream;
   config.attrs = attribute;
-  config.numAttrs = ctx.tuning.overlapped_launches ? 1 : 0;
+  config.numAttrs = n;
   (void)cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
+// launch_clustered without clusters: the launch every kernel here goes through.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const Context& ctx, Args... args) {
+  launch_clustered(kernel, grid, block, smem, 1, ctx, args...);
 }
 
 __device__ __forceinline__ float to_float(float v) { return v; }

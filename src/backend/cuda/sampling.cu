@@ -159,7 +159,8 @@ struct WholeRow {
   __device__ void max_min_or(uint32_t&, uint32_t&, uint32_t&, Shared&) {}
   // sh.bucket holds the block's bucket totals; afterwards the row's.
   __device__ void buckets(Shared&) {}
-  __device__ void argmax(float&, int&, Shared&) {}
+  // The row's first maximum (value, index) and whether any block saw a NaN.
+  __device__ void argmax(float&, int&, uint32_t&, Shared&) {}
   // The CDF before this block's part (base) and after it (next), and the row's total.
   __device__ void prefix(double block_total, double& base, double& next, double& total, Shared&) {
     base = 0.0;
@@ -217,16 +218,19 @@ struct ClusterRow {
     __syncthreads();
     parity ^= 1;
   }
-  __device__ void argmax(float& v, int& i, Shared& sh) {
+  __device__ void argmax(float& v, int& i, uint32_t& nan, Shared& sh) {
     if (threadIdx.x == 0) {
       sh.x_best_value[parity] = v;
       sh.x_best_index[parity] = i;
+      sh.x_u32[parity][0] = nan;
     }
     cluster.sync();
     v = -INFINITY;
     i = INT_MAX;
-    for (int r = 0; r < kClusterBlocks; ++r)
+    for (int r = 0; r < kClusterBlocks; ++r) {
       argmax_merge(v, i, at(&sh.x_best_value[parity], r), at(&sh.x_best_index[parity], r));
+      nan |= at(&sh.x_u32[parity][0], r);
+    }
     parity ^= 1;
   }
   __device__ void prefix(double block_total, double& base, double& next, double& total, Shared& sh) {
@@ -275,9 +279,7 @@ __device__ int row_argmax(const float* __restrict__ part, int base, int n, int v
   }
   uint32_t any_nan = __syncthreads_or(nan_seen) ? 1u : 0u;
   for (int w = 0; w < kWarps; ++w) argmax_merge(best, best_i, sh.best_value[w], sh.best_index[w]);
-  uint32_t unused_max = 0, unused_min = 0;
-  scope.max_min_or(unused_max, unused_min, any_nan, sh);
-  scope.argmax(best, best_i, sh);
+  scope.argmax(best, best_i, any_nan, sh);
   if (any_nan) return -1;
   return best_i >= vocab ? 0 : best_i;  // every logit -inf: index 0
 }
@@ -664,21 +666,8 @@ void launch_sample(const float* logits, const SampleRow* rows, int* out, float* 
            cudaSuccess;
   }();
   (void)sized;  // a failure shows as the launch's error
-  cudaLaunchAttribute attribute[2];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = kClusterBlocks;
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(n) * kClusterBlocks);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = part_bytes;
-  config.stream = ctx.stream;
-  config.attrs = attribute;
-  config.numAttrs = ctx.tuning.overlapped_launches ? 2 : 1;
-  (void)cudaLaunchKernelEx(&config, sample_cluster_kernel, logits, rows, out, vocab, part);
+  launch_clustered(sample_cluster_kernel, static_cast<unsigned>(n) * kClusterBlocks, kThreads, part_bytes,
+                   kClusterBlocks, ctx, logits, rows, out, vocab, part);
 }
 
 }  // namespace specdec::cuda
