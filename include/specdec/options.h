@@ -10,9 +10,9 @@
 
 namespace specdec {
 
-enum class DeviceKind { automatic, cpu, cuda };                 // automatic: cuda when a GPU is present
-enum class CpuIsa { best, avx512, avx2, scalar, avx512_bf16 };  // best: the fastest exact kernels
-enum class KvCacheType { bf16, f16, f32 };                      // GPU KV cache element type (the CPU keeps f32)
+enum class DeviceKind { automatic, cpu, cuda };                      // automatic: cuda when a GPU is present
+enum class CpuIsa { best, avx512, avx2, scalar, avx512_bf16, amx };  // best: the fastest exact kernels
+enum class KvCacheType { bf16, f16, f32 };                           // GPU KV cache element type (the CPU keeps f32)
 enum class DraftKind { ngram, model };
 enum class VerifyMode { exact, rejection };  // exact: output identical to plain decoding
 

@@ -31,11 +31,12 @@ std::optional<E> value_of(const std::array<std::pair<E, std::string_view>, N>& n
 
 constexpr std::array<std::pair<DeviceKind, std::string_view>, 3> kDevices{
     {{DeviceKind::automatic, "auto"}, {DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}}};
-constexpr std::array<std::pair<CpuIsa, std::string_view>, 5> kIsas{{{CpuIsa::best, "best"},
+constexpr std::array<std::pair<CpuIsa, std::string_view>, 6> kIsas{{{CpuIsa::best, "best"},
                                                                     {CpuIsa::avx512, "avx512"},
                                                                     {CpuIsa::avx2, "avx2"},
                                                                     {CpuIsa::scalar, "scalar"},
-                                                                    {CpuIsa::avx512_bf16, "avx512-bf16"}}};
+                                                                    {CpuIsa::avx512_bf16, "avx512-bf16"},
+                                                                    {CpuIsa::amx, "amx"}}};
 constexpr std::array<std::pair<KvCacheType, std::string_view>, 3> kKvTypes{
     {{KvCacheType::bf16, "bf16"}, {KvCacheType::f16, "f16"}, {KvCacheType::f32, "f32"}}};
 constexpr std::array<std::pair<DraftKind, std::string_view>, 2> kDraftKinds{

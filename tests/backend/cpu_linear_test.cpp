@@ -1,6 +1,7 @@
 // linear on every instruction set this CPU has: against a double-precision reference for f32,
 // bf16 and f16 weights at odd sizes, and bit-exact batch invariance (M = 1 vs 7 vs 33 rows,
-// 1 vs 2 threads), including the opt-in bf16 dot-product mode.
+// 1 vs 2 threads), including the opt-in bf16 dot-product and AMX modes (the AMX tiles' own shapes:
+// cpu_amx_test.cpp).
 #include <gtest/gtest.h>
 
 #include "cpu_test_util.h"
@@ -44,9 +45,9 @@ TEST_P(CpuLinear, MatchesDoubleReference) {
             HostTensor out(DType::f32, {M, N});
             backend->linear(x.t, Weight(w.t), with_bias ? &bias.t : nullptr, out.t);
             std::vector<double> ref, mag;
-            // The bf16 mode rounds activations to bf16 before multiplying bf16 weights.
+            // The bf16 modes round activations to bf16 before multiplying bf16 weights.
             std::vector<float> x_used(x.f(), x.f() + x.numel());
-            if (GetParam() == "avx512-bf16" && dtype == DType::bf16) {
+            if (rounds_activations(GetParam()) && dtype == DType::bf16) {
               for (float& v : x_used) v = bf16_to_f32(f32_to_bf16(v));
             }
             reference(x_used.data(), w_exact, with_bias ? bias.f() : nullptr, M, N, K, ref, mag);

@@ -37,12 +37,17 @@ inline std::string isa_name(const ::testing::TestParamInfo<std::string>& info) {
   return name;
 }
 
-// cpu_isas() plus the opt-in "avx512-bf16" linear when this CPU has AVX-512 BF16.
+// cpu_isas() plus the opt-in "avx512-bf16" linear when this CPU has AVX-512 BF16, and the opt-in
+// "amx" linear when it has AMX.
 inline std::vector<std::string> cpu_linear_isas() {
   std::vector<std::string> isas = cpu_isas();
   if (isas.back() == "avx512" && __builtin_cpu_supports("avx512bf16")) isas.push_back("avx512-bf16");
+  if (isas.back() == "avx512-bf16" && specdec::test::cpu_has_amx()) isas.push_back("amx");
   return isas;
 }
+
+// Whether linear on this instruction set rounds x to bf16 before multiplying bf16 weights.
+inline bool rounds_activations(const std::string& isa) { return isa == "avx512-bf16" || isa == "amx"; }
 
 inline std::unique_ptr<Backend> make_cpu(const std::string& isa, size_t threads) {
   BackendOptions o;

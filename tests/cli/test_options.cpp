@@ -37,7 +37,7 @@ std::string joined(const std::vector<std::string>& args) {
 
 const std::vector<BadLine> kBadGenerateLines = {
     {{"--device", "tpu"}, "unknown device 'tpu' (expected cpu or cuda)"},
-    {{"--cpu-isa", "avx9"}, "unknown --cpu-isa 'avx9' (expected avx512, avx2, scalar or avx512-bf16)"},
+    {{"--cpu-isa", "avx9"}, "unknown --cpu-isa 'avx9' (expected avx512, avx2, scalar, avx512-bf16 or amx)"},
     {{"--kv-dtype", "f8"}, "unknown --kv-dtype 'f8' (expected bf16, f16 or f32)"},
     {{"--gpu-memory", "-1"}, "--gpu-memory must be a number of GiB in [0, 1048576] (0 = the default), got -1"},
     {{"--kv-memory", "-2"}, "--kv-memory must be a number of GiB in [0, 1048576] (0 = the default), got -2"},
@@ -97,7 +97,8 @@ const std::vector<BadLine> kBadLines = {
     {{"info", "--bogus"}, "The following argument was not expected: --bogus (see --help)"},
     {{"generate", "--prompt", ""}, "--prompt is empty"},
     {{"generate", "--prompt-file", "/dev/null"}, "--prompt-file /dev/null is empty"},
-    {{"generate", "--prompt-file", "/dev/zero"}, "--prompt-file /dev/zero is larger than the 16 MiB a text file may have"},
+    {{"generate", "--prompt-file", "/dev/zero"},
+     "--prompt-file /dev/zero is larger than the 16 MiB a text file may have"},
     {{"generate", "--prompt-file", "/dev/urandom"},
      "--prompt-file /dev/urandom is larger than the 16 MiB a text file may have"},
     {{"generate", "--prompt-file", "/"}, "--prompt-file / is a directory (expected a text file)"},
@@ -105,7 +106,7 @@ const std::vector<BadLine> kBadLines = {
     {{"bench", "--suite", "/"}, "/ is a directory (expected a text file)"},
     {{"generate", "--prompt-file", "/tmp/specdec_no_such_prompt.txt"}, "cannot read /tmp/specdec_no_such_prompt.txt"},
     {{"generate", "--device", "cpu", "--prompt", "x", "--cpu-isa", "best"},
-     "unknown --cpu-isa 'best' (expected avx512, avx2, scalar or avx512-bf16)"},
+     "unknown --cpu-isa 'best' (expected avx512, avx2, scalar, avx512-bf16 or amx)"},
     {{"bench", "--temperature", "-1"}, "sampling: temperature must be finite and >= 0 (0 = greedy), got -1"},
     {{"bench", "--top-p", "0"}, "sampling: top_p must be in (0, 1], got 0"},
     {{"bench", "--temperature", "1e-30"},

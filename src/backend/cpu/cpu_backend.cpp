@@ -4,7 +4,10 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -24,6 +27,24 @@ bool cpu_has_avx512() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+// AMX-BF16 and AMX-TILE: CPUID.(EAX=7, ECX=0):EDX bits 22 and 24.
+bool cpu_has_amx() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return cpu_has_avx512_bf16() && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 22)) != 0 &&
+         (edx & (1u << 24)) != 0;
+}
+
+// Linux gives a process the AMX tile data state (XSAVE feature 18) only when it asks, once, for
+// all its threads; a tile instruction before that kills the process with SIGILL. Returns 0 or
+// the errno of the refusal (an older kernel, or a hypervisor that hides the state).
+int request_amx_state() {
+  static const int error = [] {
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0 ? 0 : errno;
+  }();
+  return error;
+}
 
 const cpu::Kernels& select_kernels(const std::string& isa) {
   if (isa.empty()) {
@@ -44,7 +65,14 @@ const cpu::Kernels& select_kernels(const std::string& isa) {
     SPECDEC_CHECK(cpu_has_avx512_bf16(), "cpu_isa \"avx512-bf16\": this CPU lacks AVX-512 BF16");
     return cpu::avx512_bf16_kernels();
   }
-  fail("cpu_isa \"", isa, "\" is unknown: use \"avx512\", \"avx2\", \"scalar\", \"avx512-bf16\" or empty");
+  if (isa == "amx") {
+    SPECDEC_CHECK(cpu_has_amx(), "cpu_isa \"amx\": this CPU lacks AMX-TILE, AMX-BF16 or AVX-512 BF16");
+    const int error = request_amx_state();
+    SPECDEC_CHECK(error == 0, "cpu_isa \"amx\": Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM: ",
+                  std::strerror(error), ")");
+    return cpu::amx_kernels();
+  }
+  fail("cpu_isa \"", isa, "\" is unknown: use \"avx512\", \"avx2\", \"scalar\", \"avx512-bf16\", \"amx\" or empty");
 }
 
 class CpuBackend final : public Backend {

@@ -1,5 +1,5 @@
 // The per-instruction-set kernel table of the CPU backend: one implementation per ISA (scalar,
-// AVX2+FMA, AVX-512), chosen once at backend creation. Only the hot loops live behind this table;
+// AVX2+FMA, AVX-512, AMX), chosen once at backend creation. Only the hot loops live behind this table;
 // validation, threading and the cheap element-wise kernels are shared (cpu_ops.cpp,
 // cpu_attention.cpp).
 #pragma once
@@ -18,6 +18,7 @@ struct LinearArgs {
   const float* bias = nullptr;       // [N] or null
   float* out = nullptr;              // [M, N]
   const uint16_t* x_bf16 = nullptr;  // x rounded to bf16 [M, K], for kernels that ask for it
+  const uint16_t* x_tiles = nullptr;  // x_bf16 in the AMX tile layout (below), for kernels that ask for it
   int64_t M = 0;
   int64_t N = 0;
   int64_t K = 0;
@@ -59,13 +60,25 @@ using AttendFn = void (*)(const AttendArgs& args);
 // so every split of a row gives the same bits.
 using SiluMulFn = void (*)(const float* g, const float* u, float* out, int64_t n);
 
+// The AMX tile layout of bf16 activations (LinearArgs::x_tiles), defined for K a multiple of
+// kTileK: tokens in blocks of 16 (the last block padded with zeros), each block in chunks of
+// kTileK columns, each chunk [16 column pairs][16 tokens][2] bf16 — the pair layout of a
+// TDPBF16PS B operand. Block b, chunk c starts at element (b * K / kTileK + c) * 16 * kTileK.
+constexpr int64_t kTileK = 32;
+constexpr int64_t tile_activation_elements(int64_t M, int64_t K) { return (M + 15) / 16 * 16 * K; }
+// Writes x_bf16 [M, K] in the tile layout to tiles (tile_activation_elements(M, K) elements).
+using PackTilesFn = void (*)(const uint16_t* x_bf16, int64_t M, int64_t K, uint16_t* tiles);
+
 struct Kernels {
-  const char* isa;  // "scalar", "avx2", "avx512", "avx512-bf16"
+  const char* isa;  // "scalar", "avx2", "avx512", "avx512-bf16", "amx"
   LinearFn linear;
   AttendFn attend;
   SiluMulFn silu_mul;
   // linear wants LinearArgs::x_bf16 filled when the weights are bf16.
   bool bf16_activations = false;
+  // When set (with bf16_activations), linear also wants LinearArgs::x_tiles, filled by this
+  // function, when the weights are bf16 and K is a multiple of kTileK.
+  PackTilesFn pack_tiles = nullptr;
 };
 
 // Instruction-set kernel files must not instantiate std templates or other inline functions
@@ -101,5 +114,9 @@ const Kernels& avx512_kernels();
 // AVX-512 with bf16 dot products (_mm512_dpbf16_ps) for bf16 weights: activations are rounded to
 // bf16, so results differ from the f32 reference. Opt-in only.
 const Kernels& avx512_bf16_kernels();
+// AMX tiles (TDPBF16PS) for bf16 weights whose K is a multiple of kTileK, the avx512-bf16 linear
+// otherwise: activations rounded to bf16 as there. Opt-in only; its linear may run only once the
+// process holds the tile data state (the backend asks Linux for it when it picks this table).
+const Kernels& amx_kernels();
 
 }  // namespace specdec::cpu

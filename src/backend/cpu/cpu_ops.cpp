@@ -136,14 +136,19 @@ LinearArgs linear_args(const Kernels& k, const Tensor& x, const Weight& w, const
   a.bias = bias ? bias->ptr<float>() : nullptr;
   a.out = out.ptr<float>();
   if (k.bf16_activations && a.wdtype == DType::bf16 && a.M * a.K > 0) {
-    const size_t bytes = static_cast<size_t>(a.M * a.K) * sizeof(uint16_t);
+    // The tile layout follows the row-major copy in the same buffer; it depends on K only, never
+    // on M, whether a kernel gets it.
+    const bool tiles = k.pack_tiles != nullptr && a.K % kTileK == 0;
+    const int64_t elements = a.M * a.K + (tiles ? tile_activation_elements(a.M, a.K) : 0);
     if (x_bf16.bytes() == 0) {
       // Several projections of one x share the rounded copy: callers pass an empty buffer per x.
-      x_bf16 = Buffer::host(bytes);
+      x_bf16 = Buffer::host(static_cast<size_t>(elements) * sizeof(uint16_t));
       auto* dst = static_cast<uint16_t*>(x_bf16.data());
       for (int64_t i = 0; i < a.M * a.K; ++i) dst[i] = f32_to_bf16(a.x[i]);
+      if (tiles) k.pack_tiles(dst, a.M, a.K, dst + a.M * a.K);
     }
     a.x_bf16 = static_cast<const uint16_t*>(x_bf16.data());
+    if (tiles) a.x_tiles = a.x_bf16 + a.M * a.K;
   }
   return a;
 }
