@@ -167,6 +167,33 @@ class Backend {
   // synchronize(), no allocate()); every tensor it touches outlives the recording; new inputs
   // are written into those same buffers before each replay.
   virtual std::unique_ptr<RecordedCalls> record(const std::function<void()>& enqueue);
+
+  // ---- Calls whose results decide only speed ----
+
+  // A drafter's proposals that exact verification checks token by token decide how soon the
+  // output comes, never what it is. While allowed, a backend created batch invariant runs the
+  // calls that follow on its fast kernels (a row's results then depend on its batch, as in the
+  // fast mode) where it has them. Returns the previous setting. A backend with one kernel set
+  // (the CPU's) ignores it. Results that a row keeps past the round (a drafter's KV of verified
+  // positions), or that rejection sampling reads (draft distributions), must not be computed
+  // while allowed: they would make the output depend on the batch.
+  virtual bool allow_fast_kernels(bool allowed) {
+    (void)allowed;
+    return false;
+  }
+};
+
+// Backend::allow_fast_kernels(allowed) for a scope, restoring the previous setting after it.
+class FastKernelScope {
+ public:
+  FastKernelScope(Backend& backend, bool allowed) : backend_(backend), before_(backend.allow_fast_kernels(allowed)) {}
+  ~FastKernelScope() { backend_.allow_fast_kernels(before_); }
+  FastKernelScope(const FastKernelScope&) = delete;
+  FastKernelScope& operator=(const FastKernelScope&) = delete;
+
+ private:
+  Backend& backend_;
+  bool before_;
 };
 
 struct BackendOptions {

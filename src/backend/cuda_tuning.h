@@ -8,7 +8,7 @@ namespace specdec {
 // Which one-row store and add linears stream two output columns a warp instead of one.
 enum class PairedColumns : int { never = 0, with_folded_norm = 1, always = 2 };
 
-// No switch but flash_prefill, skinny_max_m and cluster_sampling changes a result: each other alternative
+// No switch but flash_prefill, skinny_max_m, cluster_sampling and fast_drafts changes a result: each other alternative
 // computes the same bits at another speed. The CUDA backend lets the SPECDEC_CUDA_* environment
 // variables named here override these fields (read once, when the backend is made).
 struct CudaTuning {
@@ -90,6 +90,10 @@ struct CudaTuning {
   // (SPECDEC_CUDA_CLUSTER_SAMPLE=0). Changes results within rounding: the probability sums add
   // the blocks' partial sums in another order (still fixed, so still batch invariant).
   bool cluster_sampling = true;
+  // A backend created batch invariant honours Backend::allow_fast_kernels (a drafter's calls whose
+  // results decide only speed run on the fast mode's kernels); false keeps every call on the
+  // batch-invariant kernels (SPECDEC_CUDA_FAST_DRAFTS=0). Drafts change, outputs do not.
+  bool fast_drafts = true;
 };
 
 }  // namespace specdec

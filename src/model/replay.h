@@ -33,6 +33,8 @@ struct ReplayKey {
   std::vector<const void*> pools;
   // Rows the forward returns (through the LM head).
   int outputs = 0;
+  // Recorded while Backend::allow_fast_kernels held (other kernels than the same shape's without).
+  bool fast_kernels = false;
   auto operator<=>(const ReplayKey&) const = default;
 };
 

@@ -153,6 +153,44 @@ TEST(GpuLinear, InvariantModeIsBatchInvariant) {
   }
 }
 
+// Backend::allow_fast_kernels on a batch-invariant backend: inside the scope its linears give the
+// fast mode's bits (a drafter's proposals), after it the invariant mode's again; with
+// CudaTuning::fast_drafts off the scope changes nothing.
+TEST(GpuLinear, AllowedFastKernelsGiveTheFastModesBits) {
+  SPECDEC_REQUIRE_GPU();
+  CudaTuning off;
+  off.fast_drafts = false;
+  const auto inv = make_gpu({}, true), fast = make_gpu({}, false), kept = make_gpu(off, true);
+  const int N = 512, K = 1536;
+  const auto x = random_floats(static_cast<size_t>(8) * K, 310);
+  const auto w = random_floats(static_cast<size_t>(N) * K, 311);
+  Owned wi = upload(*inv, w, DType::bf16, {N, K}), wf = upload(*fast, w, DType::bf16, {N, K}),
+        wk = upload(*kept, w, DType::bf16, {N, K});
+  for (int M : {1, 8}) {
+    const std::string what = str_cat("M=", M);
+    const auto invariant_bits = linear_rows(*inv, x, wi, 0, M, N, K);
+    const auto fast_bits = linear_rows(*fast, x, wf, 0, M, N, K);
+    // One row takes different kernels in the two modes (the fast mode's keeps x in f32): there
+    // the scope's effect shows in the bits. (At eight rows both may pick an unsplit cuBLASLt.)
+    if (M == 1) {
+      EXPECT_FALSE(bit_equal(invariant_bits.data(), fast_bits.data(), fast_bits.size())) << what;
+    }
+    {
+      const FastKernelScope scope(*inv, true);
+      const auto got = linear_rows(*inv, x, wi, 0, M, N, K);
+      EXPECT_TRUE(bit_equal(got.data(), fast_bits.data(), fast_bits.size())) << what << ": inside the scope";
+      const FastKernelScope nested(*inv, false);
+      const auto again = linear_rows(*inv, x, wi, 0, M, N, K);
+      EXPECT_TRUE(bit_equal(again.data(), invariant_bits.data(), invariant_bits.size())) << what << ": nested off";
+    }
+    const auto after = linear_rows(*inv, x, wi, 0, M, N, K);
+    EXPECT_TRUE(bit_equal(after.data(), invariant_bits.data(), invariant_bits.size())) << what << ": after the scope";
+    const FastKernelScope ignored(*kept, true);
+    const auto still = linear_rows(*kept, x, wk, 0, M, N, K);
+    EXPECT_TRUE(bit_equal(still.data(), invariant_bits.data(), invariant_bits.size())) << what << ": fast_drafts off";
+  }
+}
+
 // The batch-invariant mode's cuBLASLt path picks the fastest algorithm per M among those that
 // keep K in one pass: tiles, clusters and kernels change with M, the bits of a row must not.
 // Shapes of an 8B model's projections and two that are not multiples of 64, M from one row to a

@@ -100,6 +100,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
   set_switch("SPECDEC_CUDA_DIRECT", tuning.direct_outputs);
   set_switch("SPECDEC_CUDA_CLUSTER_SAMPLE", tuning.cluster_sampling);
+  set_switch("SPECDEC_CUDA_FAST_DRAFTS", tuning.fast_drafts);
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
   set_level("SPECDEC_CUDA_SKINNY_MAX_M", cuda::kSkinnyMaxM, tuning.skinny_max_m);
   set_level("SPECDEC_CUDA_ORDERED_MAX_M", cuda::kOrderedMaxM, tuning.ordered_max_m);
@@ -349,6 +350,12 @@ class CudaBackend final : public Backend {
     check_launch(op, T, "x", heads, "+", kvh, "x", D);
   }
 
+  bool allow_fast_kernels(bool allowed) override {
+    const bool before = fast_allowed_;
+    fast_allowed_ = allowed && tuning().fast_drafts;
+    return before;
+  }
+
   std::unique_ptr<RecordedCalls> record(const std::function<void()>& enqueue) override {
     // Per-call synchronization cannot be recorded; without recordings every call runs eagerly.
     if (tuning().sync_each_call || !tuning().record) return nullptr;
@@ -426,7 +433,7 @@ class CudaBackend final : public Backend {
     if (tile_decode(batch, k_pool) && attend_tiles(op, q, k_pool, v_pool, batch, scale, out)) return;
     const bool flash = flash_attention(batch, k_pool);
     const cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out, !flash);
-    if (flash && cuda::launch_flash_attention(a, batch.max_row_tokens, invariant_, ctx_)) {
+    if (flash && cuda::launch_flash_attention(a, batch.max_row_tokens, invariant(), ctx_)) {
       check_launch("attention (tensor cores)", a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim, ", rows ",
                    batch.rows, ", max_row_tokens ", batch.max_row_tokens);
       return;
@@ -443,7 +450,7 @@ class CudaBackend final : public Backend {
   // whose split launch spreads a long history over more SMs.
   bool flash_attention(const AttentionBatch& batch, const Tensor& k_pool) const {
     if (!tuning().flash_prefill || k_pool.rank != 4) return false;
-    if (invariant_)
+    if (invariant())
       return k_pool.dtype == DType::bf16 &&
              cuda::flash_attention_supports(ElemType::bf16, static_cast<int>(k_pool.dim(3)));
     return batch.max_row_tokens >= kFlashMinRowTokens || batch.rows * k_pool.dim(2) >= tuning().flash_decode_blocks;
@@ -495,7 +502,7 @@ class CudaBackend final : public Backend {
       return Backend::rope_kv_write_attention(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch,
                                               scale, out);
     }
-    if (flash_attention(batch, k_pool) && (invariant_ || !tile_decode(batch, k_pool))) {
+    if (flash_attention(batch, k_pool) && (invariant() || !tile_decode(batch, k_pool))) {
       rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
       return attention(q, k_pool, v_pool, batch, scale, out);
     }
@@ -772,14 +779,14 @@ class CudaBackend final : public Backend {
   // fastest), and in batch-invariant mode every M that cuBLASLt does not (see invariant_lt).
   bool rows_kernel(const LinearShape& sh) const {
     if (sh.k == 0) return true;
-    return invariant_ ? !invariant_lt(sh) : sh.m <= kSmallM;
+    return invariant() ? !invariant_lt(sh) : sh.m <= kSmallM;
   }
   // Whether the batch-invariant mode runs this linear on cuBLASLt with K unsplit: 16-bit weights
   // with K and N multiples of 8 (rows of x, w and out on 16-byte boundaries). Those are the shapes
   // whose row bits were measured to agree across cuBLASLt's algorithms; with N = 4,100 a row's
   // bits at M = 1 and 2 differed, so other shapes keep the row kernel.
   bool invariant_lt(const LinearShape& sh) const {
-    return invariant_ && tuning().invariant_cublaslt && sh.type != ElemType::f32 && sh.k % 8 == 0 && sh.n % 8 == 0 &&
+    return invariant() && tuning().invariant_cublaslt && sh.type != ElemType::f32 && sh.k % 8 == 0 && sh.n % 8 == 0 &&
            !tensor_core_type(sh);
   }
 
@@ -788,7 +795,7 @@ class CudaBackend final : public Backend {
   // M; the norm is then never folded). The fast mode keeps cuBLASLt, faster at every M above two.
   bool tensor_core_type(const LinearShape& sh) const {
     if (sh.type == ElemType::f32 || sh.k == 0 || sh.k % 8 != 0) return false;
-    return invariant_ && tuning().invariant_tensor_cores;
+    return invariant() && tuning().invariant_tensor_cores;
   }
   bool tensor_cores(const LinearShape& sh, std::span<const void* const> weights) const {
     return tensor_core_type(sh) && cuda::gemm_supports(sh.type, sh.k, weights.data(), static_cast<int>(weights.size()));
@@ -979,7 +986,7 @@ class CudaBackend final : public Backend {
   // batch-invariant mode the ordered kernel (cuBLASLt's unsplit bits; CudaTuning::ordered_max_m),
   // in the fast mode the skinny kernel (CudaTuning::skinny_max_m). Both take the same arguments.
   bool skinny(const LinearShape& sh, const void* xin, const void* w) const {
-    if (invariant_) return sh.m <= tuning().ordered_max_m && cuda::ordered_gemm_supports(sh.type, sh.m, sh.k, xin, w);
+    if (invariant()) return sh.m <= tuning().ordered_max_m && cuda::ordered_gemm_supports(sh.type, sh.m, sh.k, xin, w);
     return sh.m <= tuning().skinny_max_m && cuda::skinny_gemm_supports(sh.type, sh.m, sh.k, xin, w);
   }
   static cuda::SkinnyArgs skinny_args(const void* xin, const void* w, const LinearShape& sh) {
@@ -994,7 +1001,7 @@ class CudaBackend final : public Backend {
     return a;
   }
   void launch_skinny(const cuda::SkinnyArgs& a) {
-    if (invariant_) {
+    if (invariant()) {
       cuda::launch_ordered_gemm(a, ctx_);
       return check_launch("linear (ordered) ", a.M, "x", a.K, " by ", a.N, "x", a.K);
     }
@@ -1019,7 +1026,7 @@ class CudaBackend final : public Backend {
                                 : sh.type == ElemType::f16 ? CUDA_R_16F
                                                            : CUDA_R_32F;
     lt_->run(xin, weight.data, type, out.ptr<float>(), sh.m, sh.n, sh.k, lt_workspace_.data(), kLtWorkspaceBytes,
-             stream_, /*whole_k=*/invariant_, accumulate ? 1.0f : 0.0f, timing);
+             stream_, /*whole_k=*/invariant(), accumulate ? 1.0f : 0.0f, timing);
     if (tuning().sync_each_call)
       SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "linear (cuBLASLt) ", sh.m, "x", sh.n, "x", sh.k);
   }
@@ -1136,7 +1143,11 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  // Batch invariant as created, and while a drafter allows the fast kernels (allow_fast_kernels):
+  // the kernels chosen from here on follow invariant().
+  bool invariant() const { return invariant_ && !fast_allowed_; }
   bool invariant_;
+  bool fast_allowed_ = false;
   DType kv_dtype_;
   std::string name_;
   std::shared_ptr<cuda::DeviceMemory> memory_;

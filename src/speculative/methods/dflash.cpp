@@ -450,6 +450,10 @@ class DflashRows final : public DraftRows {
     // for its distributions, needs the logits on the host.
     bool device_tokens = true;
     for (const size_t a : live) device_tokens = device_tokens && asks[a].sampling->selects_argmax() && !asks[a].want_q;
+    // The block's K/V lies past the context and is overwritten next round; without rejection rows
+    // (which read the drafts' distributions) its results only choose drafts and their number, so
+    // the block may run on the backend's fast kernels.
+    const bool fast = std::none_of(live.begin(), live.end(), [&](size_t a) { return asks[a].want_q; });
     Carver measure = Carver::measure();
     layout(measure);
     const size_t before = scratch_.bytes();
@@ -470,6 +474,7 @@ class DflashRows final : public DraftRows {
 
     const float eps = c_.rms_norm_eps;
     const auto calls = [&] {
+      const FastKernelScope fast_kernels(backend_, fast);
       backend_.embedding(embed_, ids_t, s.x);
       for (int l = 0; l < c_.num_layers; ++l) {
         const auto& L = w_->layers[static_cast<size_t>(l)];
@@ -501,6 +506,7 @@ class DflashRows final : public DraftRows {
       ReplayKey key = key_of(batch);
       key.outputs = static_cast<int>(n_out);
       key.selection = device_tokens ? Selection::argmax : Selection::logits;
+      key.fast_kernels = fast;
       one_off = draft_replays_.replay_or_run(key, calls) || one_off;
     } else {
       calls();

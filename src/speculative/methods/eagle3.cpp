@@ -242,7 +242,11 @@ class Eagle3Rows : public DraftRows {
     const Tensor inputs = fuse(feeding, counts);
     std::vector<float> chained;
     bool fused = true;
+    // Steps after the first write KV that the next round cuts back; without rejection rows their
+    // logits only choose drafts: they may run on the backend's fast kernels.
+    const bool any_q = std::any_of(live.begin(), live.end(), [&](size_t i) { return asks[i].want_q; });
     for (int step = 0; !live.empty(); ++step) {
+      const FastKernelScope fast(head_->backend(), !fused && !any_q);
       const Eagle3Head::Output res = fused ? head_->forward(step_rows, inputs, true, embedding_, *cache_)
                                            : head_->forward(step_rows, chained, false, embedding_, *cache_);
       const size_t vd = static_cast<size_t>(head_->config().draft_vocab);

@@ -641,7 +641,11 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   Carver acts_carver = Carver::of(chain_acts_);
   const Acts s = acts_of(acts_carver);
   const float eps = l.rms_norm_eps;
+  // Greedy drafts decide only how many tokens a round verifies: what the chain computes and no row
+  // keeps (every step's logits, the chained steps' KV, cut back after the round) may run on a
+  // backend's fast kernels. Step 0's KV, at the verified positions, stays batch invariant.
   const auto logits_of_x = [&] {
+    const FastKernelScope fast(backend_, true);
     backend_.rms_norm(s.x, final_norm_, eps, s.normed);
     backend_.linear(s.normed, lm_head_, nullptr, s.logits);
   };
@@ -668,6 +672,7 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
     logits_of_x();
   };
   const auto chain = [&] {
+    const FastKernelScope fast(backend_, true);
     for (int j = 1; j <= steps; ++j) {
       const StepMeta& m = dev_steps[static_cast<size_t>(j - 1)];
       const Tensor drafted = s.drafts.rows(j - 1, 1).reshape({R}), ids = s.inputs.rows(j - 1, 1).reshape({R});
@@ -687,6 +692,7 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   key.outputs = depth;
   key.pool_blocks = cache.total_blocks();
   key.pools = {cache.k_pool(0).data, cache.v_pool(0).data};
+  key.fast_kernels = true;
   // On a backend that records, a chain that does not replay paid one-off costs (a new shape, or
   // step 0 called one by one); on one that records nothing, none is one-off.
   const bool records = replays_chains();
