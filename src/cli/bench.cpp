@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/bench_config.h"
 #include "cli/bench_run.h"
 #include "cli/commands.h"
 #include "cli/require.h"
@@ -337,43 +338,6 @@ nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const st
             {"identical", same},
             {"telemetry", nlohmann::json::parse(tel.to_json())},
             {"spread", pair_spread(m)}}}};
-}
-
-// The engine's limits, raised so that every run of the benchmark prefills all its prompts in its
-// first iteration: decode figures then time decode-only iterations, not the prefill of later rows
-// mixed into them. The suite's prompts are bounded by their bytes plus a token for a prefix (no
-// tokenizer gives more tokens than that), as the engine that would count them is not loaded yet.
-EngineConfig bench_engine_config(const BenchCommand& o, const ModelInfo& model) {
-  EngineConfig c = o.engine;
-  int rows = o.drafts.empty() ? 1 : o.spec_batch, tokens = 1;
-  if (!o.skip_plain) {
-    const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
-    rows = std::max(rows, max_batch);
-    tokens = std::max(tokens, std::min(max_batch * o.prompt_tokens + 1, 1 << 17));
-    // Without --kv-memory, a cache that holds every row of the largest batch at its full length
-    // (prompt, new tokens and a partly filled block each), so that no row waits for blocks.
-    if (c.kv_memory_gb == 0) {
-      const double kv_elem = c.kv_type == KvCacheType::f32 ? 4 : 2;
-      const double per_token = 2.0 * model.num_layers * model.num_kv_heads * model.head_dim * kv_elem;
-      const int per_row = std::min(o.prompt_tokens + o.gen_tokens, model.context_length) + 32;
-      const double gib = per_token * per_row * max_batch / double(1ull << 30) * 1.05;
-      // On the host, never below the engine's 1 GiB default; on a GPU, this instead of the
-      // engine's default (all free memory), which would only lengthen the start.
-      if (c.device != DeviceKind::cpu || gib > 1.0) c.kv_memory_gb = gib;
-    }
-  }
-  if (!o.drafts.empty()) {
-    int suite_tokens = 1, longest = 1;
-    for (int i = 0; i < o.spec_batch; ++i)
-      suite_tokens += static_cast<int>(o.suite[static_cast<size_t>(i) % o.suite.size()].text.size()) + 2;
-    for (const auto& p : o.suite) longest = std::max(longest, static_cast<int>(p.text.size()) + 3);
-    tokens = std::max({tokens, std::min(suite_tokens, 1 << 17), longest});
-  }
-  c.max_rows = std::max(c.max_rows, rows);
-  c.max_batch_tokens = std::max(c.max_batch_tokens, tokens);
-  // Timed runs repeat their prompts: each must compute its prompt, not find it cached.
-  c.prefix_cache = false;
-  return c;
 }
 
 // The plain table's kernel modes: --modes, or the one --fast-gpu chose.
