@@ -490,8 +490,7 @@ class DflashRows final : public DraftRows {
         backend_.attention(s.q.reshape({T, nh, hd}), cache_->k_pool(l), cache_->v_pool(l), batch, attn_scale_,
                            s.attn.reshape({T, nh, hd}));
         backend_.linear_add(s.attn, L.o_proj, nullptr, s.x);
-        backend_.norm_gated_linear(s.x, L.post_norm, eps, s.h, L.gate_proj, L.up_proj, s.gate);
-        backend_.linear_add(s.gate, L.down_proj, nullptr, s.x);
+        backend_.norm_mlp_add(s.x, L.post_norm, eps, s.h, L.gate_proj, L.up_proj, s.gate, L.down_proj);
       }
       backend_.rms_norm(s.x, w_->norm, eps, s.x);
       if (n_out > 0) {

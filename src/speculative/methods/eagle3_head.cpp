@@ -365,8 +365,7 @@ void Eagle3Head::layer(const Tensor& embed, const Tensor& ids, const Tensor& x, 
                                    positions, inv_freq_, rope_scaling_, cache.k_pool(0), cache.v_pool(0), batch,
                                    attn_scale_, s.attn.reshape({T, nh, hd}));
   backend_.linear_add(s.attn, o_proj_, nullptr, x);
-  backend_.norm_gated_linear(x, post_norm_, eps, s.normed, gate_proj_, up_proj_, s.gate);
-  backend_.linear_add(s.gate, down_proj_, nullptr, x);
+  backend_.norm_mlp_add(x, post_norm_, eps, s.normed, gate_proj_, up_proj_, s.gate, down_proj_);
 }
 
 Eagle3Head::Output Eagle3Head::forward(std::span<const Row> rows, std::span<const float> inputs, bool fused,
@@ -461,8 +460,8 @@ Eagle3Head::Output Eagle3Head::run(std::span<const Row> rows, const Tensor& inpu
   } else if (N > 0) {
     const Tensor g = s.out_hidden.rows(0, N), gn = s.out_normed.rows(0, N), logits = s.logits.rows(0, N);
     backend_.gather_rows(s.x, m.out_index.rows(0, N), g);
-    backend_.rms_norm(g, final_norm_, eps, gn);
-    backend_.linear(gn, lm_head_, nullptr, logits);
+    const std::array<Projection, 1> head = {Projection{lm_head_, {}, logits}};
+    backend_.norm_linear_many(g, final_norm_, eps, gn, head);
     out.hidden.resize(static_cast<size_t>(N * H));
     out.logits.resize(static_cast<size_t>(N) * static_cast<size_t>(config_.draft_vocab));
     backend_.copy(g, Tensor(out.hidden.data(), DType::f32, {N, H}));
@@ -646,8 +645,8 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   // backend's fast kernels. Step 0's KV, at the verified positions, stays batch invariant.
   const auto logits_of_x = [&] {
     const FastKernelScope fast(backend_, true);
-    backend_.rms_norm(s.x, final_norm_, eps, s.normed);
-    backend_.linear(s.normed, lm_head_, nullptr, s.logits);
+    const std::array<Projection, 1> head = {Projection{lm_head_, {}, s.logits}};
+    backend_.norm_linear_many(s.x, final_norm_, eps, s.normed, head);
   };
   const auto batch_of = [&](const StepMeta& m, int64_t tokens, int row_tokens) {
     AttentionBatch batch;
