@@ -22,6 +22,7 @@ constexpr double kMinSpread = 0.5;    // tokens: spread of recent widths needed 
 constexpr double kLaterPrior = 0.85;  // prior acceptance of drafts after the first
 constexpr double kRelax = 0.1;        // per round, untried positions' drift back to that prior
 constexpr double kTableRate = 0.1;    // moving-average rate of each token count's measured cost
+constexpr int kMinBackoff = 4;        // rounds: the shortest pause (DepthPolicy::backoff_ starts there)
 constexpr int kMaxBackoff = 64;       // rounds: the longest pause between probes
 constexpr double kShrink = 3.0;       // rounds of a regime's own evidence that weigh as much as the pooled estimate
 }  // namespace
@@ -245,7 +246,11 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
     return 0;
   }
   cannot_pay_ = false;
-  backoff_ = 4;
+  // A round that drafts halves the next pause rather than resetting it: on a row whose drafts are
+  // rarely accepted, one lucky probe would otherwise restart the back-off at its shortest, and
+  // the probes of the short pauses that follow cost more than they win. A row that goes on
+  // drafting is back at the shortest pause within a few rounds.
+  backoff_ = std::max(kMinBackoff, backoff_ / 2);
   return std::max(best, long_run_depth());
 }
 

@@ -524,5 +524,29 @@ TEST(DepthPolicy, DraftsPastTheDepthWhoseFullAcceptsLandOnABreak) {
   EXPECT_GT(cycle.next_depth(costs, draft, 1), 5);
 }
 
+TEST(DepthPolicy, ARareAcceptDoesNotRestartTheShortestPauses) {
+  // A hidden-state head on a text it rarely gets right, priced as on a GPU: a target step 0.26
+  // ms (3 us a token more), a draft call 0.1 ms plus 0.03 a draft. One drafting round in five
+  // has its first draft accepted, none further. Every drafting round costs more than it emits,
+  // so over a request of 128 rounds the row must spend few of them drafting: a probe that lands
+  // on a lucky round must not send the back-off back to four rounds.
+  CostModel costs;
+  for (int i = 0; i < 40; ++i) {
+    const int tokens = 1 + i % 4;
+    costs.observe_forward(tokens, 0.26e-3 + 3e-6 * tokens);
+  }
+  DraftCost draft;
+  for (int k : {1, 3, 6}) draft.observe(k, 0.1e-3 + 0.03e-3 * k);
+  DepthPolicy policy(6, true);
+  int drafting = 0;
+  for (int round = 0; round < 128; ++round) {
+    const int depth = policy.next_depth(costs, draft, 1);
+    if (depth == 0) continue;
+    ++drafting;
+    policy.observe(depth, drafting % 5 == 0 ? 1 : 0);
+  }
+  EXPECT_LE(drafting, 10);
+}
+
 }  // namespace
 }  // namespace specdec
