@@ -5,6 +5,8 @@
 // asking for it must fail.
 #include <gtest/gtest.h>
 
+#include <iterator>
+
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_ops.h"
 #include "cpu_test_util.h"
@@ -40,7 +42,7 @@ TEST_F(CpuAmx, MatchesDoubleReferenceOfTheRoundedInputs) {
       std::vector<float> w_exact;
       HostTensor w = random_weights(rng, DType::bf16, {N, K}, w_exact);
       HostTensor bias = random_f32(rng, {N});
-      for (int64_t M : {1, 2, 15, 16, 17, 33}) {
+      for (int64_t M : {1, 2, 5, 15, 16, 17, 20, 33}) {
         HostTensor x = random_f32(rng, {M, K});
         const std::vector<float> xr = rounded(x);
         for (bool with_bias : {false, true}) {
@@ -93,7 +95,7 @@ TEST_F(CpuAmx, RowsAreBitIdenticalWhateverTheBatchThreadsAndSlices) {
     make_cpu("amx", 1)->linear(x.t, Weight(w.t), &bias.t, full.t);
     for (size_t threads : {1, 2}) {
       auto backend = make_cpu("amx", threads);
-      for (int64_t M : {1, 2, 15, 16, 17, 33, 40}) {
+      for (int64_t M : {1, 2, 3, 5, 15, 16, 17, 20, 33, 40}) {
         for (int64_t m0 : {int64_t{0}, int64_t{1}, int64_t{3}, rows - M}) {
           if (m0 + M > rows) continue;
           HostTensor window(DType::f32, {M, N});
@@ -105,7 +107,7 @@ TEST_F(CpuAmx, RowsAreBitIdenticalWhateverTheBatchThreadsAndSlices) {
     }
     // N slices that start inside a 16-row block and end inside the short last one.
     make_cpu("amx", 1);  // the tile state, before the table is called directly
-    for (int64_t M : {1, 17, 40}) {
+    for (int64_t M : {1, 4, 17, 40}) {
       HostTensor sliced(DType::f32, {M, N});
       const HostTensor xm = [&] {
         HostTensor c(DType::f32, {M, K});
@@ -117,6 +119,58 @@ TEST_F(CpuAmx, RowsAreBitIdenticalWhateverTheBatchThreadsAndSlices) {
         linear_in_slices(xm, w, bias, sliced, cuts);
         ASSERT_TRUE(same_bits(sliced.f(), full.f(), static_cast<size_t>(M * N)))
             << "N=" << N << " K=" << K << " M=" << M << " sliced at " << cuts[0];
+      }
+    }
+  }
+}
+
+TEST_F(CpuAmx, WeightsOffTheirCacheLinesGiveTheSameBits) {
+  // Safetensors files put tensors on 8-byte boundaries: the kernel stages such rows through an
+  // aligned copy, which must change nothing.
+  std::mt19937 rng(19);
+  auto backend = make_cpu("amx", 2);
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{203, 512}, {48, 96}}) {
+    std::vector<float> w_exact;
+    HostTensor w = random_weights(rng, DType::bf16, {N, K}, w_exact);
+    HostTensor x = random_f32(rng, {20, K});
+    HostTensor bias = random_f32(rng, {N});
+    for (size_t offset : {2, 8, 62}) {
+      Buffer shifted = Buffer::host(w.t.bytes() + 64);
+      std::memcpy(static_cast<char*>(shifted.data()) + offset, w.t.data, w.t.bytes());
+      const Tensor w_off(static_cast<char*>(shifted.data()) + offset, DType::bf16, {N, K});
+      for (int64_t M : {1, 5, 20}) {
+        HostTensor a(DType::f32, {M, N}), b(DType::f32, {M, N});
+        backend->linear(x.t.rows(0, M), Weight(w.t), &bias.t, a.t);
+        backend->linear(x.t.rows(0, M), Weight(w_off), &bias.t, b.t);
+        ASSERT_TRUE(same_bits(a.f(), b.f(), static_cast<size_t>(M * N)))
+            << "N=" << N << " K=" << K << " M=" << M << " offset " << offset;
+      }
+    }
+  }
+}
+
+TEST_F(CpuAmx, PacksActivationsAsTheScalarRoundingInTheTileLayout) {
+  std::mt19937 rng(3);
+  // Ties to even both ways, the largest finite value (rounds to inf), infinities, NaNs, denormals.
+  const float specials[] = {1.00390625f,   1.01171875f,    -1.00390625f, 3.4028235e38f, INFINITY, -INFINITY,
+                            std::nanf(""), -std::nanf(""), 1e-40f,       -1e-45f,       0.0f,     -0.0f};
+  for (int64_t K : {32, 64, 96}) {
+    for (int64_t M : {1, 2, 3, 4, 5, 16, 17, 21}) {
+      std::vector<float> x(static_cast<size_t>(M * K));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = i % 5 == 0 ? specials[(i / 5) % std::size(specials)] : nonzero(rng);
+      std::vector<uint16_t> rows(static_cast<size_t>(M * K)),
+          tiles(static_cast<size_t>(cpu::tile_activation_elements(M, K)));
+      cpu::amx_kernels().pack_bf16(x.data(), M, K, rows.data(), tiles.data());
+      for (int64_t m = 0; m < M; ++m) {
+        const int64_t b0 = m / 16 * 16, T = std::min<int64_t>(16, M - b0), t = m - b0;
+        for (int64_t k = 0; k < K; ++k) {
+          const uint16_t want = f32_to_bf16(x[static_cast<size_t>(m * K + k)]);
+          ASSERT_EQ(rows[static_cast<size_t>(m * K + k)], want) << "M=" << M << " K=" << K << " at " << m << ", " << k;
+          // Block b0 / 16 at b0 K; chunk k / 32 of T × 32; [pair][token][2].
+          const int64_t at = b0 * K + k / 32 * T * 32 + (k % 32) / 2 * 2 * T + 2 * t + k % 2;
+          ASSERT_EQ(tiles[static_cast<size_t>(at)], want)
+              << "tile layout, M=" << M << " K=" << K << " at " << m << ", " << k;
+        }
       }
     }
   }

@@ -61,13 +61,16 @@ using AttendFn = void (*)(const AttendArgs& args);
 using SiluMulFn = void (*)(const float* g, const float* u, float* out, int64_t n);
 
 // The AMX tile layout of bf16 activations (LinearArgs::x_tiles), defined for K a multiple of
-// kTileK: tokens in blocks of 16 (the last block padded with zeros), each block in chunks of
-// kTileK columns, each chunk [16 column pairs][16 tokens][2] bf16 — the pair layout of a
-// TDPBF16PS B operand. Block b, chunk c starts at element (b * K / kTileK + c) * 16 * kTileK.
+// kTileK: tokens in blocks of 16, the last block T = M mod 16 tokens or 16; block b starts at
+// element 16 b K, and holds K / kTileK chunks of T × kTileK elements, each chunk [16 column
+// pairs][T tokens][2] bf16 (the pair layout of a TDPBF16PS B operand, T columns wide). One token's
+// layout is its row. Tile loads read up to 64 bytes past the last chunk: the buffer has them.
 constexpr int64_t kTileK = 32;
-constexpr int64_t tile_activation_elements(int64_t M, int64_t K) { return (M + 15) / 16 * 16 * K; }
-// Writes x_bf16 [M, K] in the tile layout to tiles (tile_activation_elements(M, K) elements).
-using PackTilesFn = void (*)(const uint16_t* x_bf16, int64_t M, int64_t K, uint16_t* tiles);
+constexpr int64_t tile_activation_elements(int64_t M, int64_t K) { return M * K + 32; }
+// Rounds x [M, K] to bf16 rows in x_bf16 (f32_to_bf16's rounding, bit for bit) and, when tiles is
+// not null (K a multiple of kTileK), writes them in the tile layout to tiles
+// (tile_activation_elements(M, K) elements, 64-byte aligned).
+using PackBf16Fn = void (*)(const float* x, int64_t M, int64_t K, uint16_t* x_bf16, uint16_t* tiles);
 
 struct Kernels {
   const char* isa;  // "scalar", "avx2", "avx512", "avx512-bf16", "amx"
@@ -76,9 +79,9 @@ struct Kernels {
   SiluMulFn silu_mul;
   // linear wants LinearArgs::x_bf16 filled when the weights are bf16.
   bool bf16_activations = false;
-  // When set (with bf16_activations), linear also wants LinearArgs::x_tiles, filled by this
-  // function, when the weights are bf16 and K is a multiple of kTileK.
-  PackTilesFn pack_tiles = nullptr;
+  // When set (with bf16_activations), x is rounded by this function, and linear also wants
+  // LinearArgs::x_tiles when the weights are bf16 and K is a multiple of kTileK.
+  PackBf16Fn pack_bf16 = nullptr;
 };
 
 // Instruction-set kernel files must not instantiate std templates or other inline functions

@@ -138,17 +138,22 @@ LinearArgs linear_args(const Kernels& k, const Tensor& x, const Weight& w, const
   if (k.bf16_activations && a.wdtype == DType::bf16 && a.M * a.K > 0) {
     // The tile layout follows the row-major copy in the same buffer; it depends on K only, never
     // on M, whether a kernel gets it.
-    const bool tiles = k.pack_tiles != nullptr && a.K % kTileK == 0;
-    const int64_t elements = a.M * a.K + (tiles ? tile_activation_elements(a.M, a.K) : 0);
+    const bool tiles = k.pack_bf16 != nullptr && a.K % kTileK == 0;
+    // The tiles start on a 64-byte boundary after the rows.
+    const int64_t tiles_at = (a.M * a.K + 31) / 32 * 32;
+    const int64_t elements = tiles ? tiles_at + tile_activation_elements(a.M, a.K) : a.M * a.K;
     if (x_bf16.bytes() == 0) {
       // Several projections of one x share the rounded copy: callers pass an empty buffer per x.
       x_bf16 = Buffer::host(static_cast<size_t>(elements) * sizeof(uint16_t));
       auto* dst = static_cast<uint16_t*>(x_bf16.data());
-      for (int64_t i = 0; i < a.M * a.K; ++i) dst[i] = f32_to_bf16(a.x[i]);
-      if (tiles) k.pack_tiles(dst, a.M, a.K, dst + a.M * a.K);
+      if (k.pack_bf16) {
+        k.pack_bf16(a.x, a.M, a.K, dst, tiles ? dst + tiles_at : nullptr);
+      } else {
+        for (int64_t i = 0; i < a.M * a.K; ++i) dst[i] = f32_to_bf16(a.x[i]);
+      }
     }
     a.x_bf16 = static_cast<const uint16_t*>(x_bf16.data());
-    if (tiles) a.x_tiles = a.x_bf16 + a.M * a.K;
+    if (tiles) a.x_tiles = a.x_bf16 + tiles_at;
   }
   return a;
 }

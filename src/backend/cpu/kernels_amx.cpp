@@ -1,8 +1,8 @@
 // The opt-in "amx" kernels: linear over bf16 weights with AMX tiles (TDPBF16PS, a 16 × 16 × 32
 // bf16 product per instruction), activations rounded to bf16 as in "avx512-bf16". The weights stay
-// [N, K] row-major: an A tile is 16 weight rows × 32 k loaded straight from w, a B tile 32 k of 16
-// tokens in pair layout (x packed once per call by pack_tiles), so a C tile is outᵀ, 16 weight rows
-// × 16 tokens, scattered back into out. A window of up to 16 tokens reads the weights once, as
+// [N, K] row-major: an A tile is 16 weight rows × 32 k loaded straight from w, a B tile 32 k of up
+// to 16 tokens in pair layout (x rounded and packed once per call by pack_bf16), so a C tile is
+// outᵀ, 16 weight rows × 16 tokens, scattered back into out. A window of up to 16 tokens reads the weights once, as
 // one token does, which is what makes a verify window cost about one decode step.
 //
 // Invariance: each C element is its own chain of TDPBF16PS steps over the k chunks in order, from
@@ -22,9 +22,7 @@
 namespace specdec::cpu {
 namespace {
 
-constexpr int64_t kBlockRows = 16;               // weight rows of an A or C tile, tokens of a B tile
-constexpr int64_t kChunkElements = 16 * kTileK;  // bf16 of one B tile: 16 pairs × 16 tokens × 2
-constexpr int kMaxBlocks = 4;                    // C tiles sharing one B tile
+constexpr int64_t kBlockRows = 16;  // weight rows of an A or C tile, tokens of a B tile
 
 // GCC's tile intrinsics are asm statements that name only registers (and, for ldtilecfg, the
 // first bytes of the configuration) as inputs: memory written just before one of them must be
@@ -40,12 +38,15 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Every tile is 16 rows × 64 bytes: C (tmm0-3) 16 weight rows × 16 tokens of f32, A (tmm4, tmm5,
-// tmm7) 16 weight rows × 32 bf16, B (tmm6) 16 k pairs × 16 tokens. The configuration is state of
-// the thread, loaded at its first call and kept (nothing else in the process configures tiles).
+// Every tile is 16 rows × 64 bytes: C (tmm0-2) 16 weight rows × 16 tokens of f32, A (tmm3) 16
+// weight rows × 32 bf16, B (tmm4-6) 16 k pairs × 16 tokens. The configuration is state of the
+// thread: loaded at its first call and kept (nothing else in the process configures tiles; loading
+// and releasing it at every call, ~60 ns, cost 5% of a decode step's MLP, whose fused calls run
+// the kernel on 64 columns at a time).
 void configure_tiles() {
   static thread_local bool configured = false;
   if (configured) return;
+  configured = true;
   TileConfig cfg;
   for (int i = 0; i < 8; ++i) {
     cfg.colsb[i] = 64;
@@ -53,95 +54,185 @@ void configure_tiles() {
   }
   memory_barrier();
   _tile_loadconfig(&cfg);
-  configured = true;
 }
 
-// pack_tiles: chunk c of token block b, dst[r][t] = the bf16 pair (2r, 2r + 1) of the chunk of
-// token t (32-bit words), tokens past M zero.
-void pack_tiles_amx(const uint16_t* x, int64_t M, int64_t K, uint16_t* tiles) {
+// The 16 × 16 matrix of 32-bit words r[0..15] (row i in r[i]) transposed in place: 64 shuffles.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // u[4i + e], 128-bit lane l: column 4l + e of rows 4i .. 4i + 3.
+  __m512i u[16];
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {
+    const __m512i p0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x44), p1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xee);
+    const __m512i q0 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x44);
+    const __m512i q1 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xee);
+    r[e] = _mm512_shuffle_i32x4(p0, q0, 0x88);
+    r[4 + e] = _mm512_shuffle_i32x4(p0, q0, 0xdd);
+    r[8 + e] = _mm512_shuffle_i32x4(p1, q1, 0x88);
+    r[12 + e] = _mm512_shuffle_i32x4(p1, q1, 0xdd);
+  }
+}
+
+// f32_to_bf16 on 16 lanes, bit for bit: round to nearest even, a NaN kept and made quiet.
+inline __m256i to_bf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v), high = _mm512_srli_epi32(u, 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  r = _mm512_mask_or_epi32(r, nan, high, _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+// pack_bf16: the rows first, then each chunk of each token block as the transpose of its T tokens'
+// 16 pair words: row r of the chunk = pair r of every token.
+void pack_bf16_amx(const float* x, int64_t M, int64_t K, uint16_t* x_bf16, uint16_t* tiles) {
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t k = 0; k < K; k += 16) {
+      const __mmask16 mask =
+          K - k >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (K - k)) - 1u);
+      _mm256_mask_storeu_epi16(x_bf16 + m * K + k, mask, to_bf16(_mm512_maskz_loadu_ps(mask, x + m * K + k)));
+    }
+  }
+  if (tiles == nullptr) return;
   const int64_t chunks = K / kTileK;
+  // The slack that the last tile loads read past the layout: zeros rather than stale bytes.
+  std::memset(tiles + M * K, 0, static_cast<size_t>(tile_activation_elements(M, K) - M * K) * sizeof(uint16_t));
   for (int64_t m0 = 0; m0 < M; m0 += kBlockRows) {
-    const int64_t tokens = M - m0 < kBlockRows ? M - m0 : kBlockRows;
-    uint16_t* block = tiles + m0 / kBlockRows * chunks * kChunkElements;
-    if (tokens < kBlockRows) std::memset(block, 0, static_cast<size_t>(chunks * kChunkElements) * sizeof(uint16_t));
-    // One token's chunk is 16 words; the scatter writes them down column t of the chunk's tile.
-    const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                              _mm512_set1_epi32(16));
-    for (int64_t t = 0; t < tokens; ++t) {
-      const uint16_t* row = x + (m0 + t) * K;
+    const int64_t T = M - m0 < kBlockRows ? M - m0 : kBlockRows;
+    const uint16_t* rows = x_bf16 + m0 * K;
+    uint16_t* block = tiles + m0 * K;
+    if (T == 1) {  // a decode step: the tile layout of one token is its row
+      std::memcpy(block, rows, static_cast<size_t>(K) * sizeof(uint16_t));
+    } else if (T <= 4) {  // a few tokens: each one's 16 words scattered down its column
+      const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                _mm512_set1_epi32(static_cast<int>(T)));
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t c = 0; c < chunks; ++c) {
+          _mm512_i32scatter_epi32(block + c * T * kTileK + 2 * t, column, _mm512_loadu_si512(rows + t * K + c * kTileK),
+                                  4);
+        }
+      }
+    } else {
+      const __mmask16 mask = static_cast<__mmask16>((1u << T) - 1u);
       for (int64_t c = 0; c < chunks; ++c) {
-        const __m512i pairs = _mm512_loadu_si512(row + c * kTileK);
-        _mm512_i32scatter_epi32(block + c * kChunkElements + 2 * t, column, pairs, 4);
+        __m512i r[16];
+        for (int64_t t = 0; t < 16; ++t) {
+          r[t] = t < T ? _mm512_loadu_si512(rows + t * K + c * kTileK) : _mm512_setzero_si512();
+        }
+        transpose16(r);
+        for (int64_t j = 0; j < 16; ++j) _mm512_mask_storeu_epi32(block + c * T * kTileK + j * 2 * T, mask, r[j]);
       }
     }
   }
 }
 
-// C tiles 0 .. NB-1 = out[m0 .. m0+16) × w rows [n0 + 16j, n0 + 16j + 16), from zero over every k
-// chunk in order; stored to c[j] as [16 rows][16 tokens] f32. Rows n0 .. n0 + 16 NB must exist in w.
-template <int NB>
-void full_blocks(const LinearArgs& a, int64_t n0, const uint16_t* b_tiles, float (*c)[256]) {
-  static_assert(NB >= 1 && NB <= kMaxBlocks);
+// Where the B tiles of one token block of x_tiles are: chunk ch at base + ch * step, rows `stride`
+// bytes apart. A block of T < 16 tokens is loaded as 16 columns too: the columns past T read the
+// next words of the layout, which feed only C columns that are dropped.
+struct TokenBlock {
+  const uint16_t* base;
+  int64_t step;    // elements from one chunk to the next: T * kTileK
+  int64_t stride;  // bytes between B rows: 4 T
+};
+
+TokenBlock token_block(const LinearArgs& a, int64_t m0) {
+  const int64_t T = a.M - m0 < kBlockRows ? a.M - m0 : kBlockRows;
+  return {a.x_tiles + m0 * a.K, T * kTileK, T * 4};
+}
+
+// Chunks ahead that the staged copy prefetches (4 measured best of 2, 4, 8).
+constexpr int64_t kStagePrefetch = 4;
+
+// Chunk ch of the TB token blocks times the A tile at a_tile, into C tiles tmm0 + t.
+template <int TB>
+inline void step(const TokenBlock* tb, int64_t ch, const uint16_t* a_tile, int64_t a_stride) {
+  _tile_loadd(4, tb[0].base + ch * tb[0].step, tb[0].stride);
+  if constexpr (TB > 1) _tile_loadd(5, tb[1].base + ch * tb[1].step, tb[1].stride);
+  if constexpr (TB > 2) _tile_loadd(6, tb[2].base + ch * tb[2].step, tb[2].stride);
+  _tile_loadd(3, a_tile, a_stride);
+  _tile_dpbf16ps(0, 3, 4);
+  if constexpr (TB > 1) _tile_dpbf16ps(1, 3, 5);
+  if constexpr (TB > 2) _tile_dpbf16ps(2, 3, 6);
+}
+
+// One 16-row block of w from n0 (A tile tmm3) times TB token blocks (B tiles tmm4 + t): C tile t
+// (tmm0 + t) = w rows [n0, n0 + 16) × the tokens of block t, from zero over every k chunk in
+// order, stored to c[t] as [16 rows][16 tokens] f32. One block of w at a time keeps few enough
+// rows in flight for the hardware prefetchers to stream them (two measured 5-15% slower, four
+// slower still); up to three token blocks share each A load.
+// Staged: each chunk's rows go through an aligned copy first, for weights that do not start on a
+// 64-byte boundary (tile rows split over two cache lines cost 45% of the bandwidth, the copy
+// 12-20%; safetensors files place tensors on 8-byte boundaries) and for the last rows of w,
+// n0 .. N-1 (fewer than 16: the copy is zero-padded so that nothing past w is read). Either way
+// the same values reach the same TDPBF16PS steps in order.
+template <int TB, bool Staged>
+void block(const LinearArgs& a, int64_t n0, const TokenBlock* tb, float (*c)[256]) {
+  static_assert(TB >= 1 && TB <= 3);
   const int64_t K = a.K, stride = K * static_cast<int64_t>(sizeof(uint16_t)), chunks = K / kTileK;
   const uint16_t* w = static_cast<const uint16_t*>(a.w) + n0 * K;
   _tile_zero(0);
-  if constexpr (NB > 1) _tile_zero(1);
-  if constexpr (NB > 2) _tile_zero(2);
-  if constexpr (NB > 3) _tile_zero(3);
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    const uint16_t* wk = w + ch * kTileK;
-    _tile_loadd(6, b_tiles + ch * kChunkElements, 64);
-    _tile_loadd(4, wk, stride);
-    _tile_dpbf16ps(0, 4, 6);
-    if constexpr (NB > 1) {
-      _tile_loadd(5, wk + kBlockRows * K, stride);
-      _tile_dpbf16ps(1, 5, 6);
+  if constexpr (TB > 1) _tile_zero(1);
+  if constexpr (TB > 2) _tile_zero(2);
+  if constexpr (Staged) {
+    // Chunk ch + 1 is copied while chunk ch is in the tiles: the copy's loads run ahead, and
+    // the tile load does not wait for stores just issued.
+    const int64_t rows = a.N - n0 < kBlockRows ? a.N - n0 : kBlockRows;
+    alignas(64) uint16_t staged[2][kBlockRows * kTileK];
+    for (int64_t r = rows; r < kBlockRows; ++r) {
+      _mm512_store_si512(staged[0] + r * kTileK, _mm512_setzero_si512());
+      _mm512_store_si512(staged[1] + r * kTileK, _mm512_setzero_si512());
     }
-    if constexpr (NB > 2) {
-      _tile_loadd(7, wk + 2 * kBlockRows * K, stride);
-      _tile_dpbf16ps(2, 7, 6);
+    const auto copy = [&](int64_t ch) {
+      for (int64_t r = 0; r < rows; ++r) {
+        _mm512_store_si512(staged[ch & 1] + r * kTileK, _mm512_loadu_si512(w + r * K + ch * kTileK));
+        _mm_prefetch(reinterpret_cast<const char*>(w + r * K + (ch + kStagePrefetch) * kTileK), _MM_HINT_T0);
+      }
+    };
+    copy(0);
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      if (ch + 1 < chunks) copy(ch + 1);
+      memory_barrier();
+      step<TB>(tb, ch, staged[ch & 1], 64);
     }
-    if constexpr (NB > 3) {
-      _tile_loadd(4, wk + 3 * kBlockRows * K, stride);
-      _tile_dpbf16ps(3, 4, 6);
-    }
+  } else {
+    for (int64_t ch = 0; ch < chunks; ++ch) step<TB>(tb, ch, w + ch * kTileK, stride);
   }
   _tile_stored(0, c[0], 64);
-  if constexpr (NB > 1) _tile_stored(1, c[1], 64);
-  if constexpr (NB > 2) _tile_stored(2, c[2], 64);
-  if constexpr (NB > 3) _tile_stored(3, c[3], 64);
+  if constexpr (TB > 1) _tile_stored(1, c[1], 64);
+  if constexpr (TB > 2) _tile_stored(2, c[2], 64);
 }
 
-// The last rows of w, n0 .. N-1 (fewer than 16): each chunk's rows are copied to a zero-padded
-// A tile first, so nothing past w is read. The same steps as full_blocks for those rows.
-void tail_block(const LinearArgs& a, int64_t n0, const uint16_t* b_tiles, float* c) {
-  const int64_t K = a.K, chunks = K / kTileK, rows = a.N - n0;
-  const uint16_t* w = static_cast<const uint16_t*>(a.w) + n0 * K;
-  alignas(64) uint16_t tile[kBlockRows * kTileK] = {};
-  _tile_zero(0);
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(tile + r * kTileK, w + r * K + ch * kTileK, kTileK * sizeof(uint16_t));
-    }
-    memory_barrier();
-    _tile_loadd(6, b_tiles + ch * kChunkElements, 64);
-    _tile_loadd(4, tile, 64);
-    _tile_dpbf16ps(0, 4, 6);
-  }
-  _tile_stored(0, c, 64);
-}
-
-// out[m0 + t][n0 + r] = c[r][t] (+ bias[n0 + r]) for t < tokens, r < rows.
+// out[m0 + t][n0 + r] = c[r][t] (+ bias[n0 + r]) for t < tokens, r < rows: a gather per token
+// for a few tokens, a transpose of the tile for more.
 void scatter(const LinearArgs& a, const float* c, int64_t m0, int64_t tokens, int64_t n0, int64_t rows) {
   const __mmask16 mask = static_cast<__mmask16>((1u << rows) - 1u);
-  const __m512i row_starts =
-      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
   const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(mask, a.bias + n0) : _mm512_setzero_ps();
-  for (int64_t t = 0; t < tokens; ++t) {
-    __m512 v = _mm512_i32gather_ps(_mm512_add_epi32(row_starts, _mm512_set1_epi32(static_cast<int>(t))), c, 4);
+  const auto store = [&](int64_t t, __m512 v) {
     if (a.bias) v = _mm512_add_ps(v, bias);
     _mm512_mask_storeu_ps(a.out + (m0 + t) * a.N + n0, mask, v);
+  };
+  if (tokens <= 4) {
+    const __m512i row_starts = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
+    for (int64_t t = 0; t < tokens; ++t) {
+      store(t, _mm512_i32gather_ps(_mm512_add_epi32(row_starts, _mm512_set1_epi32(static_cast<int>(t))), c, 4));
+    }
+    return;
   }
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(c + i * 16);
+  transpose16(r);
+  for (int64_t t = 0; t < tokens; ++t) store(t, _mm512_castsi512_ps(r[t]));
 }
 
 void linear_amx(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
@@ -150,46 +241,50 @@ void linear_amx(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
     return;
   }
   configure_tiles();
-  const int64_t chunks = a.K / kTileK;
-  alignas(64) float c[kMaxBlocks][256];
-  for (int64_t n0 = n_begin; n0 < n_end;) {
-    // Up to four whole 16-row blocks of w from n0 (rows past n_end are computed and dropped), or
-    // the short last block of w alone.
-    int nb = 0;
-    while (nb < kMaxBlocks && n0 + kBlockRows * nb < n_end && n0 + kBlockRows * (nb + 1) <= a.N) ++nb;
-    for (int64_t m0 = 0; m0 < a.M; m0 += kBlockRows) {
-      const uint16_t* b_tiles = a.x_tiles + m0 / kBlockRows * chunks * kChunkElements;
-      switch (nb) {
-        case 0:
-          tail_block(a, n0, b_tiles, c[0]);
-          break;
-        case 1:
-          full_blocks<1>(a, n0, b_tiles, c);
-          break;
+  const bool aligned = (reinterpret_cast<uintptr_t>(a.w) & 63) == 0;  // then so is every chunk of w
+  alignas(64) float c[3][256];
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += kBlockRows) {
+    // Rows past n_end are computed and dropped; rows past N are not read.
+    const bool direct = aligned && n0 + kBlockRows <= a.N;
+    const int64_t rows = n_end - n0 < kBlockRows ? n_end - n0 : kBlockRows;
+    for (int64_t m0 = 0; m0 < a.M;) {
+      const int64_t left = (a.M - m0 + kBlockRows - 1) / kBlockRows;  // token blocks from m0
+      const int tb = left >= 3 ? 3 : static_cast<int>(left);
+      TokenBlock b_tiles[3];
+      for (int t = 0; t < tb; ++t) b_tiles[t] = token_block(a, m0 + kBlockRows * t);
+      switch (tb * 2 + (direct ? 0 : 1)) {
         case 2:
-          full_blocks<2>(a, n0, b_tiles, c);
+          block<1, false>(a, n0, b_tiles, c);
           break;
         case 3:
-          full_blocks<3>(a, n0, b_tiles, c);
+          block<1, true>(a, n0, b_tiles, c);
+          break;
+        case 4:
+          block<2, false>(a, n0, b_tiles, c);
+          break;
+        case 5:
+          block<2, true>(a, n0, b_tiles, c);
+          break;
+        case 6:
+          block<3, false>(a, n0, b_tiles, c);
           break;
         default:
-          full_blocks<4>(a, n0, b_tiles, c);
+          block<3, true>(a, n0, b_tiles, c);
           break;
       }
-      const int64_t tokens = a.M - m0 < kBlockRows ? a.M - m0 : kBlockRows;
-      for (int j = 0; j < (nb == 0 ? 1 : nb); ++j) {
-        const int64_t nj = n0 + kBlockRows * j;
-        scatter(a, c[j], m0, tokens, nj, n_end - nj < kBlockRows ? n_end - nj : kBlockRows);
+      for (int t = 0; t < tb; ++t) {
+        const int64_t mt = m0 + kBlockRows * t, tokens = a.M - mt < kBlockRows ? a.M - mt : kBlockRows;
+        scatter(a, c[t], mt, tokens, n0, rows);
       }
+      m0 += kBlockRows * tb;
     }
-    n0 += kBlockRows * (nb == 0 ? 1 : nb);
   }
 }
 
 }  // namespace
 
 const Kernels& amx_kernels() {
-  static const Kernels k{"amx", linear_amx, attend_avx512, silu_mul_avx512, true, pack_tiles_amx};
+  static const Kernels k{"amx", linear_amx, attend_avx512, silu_mul_avx512, true, pack_bf16_amx};
   return k;
 }
 
