@@ -31,6 +31,7 @@ bool cpu_has(const std::string& isa) {
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && specdec::test::cpu_has_f16c();
   if (isa == "avx2") return avx2;
   if (isa == "avx512-bf16") return cpu_has("avx512") && __builtin_cpu_supports("avx512bf16");
+  if (isa == "amx") return cpu_has("avx512") && specdec::test::cpu_has_amx();
   if (isa == "avx512")
     return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
@@ -157,8 +158,11 @@ std::vector<Case> invariance_cases() {
   for (const char* m : {"qwen3", "qwen2", "draft"})
     for (const char* isa : {"scalar", "avx2", "avx512"}) cases.push_back({m, isa});
   cases.push_back({"target", ""});  // wider matrices, fastest kernels only
-  // Opt-in bf16 dot products: not reference-exact, but invariance must still hold exactly.
+  // Opt-in bf16 dot products and AMX tiles: not reference-exact, but invariance must still hold
+  // exactly (the target's wider matrices take the tiles' staged path for misaligned rows too).
   cases.push_back({"draft", "avx512-bf16"});
+  cases.push_back({"draft", "amx"});
+  cases.push_back({"target", "amx"});
   return cases;
 }
 
