@@ -117,7 +117,9 @@ void DraftCost::Fit::observe(int depth, double seconds) {
   fixed = per_step;
 }
 
-void DraftCost::observe(int depth, double seconds, int rows) { (rows > 1 ? shared_ : alone_).observe(depth, seconds); }
+void DraftCost::observe(int depth, double seconds, int rows) {
+  (rows > 1 ? shared_ : alone_).observe(depth, seconds);
+}
 
 double DraftCost::cost(int k, int rows) const {
   if (rows <= 1) return alone_.calls > 0 || shared_.calls == 0 ? alone_.cost(k) : shared_.cost(k);
