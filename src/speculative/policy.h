@@ -84,34 +84,19 @@ class DraftCost {
   // forward per draft after one for the last round's tokens (a draft model, a chained head), or
   // one forward for the whole block whatever the depth (a block drafter).
   enum class Shape { per_draft, per_block };
-  explicit DraftCost(Shape shape = Shape::per_draft) : alone_(shape), shared_(shape) {}
-  // One call of `rows` rows that drafted up to `depth` tokens a row; `seconds` is one row's share
-  // of its time.
-  void observe(int depth, double seconds, int rows = 1);
-  // A row's share of a call of depth k in which `rows` rows draft. Its rows draft in parallel: a
-  // call of eight rows costs more than one of a single row but far less than eight of them, so
-  // calls of one row and calls of several are priced apart, the latter by the share measured at
-  // the batches they ran. Until a call of several rows has been seen, a row's share of one is
-  // the single-row price split over the rows (as on a device whose draft step is a few launches
-  // whatever the rows): priced at the single-row rate, a batch's rows would never draft
-  // together, and the share that says whether they should would never be measured.
-  double cost(int k, int rows = 1) const;
+  explicit DraftCost(Shape shape = Shape::per_draft) : shape_(shape) {}
+  // One call that drafted up to `depth` tokens a row; `seconds` is one row's share of its time.
+  // Its rows draft in parallel: a call of eight rows costs more than one of a single row but far
+  // less than eight of them, so the share is measured at the batch the engine runs.
+  void observe(int depth, double seconds);
+  // A row's share of a call of depth k.
+  double cost(int k) const { return k <= 0 ? 0.0 : fixed_ + per_step_ * k; }
 
  private:
-  // Seconds on depth for one kind of call: a fixed part per call and a part per step of depth,
-  // fitted like the forward costs (least squares with forgetting, refitted while the depths seen
-  // spread).
-  struct Fit {
-    explicit Fit(Shape shape) : shape(shape) {}
-    void observe(int depth, double seconds);
-    double cost(int k) const { return k <= 0 ? 0.0 : fixed + per_step * k; }
-    ForgettingFit fit;
-    double fixed = 0, per_step = 0;
-    int calls = 0;
-    Shape shape;
-  };
-  Fit alone_;   // calls of one row (a lone row's rounds, a batch's probes)
-  Fit shared_;  // calls of several rows
+  ForgettingFit fit_;  // seconds on depth
+  double fixed_ = 0, per_step_ = 0;
+  int calls_ = 0;  // calls observed
+  Shape shape_;
 };
 
 // One per speculating row: learns the row's acceptance from its own rounds and chooses each
