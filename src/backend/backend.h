@@ -73,6 +73,10 @@ class Backend {
   // Bytes this backend may still allocate, for sizing caches from what is left; 0 where the
   // backend sets no bound of its own (host memory).
   virtual size_t memory_available() const { return 0; }
+  // Byte boundary on which a weight this backend reads in place (host memory) must start to be
+  // read at full speed; 0 when any start does. The model copies a checkpoint tensor that starts
+  // elsewhere (safetensors aligns its tensors to 8 bytes only) into memory of its own.
+  virtual size_t weight_alignment() const { return 0; }
   // Copies src to dst (same dtype and element count); either may be host memory (Device::cpu).
   // Returns once a host source has been read (the caller may reuse it at once) and once a host
   // destination holds the data; a device-to-device copy may still be queued on return.

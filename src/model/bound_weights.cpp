@@ -8,7 +8,12 @@ namespace specdec {
 Tensor BoundWeights::tensor(const std::string& name) {
   const Tensor& host = store_.get(name);
   count(host);
-  if (host.device == backend_.device()) return host;  // zero copy: the backend reads host memory
+  if (host.device == backend_.device()) {
+    // Zero copy (the backend reads host memory), unless the tensor starts where the backend's
+    // kernels read it slower than memory of its own.
+    const size_t align = backend_.weight_alignment();
+    if (align == 0 || reinterpret_cast<uintptr_t>(host.data) % align == 0) return host;
+  }
   uploads_.push_back(backend_.allocate(host.bytes()));
   return place(host, uploads_.back().data());
 }
