@@ -207,7 +207,7 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     if (costs.calibrated()) {
       DraftRequestRow& ask = g.asks.back();
       for (int w = 1; w <= depth + 1; ++w) ask.window_seconds.push_back(costs.row_cost(w, std::max(1, decoding)));
-      ask.draft_seconds = g.draft_cost.cost(depth, std::max(1, decoding));
+      ask.draft_seconds = g.draft_cost.cost(depth);
     }
     g.askers.push_back(&row);
   }
@@ -254,7 +254,7 @@ void Coordinator::Group::draft() {
   // pause), or that recorded a shape of its forwards, would charge that one-off to every
   // drafted token and so prolong the pause it causes: a draft model on a GPU records its step
   // anew whenever a row's context crosses a padded length, a cost many times a step.
-  if (!unusual) draft_cost.observe(depth, secs / static_cast<double>(got.size()), static_cast<int>(got.size()));
+  if (!unusual) draft_cost.observe(depth, secs / static_cast<double>(got.size()));
   for (SpecRow* row : askers) row->telemetry.draft_ns += static_cast<int64_t>(secs * 1e9 / askers.size());
 }
 

@@ -83,22 +83,22 @@ void CostModel::observe_forward(int tokens, double seconds) {
   }
 }
 
-void DraftCost::Fit::observe(int depth, double seconds) {
+void DraftCost::observe(int depth, double seconds) {
   if (depth <= 0) return;
   // The first call runs on cold caches (a draft model's first steps after a request's prefill
   // are far slower than its steady ones), so it prices drafts only until the second call
   // replaces it. Later, one call counts at most twice its prediction: a descheduled thread must
   // not pause speculation for dozens of rounds.
-  if (calls == 1) fit = ForgettingFit{};
-  if (calls >= 2) seconds = std::min(seconds, kMaxSpike * cost(depth));
-  calls = std::min(calls + 1, 1000);
-  fit.add(depth, seconds);
-  if (fit.spreads(kMinSpread)) {
-    const double slope = fit.slope();
-    const double intercept = fit.intercept(slope);
+  if (calls_ == 1) fit_ = ForgettingFit{};
+  if (calls_ >= 2) seconds = std::min(seconds, kMaxSpike * cost(depth));
+  calls_ = std::min(calls_ + 1, 1000);
+  fit_.add(depth, seconds);
+  if (fit_.spreads(kMinSpread)) {
+    const double slope = fit_.slope();
+    const double intercept = fit_.intercept(slope);
     if (slope > 0 && intercept >= 0) {
-      per_step = slope;
-      fixed = intercept;
+      per_step_ = slope;
+      fixed_ = intercept;
       return;
     }
   }
@@ -108,35 +108,13 @@ void DraftCost::Fit::observe(int depth, double seconds) {
   // one forward whatever the depth: split per draft, its deep rounds would be priced at several
   // such forwards and its shallow ones at a fraction of one, so the policy would keep it shallow
   // or paused where deep rounds pay.
-  if (shape == Shape::per_block) {
-    per_step = 0;
-    fixed = fit.mean_y();
+  if (shape_ == Shape::per_block) {
+    per_step_ = 0;
+    fixed_ = fit_.mean_y();
     return;
   }
-  per_step = fit.mean_y() / (fit.mean_x() + 1);
-  fixed = per_step;
-}
-
-void DraftCost::observe(int depth, double seconds, int rows) {
-  if (rows <= 1 || depth <= 0) {
-    alone_.observe(depth, seconds);
-    return;
-  }
-  const double call = seconds * rows;
-  // Without a single-row price yet, the call itself stands in for one (at the growth seen so far).
-  if (alone_.calls == 0) {
-    alone_.observe(depth, call / (1 + growth_ * (rows - 1)));
-    return;
-  }
-  const double g = std::clamp((call / alone_.cost(depth) - 1) / (rows - 1), 0.0, 1.0);
-  const double rate = std::max(kAlphaRate, 1.0 / (shared_calls_ + 1));
-  growth_ += rate * (g - growth_);
-  shared_calls_ = std::min(shared_calls_ + 1, 1000);
-}
-
-double DraftCost::cost(int k, int rows) const {
-  rows = std::max(1, rows);
-  return alone_.cost(k) * (1 + growth_ * (rows - 1)) / rows;
+  per_step_ = fit_.mean_y() / (fit_.mean_x() + 1);
+  fixed_ = per_step_;
 }
 
 double CostModel::forward_cost(int tokens) const {
@@ -170,7 +148,7 @@ DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
 
 // Seconds of one row's round with k drafts: its verify window of k + 1 tokens and the drafts.
 static double round_cost(const CostModel& costs, const DraftCost& draft, int rows, int k) {
-  return costs.row_cost(k + 1, rows) + draft.cost(k, rows);
+  return costs.row_cost(k + 1, rows) + draft.cost(k);
 }
 
 bool DepthPolicy::could_pay(const CostModel& costs, const DraftCost& draft, int rows) const {

@@ -84,38 +84,19 @@ class DraftCost {
   // forward per draft after one for the last round's tokens (a draft model, a chained head), or
   // one forward for the whole block whatever the depth (a block drafter).
   enum class Shape { per_draft, per_block };
-  explicit DraftCost(Shape shape = Shape::per_draft) : alone_(shape) {}
-  // One call of `rows` rows that drafted up to `depth` tokens a row; `seconds` is one row's share
-  // of its time.
-  void observe(int depth, double seconds, int rows = 1);
-  // A row's share of a call of depth k in which `rows` rows draft. A call's rows draft in
-  // parallel: a call of eight rows costs more than one of a single row but far less than eight
-  // of them. So a call of n rows is priced as the single-row call times 1 + g (n - 1), with g,
-  // what each further row adds as a fraction of a call, measured from the calls of several rows
-  // (0 on a device whose draft step is a few launches whatever the rows, towards 1 where each
-  // row costs a call of its own). Until such a call is seen g is 0: priced at the single-row
-  // rate, a batch's rows would never draft together, and the share that says whether they
-  // should would never be measured.
-  double cost(int k, int rows = 1) const;
-  // g above.
-  double row_growth() const { return growth_; }
+  explicit DraftCost(Shape shape = Shape::per_draft) : shape_(shape) {}
+  // One call that drafted up to `depth` tokens a row; `seconds` is one row's share of its time.
+  // Its rows draft in parallel: a call of eight rows costs more than one of a single row but far
+  // less than eight of them, so the share is measured at the batch the engine runs.
+  void observe(int depth, double seconds);
+  // A row's share of a call of depth k.
+  double cost(int k) const { return k <= 0 ? 0.0 : fixed_ + per_step_ * k; }
 
  private:
-  // Seconds on depth for calls of one row: a fixed part per call and a part per step of depth,
-  // fitted like the forward costs (least squares with forgetting, refitted while the depths seen
-  // spread).
-  struct Fit {
-    explicit Fit(Shape shape) : shape(shape) {}
-    void observe(int depth, double seconds);
-    double cost(int k) const { return k <= 0 ? 0.0 : fixed + per_step * k; }
-    ForgettingFit fit;
-    double fixed = 0, per_step = 0;
-    int calls = 0;
-    Shape shape;
-  };
-  Fit alone_;
-  double growth_ = 0;   // g, a moving average over calls of several rows
-  int shared_calls_ = 0;
+  ForgettingFit fit_;  // seconds on depth
+  double fixed_ = 0, per_step_ = 0;
+  int calls_ = 0;  // calls observed
+  Shape shape_;
 };
 
 // One per speculating row: learns the row's acceptance from its own rounds and chooses each

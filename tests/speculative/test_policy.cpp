@@ -548,36 +548,5 @@ TEST(DepthPolicy, ARareAcceptDoesNotRestartTheShortestPauses) {
   EXPECT_LE(drafting, 10);
 }
 
-TEST(DraftCost, ABatchSharesACallAsMeasuredAtSeveralRows) {
-  DraftCost draft;
-  for (int i = 0; i < 4; ++i) draft.observe(2, 0.2e-3);
-  // No call of several rows seen: the single-row call split over the rows.
-  EXPECT_NEAR(draft.cost(2, 8), draft.cost(2) / 8, 1e-12);
-  // Calls of four rows at 0.1 ms a row: a call of four costs two single ones, so each row beyond
-  // the first adds a third of a call.
-  for (int i = 0; i < 8; ++i) draft.observe(2, 0.1e-3, 4);
-  EXPECT_NEAR(draft.row_growth(), 1.0 / 3, 1e-3);
-  EXPECT_NEAR(draft.cost(2, 4), 0.1e-3, 1e-7);
-  EXPECT_NEAR(draft.cost(2, 2), 0.2e-3 * (1 + 1.0 / 3) / 2, 1e-7);  // two rows share less
-  EXPECT_NEAR(draft.cost(2), 0.2e-3, 1e-7);                         // a lone row keeps its price
-}
-
-TEST(DepthPolicy, ABatchDraftsWhereItsRowsShareTheDraftCall) {
-  // A GPU-like device: a forward costs 0.3 ms and 1 us a token, a draft call 0.2 ms whatever its
-  // rows, seen so far only for one row. Alone, a well-accepted row's round of three drafts does
-  // not pay (0.2 ms of drafts against a 0.3 ms step); in a batch of eight, whose rows draft in one
-  // call, it does. The batch must draft, or the share that prices it is never measured.
-  CostModel costs;
-  for (int i = 0; i < 40; ++i) {
-    const int tokens = 8 * (1 + i % 4);
-    costs.observe_forward(tokens, 0.3e-3 + 1e-6 * tokens);
-  }
-  DraftCost draft;
-  for (int k : {1, 3, 3, 1}) draft.observe(k, 0.2e-3);
-  DepthPolicy batched(6, true);
-  for (int i = 0; i < 20; ++i) batched.observe(3, 3);
-  EXPECT_GT(batched.next_depth(costs, draft, 8), 0);
-}
-
 }  // namespace
 }  // namespace specdec
