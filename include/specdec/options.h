@@ -11,7 +11,9 @@
 namespace specdec {
 
 enum class DeviceKind { automatic, cpu, cuda };                      // automatic: cuda when a GPU is present
-enum class CpuIsa { best, avx512, avx2, scalar, avx512_bf16, amx };  // best: the fastest exact kernels
+// automatic: AMX (bf16 activations) where the CPU has it and Linux grants its tile state, else best;
+// best: the fastest exact (f32) kernels.
+enum class CpuIsa { automatic, best, avx512, avx2, scalar, avx512_bf16, amx };
 enum class KvCacheType { bf16, f16, f32 };                           // GPU KV cache element type (the CPU keeps f32)
 enum class DraftKind { ngram, model };
 enum class VerifyMode { exact, rejection };  // exact: output identical to plain decoding
@@ -32,7 +34,7 @@ struct EngineConfig {
   std::string model_dir;  // config.json, *.safetensors, tokenizer.json
   DeviceKind device = DeviceKind::automatic;
   int threads = 0;  // CPU threads, 0 = all
-  CpuIsa cpu_isa = CpuIsa::best;
+  CpuIsa cpu_isa = CpuIsa::automatic;
   bool batch_invariant = true;  // GPU: batch-invariant kernels (exact speculative output)
   KvCacheType kv_type = KvCacheType::bf16;
   double kv_memory_gb = 0;        // 0 = 1 GiB on the CPU; on a GPU, what is free after weights and activations

@@ -31,7 +31,8 @@ std::optional<E> value_of(const std::array<std::pair<E, std::string_view>, N>& n
 
 constexpr std::array<std::pair<DeviceKind, std::string_view>, 3> kDevices{
     {{DeviceKind::automatic, "auto"}, {DeviceKind::cpu, "cpu"}, {DeviceKind::cuda, "cuda"}}};
-constexpr std::array<std::pair<CpuIsa, std::string_view>, 6> kIsas{{{CpuIsa::best, "best"},
+constexpr std::array<std::pair<CpuIsa, std::string_view>, 7> kIsas{{{CpuIsa::automatic, "auto"},
+                                                                    {CpuIsa::best, "best"},
                                                                     {CpuIsa::avx512, "avx512"},
                                                                     {CpuIsa::avx2, "avx2"},
                                                                     {CpuIsa::scalar, "scalar"},

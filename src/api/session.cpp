@@ -47,7 +47,7 @@ BackendOptions backend_options(const EngineConfig& c) {
   const bool cuda = c.device == DeviceKind::cuda || (c.device == DeviceKind::automatic && cuda_available());
   bo.device = cuda ? Device::cuda : Device::cpu;
   bo.threads = static_cast<size_t>(c.threads);
-  bo.cpu_isa = c.cpu_isa == CpuIsa::best ? std::string() : std::string(to_string(c.cpu_isa));
+  bo.cpu_isa = c.cpu_isa == CpuIsa::automatic ? std::string() : std::string(to_string(c.cpu_isa));
   bo.batch_invariant = c.batch_invariant;
   bo.memory_limit = static_cast<size_t>(c.gpu_memory_gb * (1ull << 30));
   bo.kv_dtype = c.kv_type == KvCacheType::f32 ? DType::f32 : c.kv_type == KvCacheType::f16 ? DType::f16 : DType::bf16;

@@ -205,7 +205,9 @@ struct BackendOptions {
   size_t threads = 0;            // CPU: 0 = all hardware threads
   bool batch_invariant = true;   // GPU: use the batch-invariant kernels
   size_t memory_limit = 0;       // GPU: cap on the memory pool in bytes, 0 = from free memory
-  std::string cpu_isa;           // CPU: "", "avx512", "avx2", "scalar" or "avx512-bf16" (empty = best available)
+  // CPU: "" (AMX where the CPU has it, else "best"), "best" (the fastest exact f32 kernels),
+  // "avx512", "avx2", "scalar", "avx512-bf16" or "amx".
+  std::string cpu_isa;
   DType kv_dtype = DType::bf16;  // GPU: element type of the KV cache (bf16, f16 or f32); the CPU keeps f32
   CudaTuning cuda;               // GPU: kernel switches, the measured best by default (cuda_tuning.h)
 };

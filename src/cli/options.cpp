@@ -22,7 +22,7 @@ void add_common(CLI::App& cmd, CommonFlags& f) {
       ->capture_default_str();
   cmd.add_option("--device", f.device, "cpu or cuda (default: cuda when a GPU is present)");
   cmd.add_option("--threads", f.threads, "CPU threads (default: all)");
-  cmd.add_option("--cpu-isa", f.cpu_isa, "CPU kernels: avx512, avx2, scalar, avx512-bf16 or amx (default: best exact)");
+  cmd.add_option("--cpu-isa", f.cpu_isa, "CPU kernels: auto (amx where the CPU has it, else best), best (the fastest exact f32 ones), avx512, avx2, scalar, avx512-bf16 or amx (default: auto)");
   cmd.add_flag("--fast-gpu", f.fast_gpu, "GPU: fast kernels instead of batch-invariant ones");
   cmd.add_option("--kv-memory", f.kv_memory, "KV cache size in GiB (default: 1 on the CPU; on a GPU, the memory free after the weights, activations and drafts)");
   cmd.add_option("--gpu-memory", f.gpu_memory,
@@ -40,9 +40,9 @@ EngineConfig engine_config(const CommonFlags& f) {
   require(device && (f.device.empty() || *device != DeviceKind::automatic), "unknown device '", f.device,
           "' (expected cpu or cuda)");
   c.device = *device;
-  const std::optional<CpuIsa> isa = f.cpu_isa.empty() ? CpuIsa::best : parse_cpu_isa(f.cpu_isa);
-  require(isa && (f.cpu_isa.empty() || *isa != CpuIsa::best), "unknown --cpu-isa '", f.cpu_isa,
-          "' (expected avx512, avx2, scalar, avx512-bf16 or amx)");
+  const std::optional<CpuIsa> isa = f.cpu_isa.empty() ? CpuIsa::automatic : parse_cpu_isa(f.cpu_isa);
+  require(isa.has_value(), "unknown --cpu-isa '", f.cpu_isa,
+          "' (expected auto, best, avx512, avx2, scalar, avx512-bf16 or amx)");
   c.cpu_isa = *isa;
   const std::optional<KvCacheType> kv = parse_kv_cache_type(f.kv_dtype);
   require(kv.has_value(), "unknown --kv-dtype '", f.kv_dtype, "' (expected bf16, f16 or f32)");

@@ -28,6 +28,7 @@ specdec::EngineConfig config(int max_batch_tokens = 512, bool prefix_cache = tru
   specdec::EngineConfig c;
   c.model_dir = kRoot + "/models/target";
   c.device = specdec::DeviceKind::cpu;
+  c.cpu_isa = specdec::CpuIsa::best;  // exact f32 kernels: the reference logits are f32
   c.max_batch_tokens = max_batch_tokens;
   c.prefix_cache = prefix_cache;
   c.drafts = {specdec::DraftSpec::ngram(), specdec::DraftSpec::model(kRoot + "/models/draft", "draft")};

@@ -23,8 +23,11 @@ TEST_P(CpuElementwise, NameDeviceAndKvType) {
 }
 
 TEST(CpuBackend, DefaultIsTheBestIsaAndUnknownOnesAreRefused) {
+  // "best": the fastest exact kernels; the default: AMX where the CPU has it (and Linux grants its
+  // tile state, as it does wherever AMX runs at all), else best.
   const std::string best = cpu_isas().back();
-  EXPECT_EQ(make_cpu("", 3)->name(), "cpu-" + best + " (3 threads)");
+  EXPECT_EQ(make_cpu("best", 3)->name(), "cpu-" + best + " (3 threads)");
+  EXPECT_EQ(make_cpu("", 3)->name(), "cpu-" + (cpu_has_amx() ? std::string("amx") : best) + " (3 threads)");
   EXPECT_THROW(make_cpu("sse9", 1), Error);
   for (const char* isa : {"avx2", "avx512"}) {
     const auto have = cpu_isas();

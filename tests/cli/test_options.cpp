@@ -37,7 +37,7 @@ std::string joined(const std::vector<std::string>& args) {
 
 const std::vector<BadLine> kBadGenerateLines = {
     {{"--device", "tpu"}, "unknown device 'tpu' (expected cpu or cuda)"},
-    {{"--cpu-isa", "avx9"}, "unknown --cpu-isa 'avx9' (expected avx512, avx2, scalar, avx512-bf16 or amx)"},
+    {{"--cpu-isa", "avx9"}, "unknown --cpu-isa 'avx9' (expected auto, best, avx512, avx2, scalar, avx512-bf16 or amx)"},
     {{"--kv-dtype", "f8"}, "unknown --kv-dtype 'f8' (expected bf16, f16 or f32)"},
     {{"--gpu-memory", "-1"}, "--gpu-memory must be a number of GiB in [0, 1048576] (0 = the default), got -1"},
     {{"--kv-memory", "-2"}, "--kv-memory must be a number of GiB in [0, 1048576] (0 = the default), got -2"},
@@ -105,8 +105,8 @@ const std::vector<BadLine> kBadLines = {
     {{"bench", "--seed", "-3"}, "--seed must be an integer in [0, 18446744073709551615], got '-3'"},
     {{"bench", "--suite", "/"}, "/ is a directory (expected a text file)"},
     {{"generate", "--prompt-file", "/tmp/specdec_no_such_prompt.txt"}, "cannot read /tmp/specdec_no_such_prompt.txt"},
-    {{"generate", "--device", "cpu", "--prompt", "x", "--cpu-isa", "best"},
-     "unknown --cpu-isa 'best' (expected avx512, avx2, scalar, avx512-bf16 or amx)"},
+    {{"generate", "--device", "cpu", "--prompt", "x", "--cpu-isa", "sse2"},
+     "unknown --cpu-isa 'sse2' (expected auto, best, avx512, avx2, scalar, avx512-bf16 or amx)"},
     {{"bench", "--temperature", "-1"}, "sampling: temperature must be finite and >= 0 (0 = greedy), got -1"},
     {{"bench", "--top-p", "0"}, "sampling: top_p must be in (0, 1], got 0"},
     {{"bench", "--temperature", "1e-30"},
@@ -249,7 +249,13 @@ TEST(Options, AGenerateLineBecomesTypedOptions) {
   ASSERT_TRUE(plain.command.has_value()) << plain.err;
   const auto& p = std::get<specdec::cli::GenerateCommand>(*plain.command);
   EXPECT_EQ(p.engine.device, specdec::DeviceKind::automatic);
-  EXPECT_EQ(p.engine.cpu_isa, specdec::CpuIsa::best);
+  EXPECT_EQ(p.engine.cpu_isa, specdec::CpuIsa::automatic);
+  // The default by name, and the fastest exact kernels.
+  for (const auto& [name, isa] : {std::pair{"auto", specdec::CpuIsa::automatic}, {"best", specdec::CpuIsa::best}}) {
+    const CommandLine named = parse_command_line({"generate", "--prompt", "hi", "--cpu-isa", name});
+    ASSERT_TRUE(named.command.has_value()) << named.err;
+    EXPECT_EQ(std::get<specdec::cli::GenerateCommand>(*named.command).engine.cpu_isa, isa) << name;
+  }
   EXPECT_TRUE(p.engine.drafts.empty());
   EXPECT_TRUE(p.request.speculative.draft.empty());
 }

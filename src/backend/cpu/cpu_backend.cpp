@@ -49,6 +49,14 @@ int request_amx_state() {
 
 const cpu::Kernels& select_kernels(const std::string& isa) {
   if (isa.empty()) {
+    // AMX where the CPU has it and Linux grants the tile state: a verify window or a prefill
+    // chunk reads the weights once at the tile rate instead of running at the FMA peak, and a
+    // one-token step streams them as fast as the f32 kernels. Its activations are bf16, like the
+    // GPU's default linears; the exact f32 kernels stay one flag away ("best").
+    if (cpu_has_amx() && request_amx_state() == 0) return cpu::amx_kernels();
+    return select_kernels("best");
+  }
+  if (isa == "best") {
     if (cpu_has_avx512()) return cpu::avx512_kernels();
     if (cpu_has_avx2()) return cpu::avx2_kernels();
     return cpu::scalar_kernels();
@@ -73,7 +81,7 @@ const cpu::Kernels& select_kernels(const std::string& isa) {
                   std::strerror(error), ")");
     return cpu::amx_kernels();
   }
-  fail("cpu_isa \"", isa, "\" is unknown: use \"avx512\", \"avx2\", \"scalar\", \"avx512-bf16\", \"amx\" or empty");
+  fail("cpu_isa \"", isa, "\" is unknown: use \"best\", \"avx512\", \"avx2\", \"scalar\", \"avx512-bf16\", \"amx\" or empty");
 }
 
 class CpuBackend final : public Backend {
