@@ -81,7 +81,8 @@ const cpu::Kernels& select_kernels(const std::string& isa) {
                   std::strerror(error), ")");
     return cpu::amx_kernels();
   }
-  fail("cpu_isa \"", isa, "\" is unknown: use \"best\", \"avx512\", \"avx2\", \"scalar\", \"avx512-bf16\", \"amx\" or empty");
+  fail("cpu_isa \"", isa,
+       "\" is unknown: use \"best\", \"avx512\", \"avx2\", \"scalar\", \"avx512-bf16\", \"amx\" or empty");
 }
 
 class CpuBackend final : public Backend {
