@@ -118,8 +118,9 @@ const Kernels& avx512_kernels();
 // bf16, so results differ from the f32 reference. Opt-in only.
 const Kernels& avx512_bf16_kernels();
 // AMX tiles (TDPBF16PS) for bf16 weights whose K is a multiple of kTileK, the avx512-bf16 linear
-// otherwise: activations rounded to bf16 as there. Opt-in only; its linear may run only once the
-// process holds the tile data state (the backend asks Linux for it when it picks this table).
+// otherwise: activations rounded to bf16 as there. The default where the CPU has AMX; its linear
+// may run only once the process holds the tile data state (the backend asks Linux for it when it
+// picks this table).
 const Kernels& amx_kernels();
 
 }  // namespace specdec::cpu

@@ -1,4 +1,4 @@
-// The opt-in "amx" kernels: linear over bf16 weights with AMX tiles (TDPBF16PS, a 16 × 16 × 32
+// The "amx" kernels (the default where the CPU has AMX): linear over bf16 weights with AMX tiles (TDPBF16PS, a 16 × 16 × 32
 // bf16 product per instruction), activations rounded to bf16 as in "avx512-bf16". The weights stay
 // [N, K] row-major: an A tile is 16 weight rows × 32 k loaded straight from w, a B tile 32 k of up
 // to 16 tokens in pair layout (x rounded and packed once per call by pack_bf16), so a C tile is
