@@ -1,9 +1,9 @@
-// The "amx" kernels (the default where the CPU has AMX): linear over bf16 weights with AMX tiles (TDPBF16PS, a 16 × 16 × 32
-// bf16 product per instruction), activations rounded to bf16 as in "avx512-bf16". The weights stay
-// [N, K] row-major: an A tile is 16 weight rows × 32 k loaded straight from w, a B tile 32 k of up
-// to 16 tokens in pair layout (x rounded and packed once per call by pack_bf16), so a C tile is
-// outᵀ, 16 weight rows × 16 tokens, scattered back into out. A window of up to 16 tokens reads the weights once, as
-// one token does, which is what makes a verify window cost about one decode step.
+// The "amx" kernels (the default where the CPU has AMX): linear over bf16 weights with AMX tiles (TDPBF16PS, a 16 × 16
+// × 32 bf16 product per instruction), activations rounded to bf16 as in "avx512-bf16". The weights stay [N, K]
+// row-major: an A tile is 16 weight rows × 32 k loaded straight from w, a B tile 32 k of up to 16 tokens in pair layout
+// (x rounded and packed once per call by pack_bf16), so a C tile is outᵀ, 16 weight rows × 16 tokens, scattered back
+// into out. A window of up to 16 tokens reads the weights once, as one token does, which is what makes a verify window
+// cost about one decode step.
 //
 // Invariance: each C element is its own chain of TDPBF16PS steps over the k chunks in order, from
 // zero, fed only by its A row (w[n]) and its B column (x[m]); M, the place in a tile and the N split
