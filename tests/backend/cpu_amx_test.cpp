@@ -109,11 +109,8 @@ TEST_F(CpuAmx, RowsAreBitIdenticalWhateverTheBatchThreadsAndSlices) {
     make_cpu("amx", 1);  // the tile state, before the table is called directly
     for (int64_t M : {1, 4, 17, 40}) {
       HostTensor sliced(DType::f32, {M, N});
-      const HostTensor xm = [&] {
-        HostTensor c(DType::f32, {M, K});
-        std::memcpy(c.f(), x.f(), static_cast<size_t>(M * K) * sizeof(float));
-        return c;
-      }();
+      HostTensor xm(DType::f32, {M, K});
+      std::memcpy(xm.f(), x.f(), static_cast<size_t>(M * K) * sizeof(float));
       for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{5}, {16, 21}, {1, 2, 3, 35, 36}}) {
         std::fill(sliced.f(), sliced.f() + M * N, 0.0f);
         linear_in_slices(xm, w, bias, sliced, cuts);
