@@ -50,9 +50,10 @@ int request_amx_state() {
 const cpu::Kernels& select_kernels(const std::string& isa) {
   if (isa.empty()) {
     // AMX where the CPU has it and Linux grants the tile state: a verify window or a prefill
-    // chunk reads the weights once at the tile rate instead of running at the FMA peak, and a
-    // one-token step streams them as fast as the f32 kernels. Its activations are bf16, like the
-    // GPU's default linears; the exact f32 kernels stay one flag away ("best").
+    // chunk then stays bound by reading the weights, where the f32 kernels become bound by their
+    // multiply rate after a few tokens; a one-token step is the same weight stream either way.
+    // Its activations are bf16, like the GPU's default linears; the exact f32 kernels stay one
+    // flag away ("best").
     if (cpu_has_amx() && request_amx_state() == 0) return cpu::amx_kernels();
     return select_kernels("best");
   }
@@ -97,7 +98,8 @@ class CpuBackend final : public Backend {
   DType kv_dtype() const override { return DType::f32; }
 
   Buffer allocate(size_t bytes) override { return Buffer::host(bytes); }
-  // AMX tile loads of a weight row that straddles cache lines cost a fifth of the bandwidth.
+  // An AMX tile row of a weight that straddles two cache lines is staged through an aligned copy
+  // by the kernel: weights on 64-byte boundaries stream without it.
   size_t weight_alignment() const override { return std::string_view(kernels_.isa) == "amx" ? 64 : 0; }
   void copy(const Tensor& src, const Tensor& dst) override {
     cpu::check_host(src, "copy", "src");

@@ -150,7 +150,8 @@ TokenBlock token_block(const LinearArgs& a, int64_t m0) {
   return {a.x_tiles + m0 * a.K, T * kTileK, T * 4};
 }
 
-// Chunks ahead that the staged copy prefetches (4 measured best of 2, 4, 8).
+// Chunks ahead that the staged copy prefetches: far enough to cover a memory latency behind the
+// copy of one chunk, near enough to stay in L1 (docs/perf-notes.md has the sweep).
 constexpr int64_t kStagePrefetch = 4;
 
 // Chunk ch of the TB token blocks times the A tile at a_tile, into C tiles tmm0 + t.
@@ -168,11 +169,12 @@ inline void step(const TokenBlock* tb, int64_t ch, const uint16_t* a_tile, int64
 // One 16-row block of w from n0 (A tile tmm3) times TB token blocks (B tiles tmm4 + t): C tile t
 // (tmm0 + t) = w rows [n0, n0 + 16) × the tokens of block t, from zero over every k chunk in
 // order, stored to c[t] as [16 rows][16 tokens] f32. One block of w at a time keeps few enough
-// rows in flight for the hardware prefetchers to stream them (two measured 5-15% slower, four
-// slower still); up to three token blocks share each A load.
+// rows (16 sequential streams) in flight for the hardware prefetchers to follow them; up to
+// three token blocks share each A load.
 // Staged: each chunk's rows go through an aligned copy first, for weights that do not start on a
-// 64-byte boundary (tile rows split over two cache lines cost 45% of the bandwidth, the copy
-// 12-20%; safetensors files place tensors on 8-byte boundaries) and for the last rows of w,
+// 64-byte boundary (a tile row split over two cache lines is read as two; safetensors files place
+// tensors on 8-byte boundaries, and the model copies such weights where the backend asks for
+// alignment) and for the last rows of w,
 // n0 .. N-1 (fewer than 16: the copy is zero-padded so that nothing past w is read). Either way
 // the same values reach the same TDPBF16PS steps in order.
 template <int TB, bool Staged>
