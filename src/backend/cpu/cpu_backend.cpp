@@ -9,7 +9,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <string_view>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -98,9 +97,7 @@ class CpuBackend final : public Backend {
   DType kv_dtype() const override { return DType::f32; }
 
   Buffer allocate(size_t bytes) override { return Buffer::host(bytes); }
-  // An AMX tile row of a weight that straddles two cache lines is staged through an aligned copy
-  // by the kernel: weights on 64-byte boundaries stream without it.
-  size_t weight_alignment() const override { return std::string_view(kernels_.isa) == "amx" ? 64 : 0; }
+  size_t weight_alignment() const override { return kernels_.weight_alignment; }
   void copy(const Tensor& src, const Tensor& dst) override {
     cpu::check_host(src, "copy", "src");
     cpu::check_host(dst, "copy", "dst");

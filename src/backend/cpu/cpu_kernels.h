@@ -4,6 +4,7 @@
 // cpu_attention.cpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -15,9 +16,9 @@ struct LinearArgs {
   const float* x = nullptr;  // [M, K]
   const void* w = nullptr;   // [N, K] of wdtype (f32, bf16 or f16)
   DType wdtype = DType::f32;
-  const float* bias = nullptr;       // [N] or null
-  float* out = nullptr;              // [M, N]
-  const uint16_t* x_bf16 = nullptr;  // x rounded to bf16 [M, K], for kernels that ask for it
+  const float* bias = nullptr;        // [N] or null
+  float* out = nullptr;               // [M, N]
+  const uint16_t* x_bf16 = nullptr;   // x rounded to bf16 [M, K], for kernels that ask for it
   const uint16_t* x_tiles = nullptr;  // x_bf16 in the AMX tile layout (below), for kernels that ask for it
   int64_t M = 0;
   int64_t N = 0;
@@ -82,6 +83,8 @@ struct Kernels {
   // When set (with bf16_activations), x is rounded by this function, and linear also wants
   // LinearArgs::x_tiles when the weights are bf16 and K is a multiple of kTileK.
   PackBf16Fn pack_bf16 = nullptr;
+  // Byte boundary on which linear reads a weight at full speed (0: any); Backend::weight_alignment.
+  size_t weight_alignment = 0;
 };
 
 // Instruction-set kernel files must not instantiate std templates or other inline functions

@@ -237,6 +237,11 @@ void scatter(const LinearArgs& a, const float* c, int64_t m0, int64_t tokens, in
   for (int64_t t = 0; t < tokens; ++t) store(t, _mm512_castsi512_ps(r[t]));
 }
 
+// block<TB, Staged> by [TB - 1][Staged].
+using BlockFn = void (*)(const LinearArgs&, int64_t, const TokenBlock*, float (*)[256]);
+constexpr BlockFn kBlocks[3][2] = {
+    {block<1, false>, block<1, true>}, {block<2, false>, block<2, true>}, {block<3, false>, block<3, true>}};
+
 void linear_amx(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   if (a.wdtype != DType::bf16 || a.x_tiles == nullptr || a.K % kTileK != 0) {
     avx512_bf16_kernels().linear(a, n_begin, n_end);
@@ -254,26 +259,7 @@ void linear_amx(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
       const int tb = left >= 3 ? 3 : static_cast<int>(left);
       TokenBlock b_tiles[3];
       for (int t = 0; t < tb; ++t) b_tiles[t] = token_block(a, m0 + kBlockRows * t);
-      switch (tb * 2 + (direct ? 0 : 1)) {
-        case 2:
-          block<1, false>(a, n0, b_tiles, c);
-          break;
-        case 3:
-          block<1, true>(a, n0, b_tiles, c);
-          break;
-        case 4:
-          block<2, false>(a, n0, b_tiles, c);
-          break;
-        case 5:
-          block<2, true>(a, n0, b_tiles, c);
-          break;
-        case 6:
-          block<3, false>(a, n0, b_tiles, c);
-          break;
-        default:
-          block<3, true>(a, n0, b_tiles, c);
-          break;
-      }
+      kBlocks[tb - 1][direct ? 0 : 1](a, n0, b_tiles, c);
       for (int t = 0; t < tb; ++t) {
         const int64_t mt = m0 + kBlockRows * t, tokens = a.M - mt < kBlockRows ? a.M - mt : kBlockRows;
         scatter(a, c[t], mt, tokens, n0, rows);
@@ -286,7 +272,9 @@ void linear_amx(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 }  // namespace
 
 const Kernels& amx_kernels() {
-  static const Kernels k{"amx", linear_amx, attend_avx512, silu_mul_avx512, true, pack_bf16_amx};
+  // A tile row of a weight that straddles two cache lines goes through the staged copy (block):
+  // weights on 64-byte boundaries stream without it.
+  static const Kernels k{"amx", linear_amx, attend_avx512, silu_mul_avx512, true, pack_bf16_amx, 64};
   return k;
 }
 
