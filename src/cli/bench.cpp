@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -32,11 +33,21 @@ RunResult run_batch(Engine& engine, const std::vector<std::vector<int32_t>>& pro
     r.speculative.adaptive = method.adaptive;
     requests.push_back(std::move(r));
   }
+  const EngineStats before = engine.stats();
   const auto t0 = Clock::now();
   const std::vector<int64_t> ids = engine.submit_all(std::move(requests));
   RunResult out;
   for (int64_t id : ids) out.results.push_back(engine.wait(id));
   out.wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  // The loop publishes its counters just after the iteration that finished the last row.
+  EngineStats after = engine.stats();
+  while (after.running > 0 || after.waiting > 0) {
+    std::this_thread::yield();
+    after = engine.stats();
+  }
+  out.decode_iterations = after.decode_iterations - before.decode_iterations;
+  out.iteration_seconds = after.decode_iteration_seconds - before.decode_iteration_seconds;
+  out.device_seconds = after.decode_device_seconds - before.decode_device_seconds;
   for (const GenerationResult& r : out.results) {
     require(r.finish != Finish::error, r.error);
     out.generated += r.stats.generated_tokens;
@@ -218,6 +229,14 @@ Pair measure_pair(Engine& engine, const RunMethod& method, const std::vector<std
     whole.push_back((spec.generated / spec.wall) / (plain.generated / plain.wall));
     decode.push_back(decode_rate(spec) / decode_rate(plain));
     const SpeculativeStats tel = run_telemetry(spec);
+    // A decode iteration's time outside the target's forward, in microseconds: for the
+    // speculative run without its draft calls, so that what is left is the engine's own work
+    // (scheduling, verifying, the method's bookkeeping) against plain decoding's.
+    const auto host_us = [](const RunResult& r, double draft_seconds) {
+      return r.decode_iterations > 0
+                 ? 1e6 * (r.iteration_seconds - r.device_seconds - draft_seconds) / double(r.decode_iterations)
+                 : 0.0;
+    };
     best.pairs.push_back({{"speedup", whole.back()},
                           {"decode_speedup", decode.back()},
                           {"plain_ms", plain.wall * 1e3},
@@ -227,7 +246,13 @@ Pair measure_pair(Engine& engine, const RunMethod& method, const std::vector<std
                           {"drafted", tel.drafted},
                           {"accepted", tel.accepted},
                           {"draft_ms", tel.draft_seconds * 1e3},
-                          {"verify_ms", tel.verify_seconds * 1e3}});
+                          {"verify_ms", tel.verify_seconds * 1e3},
+                          {"plain_iterations", plain.decode_iterations},
+                          {"spec_iterations", spec.decode_iterations},
+                          {"plain_host_us", host_us(plain, 0)},
+                          {"spec_host_us", host_us(spec, tel.draft_seconds)},
+                          {"plain_device_us", 1e6 * plain.device_seconds / double(std::max<int64_t>(1, plain.decode_iterations))},
+                          {"spec_device_us", 1e6 * spec.device_seconds / double(std::max<int64_t>(1, spec.decode_iterations))}});
     keep(plain, best.plain);
     keep(spec, best.spec);
   }

@@ -23,6 +23,10 @@ struct RunResult {
   double max_ttft = 0;
   double max_decode = 0;
   int decode_tokens = 0;
+  // The engine's decode iterations during the run (EngineStats), their wall seconds and the
+  // seconds the target's forward held the device: the rest is the host's share.
+  int64_t decode_iterations = 0;
+  double iteration_seconds = 0, device_seconds = 0;
 };
 
 // The method a run speculates with ("" = plain decoding) and how.

@@ -21,7 +21,8 @@ constexpr double kMaxSpike = 2.0;     // an observed forward counts at most this
 constexpr double kMinSpread = 0.5;    // tokens: spread of recent widths needed to refit the slope
 constexpr double kLaterPrior = 0.85;  // prior acceptance of drafts after the first
 constexpr double kRelax = 0.1;        // per round, untried positions' drift back to that prior
-constexpr double kTableRate = 0.1;    // moving-average rate of each token count's measured cost
+constexpr double kTableRate = 0.02;   // moving-average rate of each token count's own figure
+constexpr double kSpeedRate = 0.08;   // and of the speed every count shares (four fifths of a change)
 constexpr int kMinBackoff = 4;        // rounds: the shortest pause (DepthPolicy::backoff_ starts there)
 constexpr int kMaxBackoff = 64;       // rounds: the longest pause between probes
 constexpr double kShrink = 3.0;       // rounds of a regime's own evidence that weigh as much as the pooled estimate
@@ -52,12 +53,20 @@ void CostModel::observe_forward(int tokens, double seconds) {
     if (n < kWarm) {
       // Kept sorted: insert this one, then take the lower median of the n + 1 seen.
       std::array<double, kWarm>& first = first_[static_cast<size_t>(tokens)];
+      const double v = seconds / speed_;
       auto i = static_cast<size_t>(n);
-      for (; i > 0 && first[i - 1] > seconds; --i) first[i] = first[i - 1];
-      first[i] = seconds;
+      for (; i > 0 && first[i - 1] > v; --i) first[i] = first[i - 1];
+      first[i] = v;
       m = first[static_cast<size_t>(n / 2)];
     } else {
-      m += kTableRate * (std::min(seconds, kMaxSpike * m) - m);
+      // Most of a settled count's surprise moves the machine's speed, and with it every count's
+      // price: a width that is no longer drafted is never measured again, and its figure from a
+      // minute in which other load held the cores would otherwise stand for good (pricing the
+      // windows of that width as dear as then, so that they are never chosen). The rest moves
+      // the count's own figure, so that a count's price still converges on what it costs.
+      const double q = std::clamp(seconds / (m * speed_), 1.0 / kMaxSpike, kMaxSpike);
+      speed_ *= std::pow(q, kSpeedRate);
+      m += kTableRate * (std::min(seconds / speed_, kMaxSpike * m) - m);
     }
     n = std::min(n + 1, 1000);
   }
@@ -126,7 +135,8 @@ double CostModel::forward_cost(int tokens) const {
   // never be chosen again, so the figure would stand for good.
   for (int need : {2, 1})
     for (int t = std::min(tokens, kTable); t >= 1; --t)
-      if (seen_[static_cast<size_t>(t)] >= need) return measured_[static_cast<size_t>(t)] + per_token_ * (tokens - t);
+      if (seen_[static_cast<size_t>(t)] >= need)
+        return measured_[static_cast<size_t>(t)] * speed_ + per_token_ * (tokens - t);
   return fixed_ + per_token_ * tokens;
 }
 

@@ -64,7 +64,11 @@ class CostModel {
   double fixed_ = 0, per_token_ = 0;
   int samples_ = 0;
   bool slope_known_ = false;                                   // some recent widths spread enough to fit the slope
-  std::array<double, kTable + 1> measured_{};                  // moving average of seconds, per token count
+  // Per token count, a moving average of its seconds divided by speed_: how the machine's speed
+  // moves (other load on a shared host, a clock that changed) is learned from whichever counts
+  // are measured and prices every count.
+  std::array<double, kTable + 1> measured_{};
+  double speed_ = 1.0;
   std::array<int, kTable + 1> seen_{};                         // forwards of each token count observed
   static constexpr int kWarm = 5;                              // a count's first forwards, priced by their median
   std::array<std::array<double, kWarm>, kTable + 1> first_{};  // each count's first forwards, sorted

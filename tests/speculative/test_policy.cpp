@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "speculative/policy.h"
@@ -122,6 +123,26 @@ TEST(CostModel, ACountsFirstForwardDoesNotPriceIt) {
   // From its second forward on, a count is priced as measured: the lower median of the two.
   costs.observe_forward(4, 1.3 * kneed(4));
   EXPECT_NEAR(costs.row_cost(4, 1), 1.3 * kneed(4), 1e-9);
+}
+
+TEST(CostModel, AWidthNoLongerMeasuredFollowsTheMachinesSpeed) {
+  // An engine that starts while other load holds the cores: its first windows of two and four
+  // tokens ran at 2.2 times their cost, then the load went away and only plain steps were run
+  // (the policy, pricing the windows as measured, drafted no more). The stale widths must come
+  // down with the plain step, or drafting would never be tried again.
+  CostModel costs;
+  for (int i = 0; i < 30; ++i) {
+    const int tokens = std::array{1, 2, 4}[static_cast<size_t>(i % 3)];
+    costs.observe_forward(tokens, 2.2 * kneed(tokens));
+  }
+  for (int i = 0; i < 300; ++i) costs.observe_forward(1, kneed(1));
+  EXPECT_NEAR(costs.row_cost(1, 1), kneed(1), 0.02 * kneed(1));
+  EXPECT_LT(costs.row_cost(2, 1), 1.25 * kneed(2));
+  EXPECT_LT(costs.row_cost(4, 1), 1.25 * kneed(4));
+  // Widths measured again are priced as measured.
+  for (int i = 0; i < 200; ++i) costs.observe_forward(i % 2 == 0 ? 1 : 4, kneed(i % 2 == 0 ? 1 : 4));
+  EXPECT_NEAR(costs.row_cost(4, 1), kneed(4), 0.05 * kneed(4));
+  EXPECT_NEAR(costs.row_cost(1, 1), kneed(1), 0.05 * kneed(1));
 }
 
 TEST(DepthPolicy, DraftsOneTokenWhereAWindowOfTwoCostsAsMuchAsOne) {
