@@ -52,6 +52,8 @@ struct Coordinator::Group {
   DraftCost draft_cost;           // seconds of this group's draft calls
   int forced_probes_left = 0;     // this round's probes against the measured costs
   int probe_gap_left = 0;         // iterations before one of its paused rows may probe again
+  int probe_spacing = 0;          // the wait set after the latest probe let go
+  int queue_end = 0;              // iterations before the last probe turn given to a waiting row
   const SpecRow* prober = nullptr;  // the row let probe this iteration
   double probe_seconds = 0;       // moving average of iterations whose only draft was its probe
   // This round's asks (and who asked) and commits; kept between rounds so that a round
@@ -170,6 +172,7 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
   for (auto& [id, g] : groups_) {
     g->forced_probes_left = 1;
     g->probe_gap_left = std::max(0, g->probe_gap_left - 1);
+    g->queue_end = std::max(0, g->queue_end - 1);
     g->prober = nullptr;
     g->asks.clear();
     g->askers.clear();
@@ -181,15 +184,19 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
     // In a batch a group's paused rows probe one at a time, spaced so that probes take at most
     // kProbeBudget of the batch's time; a row whose probe must wait is paused until then, its
-    // back-off unchanged.
+    // back-off unchanged. Waiting rows take turns, each given its own later turn one probe's wait
+    // after the last one given: a row is tapped in the rounds before its probe, and rows that all
+    // waited for the same iteration would all be tapped for probes that only one of them makes.
     if (depth > 0 && row.policy->probing() && decoding > 1) {
       if (g.prober || g.probe_gap_left > 0) {
-        row.policy->defer_probe(g.probe_gap_left);
+        g.queue_end = std::max({1, g.probe_gap_left, g.queue_end + g.probe_spacing});
+        row.policy->defer_probe(g.queue_end);
         depth = 0;
       } else {
         g.prober = &row;
         const double measured = g.probe_seconds > 0 && plain_seconds_ > 0 ? g.probe_seconds - plain_seconds_ : 0.0;
         g.probe_gap_left = probe_gap(costs, g.draft_cost, decoding, measured);
+        g.probe_spacing = g.probe_gap_left;
       }
     }
     // A paused row is not tapped: each tapped round costs the forward a gather per tap layer and
@@ -197,9 +204,14 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     // sizeable part of that step. Its drafter's context then misses those positions. It is tapped
     // again in the rounds just before a probe that decides whether it drafts again (as many as
     // its method asks for), or in the last one only (the taps a drafter needs to draft at all)
-    // when the probe can only re-measure costs that leave no depth paying at any acceptance.
-    const int lead = row.policy->cannot_pay() ? 1 : g.resume_taps;
-    row.untapped = !g.tap_layers.empty() && row.policy->rounds_to_draft() > lead;
+    // when the probe can only re-measure costs that leave no depth paying at any acceptance, and
+    // not at all when the costs say the pause will be renewed without a probe.
+    // In a batch, a pause that ends while the group's wait after its last probe still runs ends
+    // in a probe put off again: no taps for it either.
+    const int lead = !row.policy->cannot_pay() ? g.resume_taps : row.policy->probe_forced() ? 1 : 0;
+    const int ahead = row.policy->rounds_to_draft();
+    const bool put_off = decoding > 1 && depth == 0 && g.probe_gap_left > ahead;
+    row.untapped = !g.tap_layers.empty() && (ahead > lead || put_off);
     depth = std::min(depth, a.limit);
     if (depth <= 0) continue;
     g.asks.push_back(

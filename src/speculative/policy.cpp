@@ -24,7 +24,6 @@ constexpr double kRelax = 0.1;        // per round, untried positions' drift bac
 constexpr double kTableRate = 0.02;   // moving-average rate of each token count's own figure
 constexpr double kSpeedRate = 0.08;   // and of the speed every count shares (four fifths of a change)
 constexpr int kMinBackoff = 4;        // rounds: the shortest pause (DepthPolicy::backoff_ starts there)
-constexpr int kMaxBackoff = 64;       // rounds: the longest pause between probes
 constexpr double kShrink = 3.0;       // rounds of a regime's own evidence that weigh as much as the pooled estimate
 }  // namespace
 

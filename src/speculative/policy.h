@@ -131,12 +131,16 @@ class DepthPolicy {
   // every draft were accepted: the probe that ends the pause then re-measures the costs, and
   // what it accepts cannot resume drafting.
   bool cannot_pay() const { return paused_ > 0 && cannot_pay_; }
+  // Whether such a pause ends in a probe all the same (its back-off is at the cap); otherwise,
+  // unless the costs change meanwhile, it is renewed without one.
+  bool probe_forced() const { return backoff_ >= kMaxBackoff; }
   // Whether the last next_depth() ended a pause with a probe.
   bool probing() const { return probing_; }
   // Puts off the probe the last next_depth() asked for by `rounds` rounds (at least one),
   // leaving the back-off as it is: in a batch, a group's rows probe one at a time.
   void defer_probe(int rounds);
   static constexpr int kNever = 1 << 30;
+  static constexpr int kMaxBackoff = 64;  // rounds: the longest pause between probes
 
  private:
   // P(draft i accepted | drafts before it accepted) in regime `regime` (default: the current one).

@@ -23,12 +23,32 @@ CostModel batch_costs(int rows) {
   return costs;
 }
 
-// Runs `iterations` rounds of `rows` rows that never accept a draft; returns the iterations in
+// An n-gram method that also declares a hidden-state tap, wanted in the four rounds before a
+// probe (as a block drafter asks): which rows the target would tap is then the coordinator's call.
+class TappingMethod : public NgramMethod {
+ public:
+  TargetNeeds needs() const override {
+    TargetNeeds n;
+    n.tap_layers = {0};
+    n.resume_taps = 4;
+    return n;
+  }
+};
+
+struct ProbeCounts {
+  int iterations_with_probes = 0;
+  int probes = 0;
+  int tapped = 0;  // row-iterations in which the target would tap the row
+};
+
+// Runs `iterations` rounds of `rows` rows that never accept a draft, counting the iterations in
 // which some row probed. With `probe_steps` > 0 the coordinator is told each iteration's time:
 // 0.3 ms plain, `probe_steps` times that with a probe.
-int iterations_with_probes(int rows, int iterations, double probe_steps = 0) {
-  Coordinator coordinator(TargetView{});
-  coordinator.add_method("ngram", std::make_shared<NgramMethod>());
+ProbeCounts count_probes(int rows, int iterations, double probe_steps = 0) {
+  TargetView target;
+  target.taps = true;
+  Coordinator coordinator(target);
+  coordinator.add_method("ngram", std::make_shared<TappingMethod>());
   std::vector<SpecRow> spec(static_cast<size_t>(rows));
   for (int i = 0; i < rows; ++i) {
     SpecRow& r = spec[static_cast<size_t>(i)];
@@ -47,24 +67,30 @@ int iterations_with_probes(int rows, int iterations, double probe_steps = 0) {
       p.observe(p.next_depth(costs, no_calls, rows) > 0 ? 1 : 0, 0);
     }
   const SamplingParams greedy;
-  int probing = 0;
+  ProbeCounts counts;
   for (int it = 0; it < iterations; ++it) {
     std::vector<DraftAsk> asks;
     for (SpecRow& r : spec) asks.push_back(DraftAsk{&r, 5, 100 + it, 8, &greedy});
     coordinator.propose(asks, costs, rows);
     bool any = false;
     for (SpecRow& r : spec) {
+      counts.tapped += coordinator.forward_taps(r).empty() ? 0 : 1;
       if (!r.policy->probing()) {
         r.policy->observe(0, 0);
         continue;
       }
       any = true;
+      counts.probes += 1;
       r.policy->observe(1, 0);  // the probe's draft is rejected
     }
-    probing += any ? 1 : 0;
+    counts.iterations_with_probes += any ? 1 : 0;
     if (probe_steps > 0) coordinator.observe_iteration((any ? probe_steps : 1.0) * 0.3e-3);
   }
-  return probing;
+  return counts;
+}
+
+int iterations_with_probes(int rows, int iterations, double probe_steps = 0) {
+  return count_probes(rows, iterations, probe_steps).iterations_with_probes;
 }
 
 TEST(BatchProbes, AGroupsPausedRowsProbeOneAtATimeWithinABudget) {
@@ -88,6 +114,46 @@ TEST(BatchProbes, AProbeMeasuredDearSpacesTheNextOnesFurther) {
   EXPECT_LE(measured, 1) << measured << " of 300 iterations carried a probe";
   // Measured as cheap as the fits price them, they come as before.
   EXPECT_GE(iterations_with_probes(8, 300, 1.7), 5);
+}
+
+TEST(BatchProbes, RowsWaitingToProbeAreTappedOnlyBeforeTheirOwnTurn) {
+  // A paused row is tapped in the four rounds before its probe. Eight rows whose probes must wait
+  // for one another are each tapped before their own turn, not all of them before every turn
+  // (where the taps of the rows whose probe was put off again bought nothing).
+  const ProbeCounts c = count_probes(8, 600);
+  EXPECT_GE(c.probes, 3);
+  EXPECT_LE(c.tapped, 4 * c.probes + 8 * 4) << c.tapped << " tapped row-iterations for " << c.probes << " probes";
+}
+
+TEST(BatchProbes, ARowWhosePauseIsRenewedWithoutAProbeIsNotTapped) {
+  // Costs that leave no depth paying even at full acceptance: a row's pauses are renewed without
+  // a probe until its back-off reaches the cap, so it is not tapped before those pause ends.
+  TargetView target;
+  target.taps = true;
+  Coordinator coordinator(target);
+  coordinator.add_method("ngram", std::make_shared<TappingMethod>());
+  SpecRow row;
+  row.id = 0;
+  row.method = "ngram";
+  row.policy.emplace(3, true, 0.01);
+  coordinator.join(row);
+  // A window of two tokens costs three plain steps: nothing pays.
+  CostModel costs;
+  for (int i = 0; i < 80; ++i) costs.observe_forward(1 + i % 4, (0.3 + 0.9 * (i % 4)) * 1e-3);
+  const SamplingParams greedy;
+  int tapped = 0, probes = 0, rounds = 0;
+  while (probes == 0 && rounds < 400) {
+    const DraftAsk ask{&row, 5, 100 + rounds, 8, &greedy};
+    coordinator.propose(std::span<const DraftAsk>(&ask, 1), costs, 1);
+    tapped += coordinator.forward_taps(row).empty() ? 0 : 1;
+    probes += row.policy->probing() ? 1 : 0;
+    row.policy->observe(row.policy->probing() ? 1 : 0, 0);
+    ++rounds;
+  }
+  // Pauses of 4, 8, 16 and 32 rounds renewed without a probe, then a forced probe at the cap:
+  // tapped in its first round (a fresh row) and in the round before that probe only.
+  EXPECT_EQ(probes, 1);
+  EXPECT_LE(tapped, 2) << tapped << " tapped rounds of " << rounds;
 }
 
 }  // namespace
