@@ -181,18 +181,28 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     SpecRow& row = *a.row;
     if (!row.joined) continue;
     Group& g = group_of(row);
+    const bool blind = row.untapped && !g.tap_layers.empty();  // the round before this one was not tapped
     int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
     // In a batch a group's paused rows probe one at a time, spaced so that probes take at most
     // kProbeBudget of the batch's time; a row whose probe must wait is paused until then, its
     // back-off unchanged. Waiting rows take turns, each given its own later turn one probe's wait
     // after the last one given: a row is tapped in the rounds before its probe, and rows that all
     // waited for the same iteration would all be tapped for probes that only one of them makes.
-    if (depth > 0 && row.policy->probing() && decoding > 1) {
-      if (g.prober || g.probe_gap_left > 0) {
+    //
+    // A probe goes out only after a tapped round, so that the drafter has the taps of the
+    // positions just before it: one whose taps were spared (a pause that the costs were to renew,
+    // or a probe that was to be put off) but that comes all the same waits a round, holding the
+    // group's turn.
+    if (depth > 0 && row.policy->probing()) {
+      if (decoding > 1 && (g.prober || g.probe_gap_left > 0)) {
         g.queue_end = std::max({1, g.probe_gap_left, g.queue_end + g.probe_spacing});
         row.policy->defer_probe(g.queue_end);
         depth = 0;
-      } else {
+      } else if (blind) {
+        row.policy->defer_probe(1);
+        depth = 0;
+        if (decoding > 1) g.probe_gap_left = std::max(g.probe_gap_left, 1);
+      } else if (decoding > 1) {
         g.prober = &row;
         const double measured = g.probe_seconds > 0 && plain_seconds_ > 0 ? g.probe_seconds - plain_seconds_ : 0.0;
         g.probe_gap_left = probe_gap(costs, g.draft_cost, decoding, measured);
