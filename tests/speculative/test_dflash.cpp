@@ -252,6 +252,33 @@ TEST(Dspark, CutMaximisesTokensPerSecond) {
   EXPECT_THROW(dspark_row_probability(head, 2, 0, 0), Error);
 }
 
+TEST(Dspark, CalibrationFollowsTheOutcomesItIsShown) {
+  CutCalibration cal;
+  const auto sigmoid = [](double z) { return 1 / (1 + std::exp(-z)); };
+  // Nothing seen: the shipped calibration as it is.
+  EXPECT_DOUBLE_EQ(cal.probability(1, -1.0), sigmoid(-1.0));
+  EXPECT_DOUBLE_EQ(cal.probability(5, 0.5), sigmoid(0.5));
+  // Row 1 calibrated at 27 % (logit -1) but accepted three times in five, row 2 at 50 % (logit
+  // 0) and accepted one time in ten.
+  for (int i = 0; i < 400; ++i) {
+    cal.observe(1, -1.0, i % 5 < 3);
+    cal.observe(2, 0.0, i % 10 == 0);
+  }
+  EXPECT_NEAR(cal.probability(1, -1.0), 0.6, 0.06);
+  EXPECT_NEAR(cal.probability(2, 0.0), 0.1, 0.04);
+  // A row never verified borrows the offset of the row before it.
+  EXPECT_DOUBLE_EQ(cal.offset(3), cal.offset(2));
+  EXPECT_DOUBLE_EQ(cal.offset(7), cal.offset(2));
+  // A few outcomes of its own move a row only part of the way from what it borrowed.
+  for (int i = 0; i < 5; ++i) cal.observe(3, 0.0, true);
+  EXPECT_LT(cal.offset(3), cal.offset(2) + 0.1);
+  // An offset is bounded: a row's score still counts however long the stream of surprises.
+  CutCalibration stubborn;
+  for (int i = 0; i < 5000; ++i) stubborn.observe(1, -10.0, true);
+  EXPECT_LE(stubborn.offset(1), 4.0);
+  EXPECT_LT(stubborn.probability(1, -10.0), 0.01);
+}
+
 // A copy of the fixture with config.json edited by `edit`.
 fs::path edited(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
   const fs::path dir = fs::temp_directory_path() / ("specdec-dflash-" + name);

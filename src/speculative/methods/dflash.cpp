@@ -42,6 +42,7 @@ struct DflashRow {
   bool lost = false;                // the KV could not take its context: the row drafts nothing more
   int64_t skipped = 0;              // positions the target did not tap: neither in the KV nor waiting
   int64_t last_round = 0;           // positions the last commit delivered (a round's usual catch-up)
+  std::vector<double> cut_logits;   // the calibration's logits of the drafts the cut last sent
 };
 
 // Host arrays of one call's ragged batch, uploaded into scratch (a copy from host memory has
@@ -120,6 +121,10 @@ class DflashRows final : public DraftRows {
       r.known.insert(r.known.end(), c.emitted.begin(), c.emitted.end() - 1);
       keep_context(r, c.context, 1 + static_cast<int64_t>(c.accepted));
       r.last_round = 1 + static_cast<int64_t>(c.accepted);
+      // The cut's drafts verified: the accepted ones and the first rejected one, if any.
+      const int tried = std::min({c.drafted, c.accepted + 1, static_cast<int>(r.cut_logits.size())});
+      for (int j = 0; j < tried; ++j) calibration_.observe(j + 1, r.cut_logits[static_cast<size_t>(j)], j < c.accepted);
+      r.cut_logits.clear();
     }
   }
 
@@ -533,10 +538,11 @@ class DflashRows final : public DraftRows {
     for (int64_t i = 0; i < R; ++i) {
       const size_t a = live[static_cast<size_t>(i)];
       const DraftRequestRow& ask = asks[a];
-      const auto& r = rows_[static_cast<size_t>(ask.row)];
+      auto& r = rows_[static_cast<size_t>(ask.row)];
       DraftProposal& p = out[a];
       const int d = depth[static_cast<size_t>(i)];
       std::vector<double> survival;
+      r.cut_logits.clear();
       double alive = 1.0;
       for (int j = 0; j < d; ++j) {
         const int64_t o = first_out[static_cast<size_t>(i)] + j;
@@ -553,9 +559,11 @@ class DflashRows final : public DraftRows {
         }
         p.tokens.push_back(token);
         if (hidden) {
-          alive *= row_probability(j + 1, std::span<const float>(hidden + o * H, static_cast<size_t>(H)),
-                                   hidden[n_out * H + o]);
+          const double z =
+              row_logit(j + 1, std::span<const float>(hidden + o * H, static_cast<size_t>(H)), hidden[n_out * H + o]);
+          alive *= calibration_.probability(j + 1, z);
           survival.push_back(alive);
+          r.cut_logits.push_back(z);
         }
       }
       // Rejection-mode draws depend on how many drafts a round has, and a seeded request must
@@ -565,6 +573,9 @@ class DflashRows final : public DraftRows {
         const size_t keep = static_cast<size_t>(dspark_cut(survival, ask.window_seconds, ask.draft_seconds));
         p.tokens.resize(keep);
         if (ask.want_q) p.q.resize(keep);
+        r.cut_logits.resize(std::min(keep, r.cut_logits.size()));
+      } else {
+        r.cut_logits.clear();  // a rejection-mode row's drafts were not chosen by the cut
       }
       p.one_off = one_off;
       stats_->rounds += 1;
@@ -574,13 +585,13 @@ class DflashRows final : public DraftRows {
     return out;
   }
 
-  // The calibrated P(block row `row` accepted | the rows before it accepted), from the row's final
-  // hidden state and its top log-probability.
-  double row_probability(int row, std::span<const float> hidden, float top_logprob) const {
+  // The calibration's logit of P(block row `row` accepted | the rows before it accepted), from the
+  // row's final hidden state and its top log-probability.
+  double row_logit(int row, std::span<const float> hidden, float top_logprob) const {
     const DsparkHead& head = *c_.dspark;
     double score = head.bias;
     for (size_t h = 0; h < hidden.size(); ++h) score += static_cast<double>(head.weight[h]) * hidden[h];
-    return dspark_row_probability(head, row, score, top_logprob);
+    return dspark_row_logit(head, row, score, top_logprob);
   }
 
   // A host pointer to t's floats: t itself on a host backend, else a copy into `host`.
@@ -679,6 +690,7 @@ class DflashRows final : public DraftRows {
   std::string ns_;
   int max_draft_;
   bool cut_;
+  CutCalibration calibration_;  // the cut's calibration corrected by its rounds' outcomes
   std::shared_ptr<DflashStats> stats_;
   std::unique_ptr<KvCache> cache_;
   std::vector<DflashRow> rows_;

@@ -8,12 +8,50 @@
 
 namespace specdec {
 
-double dspark_row_probability(const DsparkHead& head, int row, double score, double log_max_q) {
+namespace {
+constexpr double kCalibrationRate = 0.05;  // gradient step of an offset per verified outcome
+constexpr double kMaxOffset = 4.0;         // logit units: an offset never overrules the score entirely
+constexpr int kOwnEvidence = 20;           // outcomes after which a row's offset is its own alone
+
+double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+}  // namespace
+
+double dspark_row_logit(const DsparkHead& head, int row, double score, double log_max_q) {
   SPECDEC_CHECK(row >= 1 && row <= static_cast<int>(head.calibration.size()), "DSpark: block row ", row,
                 " has no calibration (", head.calibration.size(), " rows calibrated)");
   const auto& c = head.calibration[static_cast<size_t>(row - 1)];
-  const double z = c[0] * score + c[1] * log_max_q + c[2];
-  return 1.0 / (1.0 + std::exp(-z));
+  return c[0] * score + c[1] * log_max_q + c[2];
+}
+
+double dspark_row_probability(const DsparkHead& head, int row, double score, double log_max_q) {
+  return sigmoid(dspark_row_logit(head, row, score, log_max_q));
+}
+
+double CutCalibration::offset(int row) const {
+  double borrowed = 0.0;
+  for (int r = 1; r <= row; ++r) {
+    const auto i = static_cast<size_t>(r - 1);
+    if (i >= offset_.size()) break;  // rows never verified keep the last borrowed offset
+    const double w = std::min(1.0, static_cast<double>(seen_[i]) / kOwnEvidence);
+    borrowed = w * offset_[i] + (1 - w) * borrowed;
+  }
+  return borrowed;
+}
+
+double CutCalibration::probability(int row, double logit) const { return sigmoid(logit + offset(row)); }
+
+void CutCalibration::observe(int row, double logit, bool accepted) {
+  if (row < 1) return;
+  const auto i = static_cast<size_t>(row - 1);
+  if (i >= offset_.size()) {
+    offset_.resize(i + 1, 0.0);
+    seen_.resize(i + 1, 0);
+  }
+  // A row's first own outcomes start from what it borrowed, so that taking over is smooth.
+  if (seen_[i] == 0) offset_[i] = offset(row);
+  const double p = sigmoid(logit + offset_[i]);
+  offset_[i] = std::clamp(offset_[i] + kCalibrationRate * ((accepted ? 1.0 : 0.0) - p), -kMaxOffset, kMaxOffset);
+  seen_[i] = std::min(seen_[i] + 1, 1 << 20);
 }
 
 int dspark_cut(std::span<const double> survival, std::span<const double> window_seconds, double draft_seconds) {

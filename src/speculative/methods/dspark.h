@@ -16,6 +16,31 @@ namespace specdec {
 // P(row k accepted | rows 1..k-1 accepted) for block row k (1-based) with raw head score `score`
 // and the log of the drafter's top probability there.
 double dspark_row_probability(const DsparkHead& head, int row, double score, double log_max_q);
+// The same before its sigmoid: the calibration's logit.
+double dspark_row_logit(const DsparkHead& head, int row, double score, double log_max_q);
+
+// The shipped calibration, corrected online for the text being served. It was fitted on the
+// training text with the drafter's context complete, and a deployment's text (and the gaps a
+// paused row leaves in the context) can move every row's acceptance; where it underestimates the
+// later rows the cut sends too few drafts, and those are never verified to show otherwise. Each
+// block row keeps an offset to its logit, moved by every verified row's outcome (log-loss
+// gradient steps: the offset settles where the corrected chances average the observed rate);
+// a row verified too seldom to tell borrows the offset of the row before it, since a bias in one
+// row's calibration comes with the same bias in the next.
+class CutCalibration {
+ public:
+  // The corrected P(row accepted | rows before it accepted), from the calibration's logit.
+  double probability(int row, double logit) const;
+  // A verified block row: `logit` as the calibration gave it, and whether it was accepted (a
+  // round's accepted rows and its first rejected one; rows after that were never tried).
+  void observe(int row, double logit, bool accepted);
+  // The offset block row `row` (1-based) adds to the calibration's logit.
+  double offset(int row) const;
+
+ private:
+  std::vector<double> offset_;  // per block row, 0-based
+  std::vector<int> seen_;       // verified outcomes per block row (capped)
+};
 
 // The number of drafts (0..survival.size()) that maximises expected tokens per second of the
 // round: (1 + sum of survival[0..k)) / (draft_seconds + window_seconds[k]), where survival[j] is
