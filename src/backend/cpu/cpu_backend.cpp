@@ -135,7 +135,7 @@ class CpuBackend final : public Backend {
     cpu::attention(pool_, kernels_, q, k_pool, v_pool, batch, scale, out);
   }
   void argmax(const Tensor& logits, const Tensor& out) override { cpu::argmax(pool_, logits, out); }
-  void top_logprob(const Tensor& logits, const Tensor& out) override { cpu::top_logprob(pool_, logits, out); }
+  void top_logprob(const Tensor& logits, const Tensor& out) override { cpu::top_logprob(pool_, kernels_, logits, out); }
   void sample(const Tensor& logits, const Tensor& rows, const Tensor& out) override {
     cpu::sample(pool_, logits, rows, out);
   }

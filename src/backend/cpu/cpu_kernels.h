@@ -61,6 +61,10 @@ using AttendFn = void (*)(const AttendArgs& args);
 // so every split of a row gives the same bits.
 using SiluMulFn = void (*)(const float* g, const float* u, float* out, int64_t n);
 
+// The sum over i < n of e^(x[i] - shift), in double (each term in float): the normalizer of a
+// softmax whose largest logit is shift. NaN anywhere makes it NaN.
+using SumExpFn = double (*)(const float* x, int64_t n, float shift);
+
 // The AMX tile layout of bf16 activations (LinearArgs::x_tiles), defined for K a multiple of
 // kTileK: tokens in blocks of 16, the last block T = M mod 16 tokens or 16; block b starts at
 // element 16 b K, and holds K / kTileK chunks of T × kTileK elements, each chunk [16 column
@@ -78,6 +82,7 @@ struct Kernels {
   LinearFn linear;
   AttendFn attend;
   SiluMulFn silu_mul;
+  SumExpFn sum_exp;
   // linear wants LinearArgs::x_bf16 filled when the weights are bf16.
   bool bf16_activations = false;
   // When set (with bf16_activations), x is rounded by this function, and linear also wants
@@ -113,6 +118,10 @@ constexpr int kExpPolyTerms = 8;
 void silu_mul_scalar(const float* g, const float* u, float* out, int64_t n);
 void silu_mul_avx2(const float* g, const float* u, float* out, int64_t n);
 void silu_mul_avx512(const float* g, const float* u, float* out, int64_t n);
+// sum_exp likewise: expf on the scalar table, that e^x on 8 and 16 lanes on the others.
+double sum_exp_scalar(const float* x, int64_t n, float shift);
+double sum_exp_avx2(const float* x, int64_t n, float shift);
+double sum_exp_avx512(const float* x, int64_t n, float shift);
 
 const Kernels& scalar_kernels();
 const Kernels& avx2_kernels();

@@ -343,7 +343,7 @@ void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out) {
   });
 }
 
-void top_logprob(ThreadPool& pool, const Tensor& logits, const Tensor& out) {
+void top_logprob(ThreadPool& pool, const Kernels& k, const Tensor& logits, const Tensor& out) {
   check_dtype(logits, DType::f32, "top_logprob", "logits");
   check_dtype(out, DType::f32, "top_logprob", "out");
   const int64_t V = row_length(logits), n = row_count(logits);
@@ -356,9 +356,7 @@ void top_logprob(ThreadPool& pool, const Tensor& logits, const Tensor& out) {
       const float* row = l + static_cast<int64_t>(r) * V;
       float top = row[0];
       for (int64_t i = 1; i < V; ++i) top = std::max(top, row[i]);  // std::max keeps a leading NaN
-      double sum = 0;
-      for (int64_t i = 0; i < V; ++i) sum += std::exp(row[i] - top);  // NaN anywhere makes the sum NaN
-      o[r] = static_cast<float>(-std::log(sum));
+      o[r] = static_cast<float>(-std::log(k.sum_exp(row, V, top)));  // NaN anywhere makes the sum NaN
     }
   });
 }

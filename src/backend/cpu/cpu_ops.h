@@ -60,7 +60,7 @@ void silu_mul(ThreadPool& pool, const Kernels& k, const Tensor& gate, const Tens
 void add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tensor& out);
 void gather_rows(ThreadPool& pool, const Tensor& x, const Tensor& indices, const Tensor& out);
 void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out);
-void top_logprob(ThreadPool& pool, const Tensor& logits, const Tensor& out);
+void top_logprob(ThreadPool& pool, const Kernels& k, const Tensor& logits, const Tensor& out);
 // Backend::sample: specdec::sample on every row, rows spread over the pool.
 void sample(ThreadPool& pool, const Tensor& logits, const Tensor& rows, const Tensor& out);
 

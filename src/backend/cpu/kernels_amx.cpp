@@ -274,7 +274,7 @@ void linear_amx(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 const Kernels& amx_kernels() {
   // A tile row of a weight that straddles two cache lines goes through the staged copy (block):
   // weights on 64-byte boundaries stream without it.
-  static const Kernels k{"amx", linear_amx, attend_avx512, silu_mul_avx512, true, pack_bf16_amx, 64};
+  static const Kernels k{"amx", linear_amx, attend_avx512, silu_mul_avx512, sum_exp_avx512, true, pack_bf16_amx, 64};
   return k;
 }
 

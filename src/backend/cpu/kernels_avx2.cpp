@@ -230,8 +230,31 @@ void silu_mul_avx2(const float* g, const float* u, float* out, int64_t n) {
   }
 }
 
+double sum_exp_avx2(const float* x, int64_t n, float shift) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(acc0, acc1));
+  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  if (i < n) {  // the tail through a zero-padded copy, whose padding lanes are not added
+    const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
+    alignas(32) float xb[8] = {};
+    std::memcpy(xb, x + i, bytes);
+    alignas(32) float eb[8];
+    _mm256_store_ps(eb, exp_avx2(_mm256_sub_ps(_mm256_load_ps(xb), s)));
+    for (int64_t j = 0; j < n - i; ++j) sum += eb[j];
+  }
+  return sum;
+}
+
 const Kernels& avx2_kernels() {
-  static const Kernels k{"avx2", linear_avx2, attend_avx2, silu_mul_avx2};
+  static const Kernels k{"avx2", linear_avx2, attend_avx2, silu_mul_avx2, sum_exp_avx2};
   return k;
 }
 

@@ -184,8 +184,24 @@ void silu_mul_avx512(const float* g, const float* u, float* out, int64_t n) {
   }
 }
 
+double sum_exp_avx512(const float* x, int64_t n, float shift) {
+  const __m512 s = _mm512_set1_ps(shift);
+  __m512d acc0 = _mm512_setzero_pd(), acc1 = _mm512_setzero_pd();
+  const auto add = [&](__m512 e) {
+    acc0 = _mm512_add_pd(acc0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+    acc1 = _mm512_add_pd(acc1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+  };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) add(exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(x + i), s)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1u);
+    add(_mm512_maskz_mov_ps(m, exp_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), s))));
+  }
+  return _mm512_reduce_add_pd(_mm512_add_pd(acc0, acc1));
+}
+
 const Kernels& avx512_kernels() {
-  static const Kernels k{"avx512", linear_avx512, attend_avx512, silu_mul_avx512};
+  static const Kernels k{"avx512", linear_avx512, attend_avx512, silu_mul_avx512, sum_exp_avx512};
   return k;
 }
 

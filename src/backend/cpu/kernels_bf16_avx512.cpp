@@ -95,7 +95,7 @@ void linear_bf16(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 }  // namespace
 
 const Kernels& avx512_bf16_kernels() {
-  static const Kernels k{"avx512-bf16", linear_bf16, attend_avx512, silu_mul_avx512, true};
+  static const Kernels k{"avx512-bf16", linear_bf16, attend_avx512, silu_mul_avx512, sum_exp_avx512, true};
   return k;
 }
 

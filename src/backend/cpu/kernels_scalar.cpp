@@ -79,8 +79,14 @@ void silu_mul_scalar(const float* g, const float* u, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+double sum_exp_scalar(const float* x, int64_t n, float shift) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - shift);
+  return sum;
+}
+
 const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", linear_scalar, attend_scalar, silu_mul_scalar};
+  static const Kernels k{"scalar", linear_scalar, attend_scalar, silu_mul_scalar, sum_exp_scalar};
   return k;
 }
 
