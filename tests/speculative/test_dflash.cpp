@@ -272,6 +272,15 @@ TEST(Dspark, CalibrationFollowsTheOutcomesItIsShown) {
   // A few outcomes of its own move a row only part of the way from what it borrowed.
   for (int i = 0; i < 5; ++i) cal.observe(3, 0.0, true);
   EXPECT_LT(cal.offset(3), cal.offset(2) + 0.1);
+  // A request's own correction moves within the request's few dozen rounds: a block row that
+  // the calibration puts at 50 % and that this request's text has accepted 30 times running.
+  CutCalibration engine_wide, request(0.2);
+  for (int i = 0; i < 30; ++i) {
+    engine_wide.observe(4, 0.0, true);
+    request.observe(4, 0.0, true);
+  }
+  EXPECT_GT(request.probability(4, 0.0), 0.8);
+  EXPECT_LT(engine_wide.probability(4, 0.0), 0.75);
   // An offset is bounded: a row's score still counts however long the stream of surprises.
   CutCalibration stubborn;
   for (int i = 0; i < 5000; ++i) stubborn.observe(1, -10.0, true);

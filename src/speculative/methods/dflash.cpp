@@ -33,6 +33,7 @@ namespace {
 // Waiting positions past which a commit projects them without waiting for a draft call: a row
 // that drafts nothing for long holds that many positions' taps at most.
 constexpr int64_t kMaxWaiting = 128;
+constexpr double kRequestCalibrationRate = 0.2;  // CutCalibration's step for one request's own offsets
 
 struct DflashRow {
   KvCache::SeqId seq = 0;
@@ -43,6 +44,7 @@ struct DflashRow {
   int64_t skipped = 0;              // positions the target did not tap: neither in the KV nor waiting
   int64_t last_round = 0;           // positions the last commit delivered (a round's usual catch-up)
   std::vector<double> cut_logits;   // the calibration's logits of the drafts the cut last sent
+  CutCalibration own_cut{kRequestCalibrationRate};  // this request's correction on top of the drafter's
 };
 
 // Host arrays of one call's ragged batch, uploaded into scratch (a copy from host memory has
@@ -123,7 +125,11 @@ class DflashRows final : public DraftRows {
       r.last_round = 1 + static_cast<int64_t>(c.accepted);
       // The cut's drafts verified: the accepted ones and the first rejected one, if any.
       const int tried = std::min({c.drafted, c.accepted + 1, static_cast<int>(r.cut_logits.size())});
-      for (int j = 0; j < tried; ++j) calibration_.observe(j + 1, r.cut_logits[static_cast<size_t>(j)], j < c.accepted);
+      for (int j = 0; j < tried; ++j) {
+        const double z = r.cut_logits[static_cast<size_t>(j)];
+        r.own_cut.observe(j + 1, z + calibration_.offset(j + 1), j < c.accepted);
+        calibration_.observe(j + 1, z, j < c.accepted);
+      }
       r.cut_logits.clear();
     }
   }
@@ -561,7 +567,7 @@ class DflashRows final : public DraftRows {
         if (hidden) {
           const double z =
               row_logit(j + 1, std::span<const float>(hidden + o * H, static_cast<size_t>(H)), hidden[n_out * H + o]);
-          alive *= calibration_.probability(j + 1, z);
+          alive *= r.own_cut.probability(j + 1, z + calibration_.offset(j + 1));
           survival.push_back(alive);
           r.cut_logits.push_back(z);
         }

@@ -9,7 +9,6 @@
 namespace specdec {
 
 namespace {
-constexpr double kCalibrationRate = 0.05;  // gradient step of an offset per verified outcome
 constexpr double kMaxOffset = 4.0;         // logit units: an offset never overrules the score entirely
 constexpr int kOwnEvidence = 20;           // outcomes after which a row's offset is its own alone
 
@@ -50,7 +49,7 @@ void CutCalibration::observe(int row, double logit, bool accepted) {
   // A row's first own outcomes start from what it borrowed, so that taking over is smooth.
   if (seen_[i] == 0) offset_[i] = offset(row);
   const double p = sigmoid(logit + offset_[i]);
-  offset_[i] = std::clamp(offset_[i] + kCalibrationRate * ((accepted ? 1.0 : 0.0) - p), -kMaxOffset, kMaxOffset);
+  offset_[i] = std::clamp(offset_[i] + rate_ * ((accepted ? 1.0 : 0.0) - p), -kMaxOffset, kMaxOffset);
   seen_[i] = std::min(seen_[i] + 1, 1 << 20);
 }
 

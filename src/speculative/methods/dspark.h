@@ -26,9 +26,15 @@ double dspark_row_logit(const DsparkHead& head, int row, double score, double lo
 // block row keeps an offset to its logit, moved by every verified row's outcome (log-loss
 // gradient steps: the offset settles where the corrected chances average the observed rate);
 // a row verified too seldom to tell borrows the offset of the row before it, since a bias in one
-// row's calibration comes with the same bias in the next.
+// row's calibration comes with the same bias in the next. A drafter keeps one for all of its
+// requests and one per request on top of it: how predictable the text is differs from request to
+// request (code copied from the prompt against new prose), and an engine-wide correction alone
+// would cut a predictable request's blocks at the average's length.
 class CutCalibration {
  public:
+  // `rate`: the gradient step per outcome (an engine-wide correction moves slowly; one request's
+  // own deviation from it must move within the request's few dozen rounds).
+  explicit CutCalibration(double rate = 0.05) : rate_(rate) {}
   // The corrected P(row accepted | rows before it accepted), from the calibration's logit.
   double probability(int row, double logit) const;
   // A verified block row: `logit` as the calibration gave it, and whether it was accepted (a
@@ -38,6 +44,7 @@ class CutCalibration {
   double offset(int row) const;
 
  private:
+  double rate_;
   std::vector<double> offset_;  // per block row, 0-based
   std::vector<int> seen_;       // verified outcomes per block row (capped)
 };
