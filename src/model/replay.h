@@ -35,6 +35,8 @@ struct ReplayKey {
   int outputs = 0;
   // Recorded while Backend::allow_fast_kernels held (other kernels than the same shape's without).
   bool fast_kernels = false;
+  // The forward also scored its returned rows (a block drafter's confidences for its cut).
+  bool scores = false;
   auto operator<=>(const ReplayKey&) const = default;
 };
 

@@ -118,6 +118,9 @@ struct DraftRequestRow {
   int64_t position = 0;
   const SamplingParams* sampling = nullptr;  // the request's params; draft i samples at key position+1+i
   bool want_q = false;                       // rejection mode: also return the draft distributions
+  // The row's depth policy chose `depth` from the measured costs and the row's acceptance: a
+  // method's own shortening of the proposal then stands aside (the policy prices every depth).
+  bool adaptive = false;
   // The price of the row's verify window this round, from the engine's measured costs (empty
   // until they are measured): window_seconds[w - 1] is a window of w tokens, w = 1..depth + 1,
   // and draft_seconds the row's share of a draft call of this depth. A method that shortens its

@@ -119,6 +119,8 @@ class DepthPolicy {
   // Estimated acceptance of the next round's first draft.
   double acceptance() const { return cond_[run_].empty() ? 0.0 : estimate(0); }
   int max_depth() const { return max_depth_; }
+  // Whether it chooses the depth (else every round drafts max_depth()).
+  bool adaptive() const { return adaptive_ && max_depth_ > 0; }
   // Expected tokens the next round emits with k drafts: 1 + sum over j <= k of P(first j accepted).
   double expected_emitted(int k) const { return expected_emitted(k, run_); }
   // Whether some depth would beat a plain step if every draft were accepted.

@@ -465,6 +465,14 @@ class DflashRows final : public DraftRows {
     // (which read the drafts' distributions) its results only choose drafts and their number, so
     // the block may run on the backend's fast kernels.
     const bool fast = std::none_of(live.begin(), live.end(), [&](size_t a) { return asks[a].want_q; });
+    // The rows the confidence cut shortens: exact-mode rows at a fixed depth. Rejection-mode draws
+    // depend on how many drafts a round has, and a seeded request must reproduce whatever the
+    // timing (the cut weighs measured times), so those rows keep the depth they were given; a row
+    // whose depth policy chose its depth keeps it too, since that policy already priced every
+    // depth against the same windows from the row's own acceptance, and a second, shorter choice
+    // on top of it made the rounds shorter than either alone.
+    const auto cuts_row = [&](const DraftRequestRow& a) { return cut_ && !a.want_q && !a.adaptive; };
+    const bool scores = std::any_of(live.begin(), live.end(), [&](size_t a) { return cuts_row(asks[a]); });
     Carver measure = Carver::measure();
     layout(measure);
     const size_t before = scratch_.bytes();
@@ -508,7 +516,7 @@ class DflashRows final : public DraftRows {
         backend_.gather_rows(s.x, out_t, sel);
         backend_.linear(sel, lm_head_, nullptr, s.logits);
         if (device_tokens) backend_.argmax(s.logits, tokens);
-        if (cut_) backend_.top_logprob(s.logits, top_logprobs);
+        if (scores) backend_.top_logprob(s.logits, top_logprobs);
       }
     };
     if (record) {
@@ -517,6 +525,7 @@ class DflashRows final : public DraftRows {
       key.outputs = static_cast<int>(n_out);
       key.selection = device_tokens ? Selection::argmax : Selection::logits;
       key.fast_kernels = fast;
+      key.scores = scores;
       one_off = draft_replays_.replay_or_run(key, calls) || one_off;
     } else {
       calls();
@@ -526,7 +535,7 @@ class DflashRows final : public DraftRows {
     const float* logits = device_tokens ? nullptr : host_view(s.logits, host_logits_);
     // The part of `back` this round reads, in one copy: hidden states and top log-probabilities
     // when the cut weighs them, tokens when the device drew them.
-    const int64_t back_from = cut_ ? 0 : n_out * (H + 1), back_to = device_tokens ? n_out * (H + 2) : n_out * (H + 1);
+    const int64_t back_from = scores ? 0 : n_out * (H + 1), back_to = device_tokens ? n_out * (H + 2) : n_out * (H + 1);
     const float* back = nullptr;  // back[e] is element e of s.back, for e in [back_from, back_to)
     if (back_to > back_from) {
       if (s.back.device == Device::cpu) {
@@ -538,7 +547,7 @@ class DflashRows final : public DraftRows {
         back = host_back_.data();
       }
     }
-    const float* hidden = cut_ ? back : nullptr;
+    const float* hidden = scores ? back : nullptr;
     for (const KvCache::SeqId seq : seqs) cache_->truncate(seq, cache_->length(seq));  // the block's K/V go
 
     for (int64_t i = 0; i < R; ++i) {
@@ -564,7 +573,7 @@ class DflashRows final : public DraftRows {
           if (ask.want_q) p.q.push_back(probabilities(row, params, r.known, p.tokens));
         }
         p.tokens.push_back(token);
-        if (hidden) {
+        if (hidden && cuts_row(ask)) {
           const double z =
               row_logit(j + 1, std::span<const float>(hidden + o * H, static_cast<size_t>(H)), hidden[n_out * H + o]);
           alive *= r.own_cut.probability(j + 1, z + calibration_.offset(j + 1));
@@ -572,16 +581,13 @@ class DflashRows final : public DraftRows {
           r.cut_logits.push_back(z);
         }
       }
-      // Rejection-mode draws depend on how many drafts a round has, and a seeded request must
-      // reproduce whatever the timing: the cut weighs measured times, so those rows keep the
-      // depth they were given, as the depth policy fixes it for them.
-      if (hidden && !ask.want_q) {
+      if (hidden && cuts_row(ask)) {
         const size_t keep = static_cast<size_t>(dspark_cut(survival, ask.window_seconds, ask.draft_seconds));
         p.tokens.resize(keep);
         if (ask.want_q) p.q.resize(keep);
         r.cut_logits.resize(std::min(keep, r.cut_logits.size()));
       } else {
-        r.cut_logits.clear();  // a rejection-mode row's drafts were not chosen by the cut
+        r.cut_logits.clear();  // the row's drafts were not chosen by the cut
       }
       p.one_off = one_off;
       stats_->rounds += 1;
