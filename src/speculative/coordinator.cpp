@@ -276,8 +276,14 @@ void Coordinator::Group::draft() {
   // A call that also caught a row up on the tokens of rounds it did not draft in (after a
   // pause), or that recorded a shape of its forwards, would charge that one-off to every
   // drafted token and so prolong the pause it causes: a draft model on a GPU records its step
-  // anew whenever a row's context crosses a padded length, a cost many times a step.
-  if (!unusual) draft_cost.observe(depth, secs / static_cast<double>(got.size()));
+  // anew whenever a row's context crosses a padded length, a cost many times a step. Its time
+  // still bounds a usual call's.
+  const double share = secs / static_cast<double>(got.size());
+  if (unusual) {
+    draft_cost.observe_bound(depth, share);
+  } else {
+    draft_cost.observe(depth, share);
+  }
   for (SpecRow* row : askers) row->telemetry.draft_ns += static_cast<int64_t>(secs * 1e9 / askers.size());
 }
 

@@ -125,6 +125,10 @@ void DraftCost::observe(int depth, double seconds) {
   fixed_ = per_step_;
 }
 
+void DraftCost::observe_bound(int depth, double seconds) {
+  if (depth > 0 && calls_ >= 2 && seconds < cost(depth)) observe(depth, seconds);
+}
+
 double CostModel::forward_cost(int tokens) const {
   tokens = std::max(1, tokens);
   // The nearest count at or below `tokens` measured more than once, plus the fitted slope for

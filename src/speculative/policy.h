@@ -93,6 +93,11 @@ class DraftCost {
   // Its rows draft in parallel: a call of eight rows costs more than one of a single row but far
   // less than eight of them, so the share is measured at the batch the engine runs.
   void observe(int depth, double seconds);
+  // A call that also paid for more than its drafts (it caught a row up on the rounds of a pause,
+  // or recorded a new shape): its time bounds a usual call's from above, so it counts only where
+  // it is below the price. A row that is paused probes only with such calls, and a price measured
+  // in a disturbed minute would otherwise never come down.
+  void observe_bound(int depth, double seconds);
   // A row's share of a call of depth k.
   double cost(int k) const { return k <= 0 ? 0.0 : fixed_ + per_step_ * k; }
 

@@ -309,6 +309,21 @@ TEST(DraftCost, AColdFirstDraftFigureFallsWithinAFewRounds) {
   EXPECT_LT(draft.cost(1), 1.3 * before);
 }
 
+TEST(DraftCost, ACallThatPaidMoreBoundsThePriceFromAbove) {
+  // Calls measured while other load held the cores: 1 ms at depth 1. The row then pauses and
+  // probes only with calls that also catch it up on its pause; they take 0.3 ms now.
+  DraftCost draft;
+  for (int i = 0; i < 6; ++i) draft.observe(1, 1.0e-3);
+  const double sealed = draft.cost(1);
+  // Dearer than the price: they say nothing about a usual call.
+  for (int i = 0; i < 10; ++i) draft.observe_bound(1, 3.0e-3);
+  EXPECT_DOUBLE_EQ(draft.cost(1), sealed);
+  // Cheaper: a usual call costs at most that, and the price comes down.
+  for (int i = 0; i < 40; ++i) draft.observe_bound(1, 0.3e-3);
+  EXPECT_LT(draft.cost(1), 0.4e-3);
+  EXPECT_GT(draft.cost(1), 0.25e-3);
+}
+
 TEST(DraftCost, AveragesCallsOfDifferentCostsPerToken) {
   // Calls alternate between 0.06 and 0.10 ms a drafted token (a first step after a target
   // forward costs more than the next ones). The estimate is their mean, not the cheap figure:
