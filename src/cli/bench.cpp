@@ -161,6 +161,18 @@ void plain_rows(const BenchCommand& o, Engine& engine, bool invariant, const Mem
 // Tokens per second of the decode phase (after each row's first token), over the slowest row.
 double decode_rate(const RunResult& r) { return r.decode_tokens / std::max(1e-9, r.max_decode); }
 
+// A decode iteration's time inside the target's forward, and outside it less `draft_seconds` (a
+// speculative run's draft calls: what is left is the engine's own work, scheduling, verifying
+// and the method's bookkeeping), in microseconds.
+double device_us(const RunResult& r) {
+  return r.decode_iterations > 0 ? 1e6 * r.device_seconds / double(r.decode_iterations) : 0.0;
+}
+double host_us(const RunResult& r, double draft_seconds) {
+  return r.decode_iterations > 0
+             ? 1e6 * (r.iteration_seconds - r.device_seconds - draft_seconds) / double(r.decode_iterations)
+             : 0.0;
+}
+
 // Plain and speculative runs of the same prompts, and what the speculative one gained.
 struct Pair {
   RunResult plain, spec;      // the fastest run of each (their tokens/s columns)
@@ -229,14 +241,6 @@ Pair measure_pair(Engine& engine, const RunMethod& method, const std::vector<std
     whole.push_back((spec.generated / spec.wall) / (plain.generated / plain.wall));
     decode.push_back(decode_rate(spec) / decode_rate(plain));
     const SpeculativeStats tel = run_telemetry(spec);
-    // A decode iteration's time outside the target's forward, in microseconds: for the
-    // speculative run without its draft calls, so that what is left is the engine's own work
-    // (scheduling, verifying, the method's bookkeeping) against plain decoding's.
-    const auto host_us = [](const RunResult& r, double draft_seconds) {
-      return r.decode_iterations > 0
-                 ? 1e6 * (r.iteration_seconds - r.device_seconds - draft_seconds) / double(r.decode_iterations)
-                 : 0.0;
-    };
     best.pairs.push_back({{"speedup", whole.back()},
                           {"decode_speedup", decode.back()},
                           {"plain_ms", plain.wall * 1e3},
@@ -251,8 +255,8 @@ Pair measure_pair(Engine& engine, const RunMethod& method, const std::vector<std
                           {"spec_iterations", spec.decode_iterations},
                           {"plain_host_us", host_us(plain, 0)},
                           {"spec_host_us", host_us(spec, tel.draft_seconds)},
-                          {"plain_device_us", 1e6 * plain.device_seconds / double(std::max<int64_t>(1, plain.decode_iterations))},
-                          {"spec_device_us", 1e6 * spec.device_seconds / double(std::max<int64_t>(1, spec.decode_iterations))}});
+                          {"plain_device_us", device_us(plain)},
+                          {"spec_device_us", device_us(spec)}});
     keep(plain, best.plain);
     keep(spec, best.spec);
   }

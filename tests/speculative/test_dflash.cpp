@@ -282,10 +282,10 @@ TEST(Dspark, CalibrationFollowsTheOutcomesItIsShown) {
   EXPECT_GT(request.probability(4, 0.0), 0.8);
   EXPECT_LT(engine_wide.probability(4, 0.0), 0.75);
   // An offset is bounded: a row's score still counts however long the stream of surprises.
-  CutCalibration stubborn;
-  for (int i = 0; i < 5000; ++i) stubborn.observe(1, -10.0, true);
-  EXPECT_LE(stubborn.offset(1), 4.0);
-  EXPECT_LT(stubborn.probability(1, -10.0), 0.01);
+  CutCalibration bounded;
+  for (int i = 0; i < 5000; ++i) bounded.observe(1, -10.0, true);
+  EXPECT_LE(bounded.offset(1), 4.0);
+  EXPECT_LT(bounded.probability(1, -10.0), 0.01);
 }
 
 // A copy of the fixture with config.json edited by `edit`.
