@@ -54,10 +54,14 @@ struct Bundled {
 };
 
 // The bundled hidden-state drafters over the bundled target (the EAGLE-3 head is loaded once).
+inline const std::shared_ptr<Eagle3Head>& bundled_eagle3_head() {
+  static const std::shared_ptr<Eagle3Head> head =
+      Eagle3Head::load(source_path("models/eagle3"), *Bundled::get().backend);
+  return head;
+}
 inline std::shared_ptr<Eagle3Method> bundled_eagle3(const Eagle3Options& options) {
-  Bundled& b = Bundled::get();
-  static const std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("models/eagle3"), *b.backend);
-  return std::make_shared<Eagle3Method>(head, "bundled-eagle3", b.target->config().num_layers, options);
+  return std::make_shared<Eagle3Method>(bundled_eagle3_head(), "bundled-eagle3",
+                                        Bundled::get().target->config().num_layers, options);
 }
 inline std::shared_ptr<DflashMethod> bundled_dflash(const DflashOptions& options) {
   return std::make_shared<DflashMethod>(source_path("models/dflash"), *Bundled::get().backend, "bundled-dflash",

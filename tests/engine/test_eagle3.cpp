@@ -3,6 +3,7 @@
 // method) join and leave, with stop strings inside accepted bursts; rejection mode keeps the
 // output length and speculates; a head whose taps do not fit the target is refused when it is
 // registered.
+#include <algorithm>
 #include <map>
 
 #include "api/session.h"
@@ -91,6 +92,29 @@ TEST(Eagle3Engine, AcceptsMoreThanOneTokenPerRoundOnCode) {
   const auto& t = got.stats.speculative;
   EXPECT_GT(static_cast<double>(t.emitted) / static_cast<double>(t.rounds), 1.5)
       << t.accepted << " accepted of " << t.drafted << " in " << t.rounds << " rounds";
+}
+
+TEST(Eagle3Engine, DraftsTokensOutsideItsVocabularyThatTheTextRepeats) {
+  // The target's greedy text after this prompt loops through tokens outside the head's 4,096
+  // (" help='skip" "ping'," and so on). A round emits at most one token its drafts did not
+  // propose, so when the output holds more such tokens than there were rounds, some were drafted
+  // (through the context rows) and accepted. Output identical to plain.
+  const auto prompt = encode("import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
+                             "argparse.ArgumentParser(description=");
+  const auto want = plain(prompt, 96, 0.0f, 0);
+  auto engine = engine_with_eagle3(6);
+  Request r = make_request(prompt, 96);
+  r.spec.method = "eagle3";
+  r.spec.adaptive = false;
+  const RequestResult got = run_one(*engine, std::move(r));
+  EXPECT_EQ(got.tokens, want);
+  const Eagle3Head& head = *bundled_eagle3_head();
+  const auto draft_ids = head.draft_to_target().first(static_cast<size_t>(head.config().draft_vocab));
+  int64_t outside = 0;
+  for (const int32_t t : got.tokens) outside += std::find(draft_ids.begin(), draft_ids.end(), t) == draft_ids.end();
+  const auto& t = got.stats.speculative;
+  EXPECT_GT(outside, t.rounds) << outside << " tokens outside the draft vocabulary in " << t.rounds << " rounds";
+  EXPECT_GT(head.context_rows_used(), 0);
 }
 
 TEST(Eagle3Engine, MixedBatchJoinAndLeave) {

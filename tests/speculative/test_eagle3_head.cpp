@@ -5,6 +5,7 @@
 // d2t, an unsupported config) are refused with errors that name the folder and what is wrong.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -105,6 +106,110 @@ TEST(Eagle3Head, BatchedRowsMatchSoloRows) {
                std::vector<float>(want.begin() + 6 * vd, want.begin() + 7 * vd), "row a");
   expect_close(std::vector<float>(both.logits.begin() + vd, both.logits.end()),
                std::vector<float>(want.begin() + 2 * vd, want.begin() + 3 * vd), "row b (causal prefix)");
+}
+
+// The f32 tensor `name` of the fixture head's file, read here from its bytes.
+std::vector<float> fixture_tensor(const std::string& name) {
+  std::ifstream in(fixture_dir() / "head/model.safetensors", std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const auto header = nlohmann::json::parse(std::string(bytes.data() + 8, n));
+  const size_t begin = header[name]["data_offsets"][0].get<size_t>(), end = header[name]["data_offsets"][1];
+  std::vector<float> out((end - begin) / 4);
+  std::memcpy(out.data(), bytes.data() + 8 + n + begin, end - begin);
+  return out;
+}
+
+TEST(Eagle3Head, ContextTokensOutsideTheDraftVocabularyTakeTheTargetsRows) {
+  // A target LM head [96, 32] of random rows; three target ids outside the head's 40.
+  const auto ref = reference();
+  auto head = Eagle3Head::load(fixture_dir() / "head", backend());
+  const int V = head->config().layer.vocab_size, H = head->config().layer.hidden_size;
+  const int Vd = head->config().draft_vocab;
+  const auto d2t = ref["draft_to_target"].get<std::vector<int32_t>>();
+  std::vector<int32_t> outside;
+  for (int32_t t = 0; t < V && outside.size() < 3; ++t)
+    if (std::find(d2t.begin(), d2t.end(), t) == d2t.end()) outside.push_back(t);
+  ASSERT_EQ(outside.size(), 3u);
+  std::vector<float> table(static_cast<size_t>(V * H));
+  uint64_t seed = 7;
+  for (float& x : table) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(static_cast<int64_t>(seed >> 40) % 2001 - 1000) * 1e-4f;
+  }
+  Buffer buffer = backend().allocate(table.size() * sizeof(float));
+  const Tensor device_table = buffer.view(DType::f32, {V, H});
+  backend().copy(Tensor(table.data(), DType::f32, {V, H}), device_table);
+  const Weight lm_head(device_table);
+
+  // The scale: the head's row norms over the target rows of the same tokens.
+  const std::vector<float> own = fixture_tensor("lm_head.weight"), norm = fixture_tensor("norm.weight");
+  const auto row_norm = [&](const float* row) {
+    double sum = 0;
+    for (int k = 0; k < H; ++k) sum += static_cast<double>(row[k]) * row[k];
+    return std::sqrt(sum);
+  };
+  double head_sum = 0, target_sum = 0;
+  for (int i = 0; i < Vd; ++i) {
+    head_sum += row_norm(own.data() + i * H);
+    target_sum += row_norm(table.data() + static_cast<size_t>(d2t[static_cast<size_t>(i)]) * H);
+  }
+  ASSERT_EQ(head->logit_columns(), Vd);
+  head->use_target_rows(lm_head, 2);
+  EXPECT_NEAR(head->context_scale(), head_sum / target_sum, 1e-5 * head_sum / target_sum);
+  ASSERT_EQ(head->logit_columns(), Vd + 2);
+
+  // Logits of the prompt block: the draft columns as before; column c of a context row is the
+  // scaled target row against the head's normed output.
+  const auto tokens = ref["tokens"].get<std::vector<int32_t>>();
+  const auto fused = ref["fused"].get<std::vector<float>>();
+  const int T = static_cast<int>(tokens.size());
+  const auto run = [&] {
+    auto cache = head->make_cache(4);
+    const auto seq = cache->create();
+    EXPECT_TRUE(cache->reserve(seq, T));
+    Eagle3Head::Row row{seq, tokens, {}};
+    for (int t = 0; t < T; ++t) row.outputs_at.push_back(t);
+    return head->forward(std::span(&row, 1), fused, true, nullptr, *cache);
+  };
+  const auto want = ref["logits"].get<std::vector<float>>();
+  const auto expect_columns = [&](const Eagle3Head::Output& out) {
+    const int C = head->logit_columns();
+    ASSERT_EQ(out.logits.size(), static_cast<size_t>(T * C));
+    for (int t = 0; t < T; ++t) {
+      const float* h = out.hidden.data() + t * H;
+      double ms = 0;
+      for (int k = 0; k < H; ++k) ms += static_cast<double>(h[k]) * h[k];
+      const double inv = 1.0 / std::sqrt(ms / H + head->config().layer.rms_norm_eps);
+      for (int c = 0; c < C; ++c) {
+        const float got = out.logits[static_cast<size_t>(t * C + c)];
+        if (c < Vd) {
+          EXPECT_NEAR(got, want[static_cast<size_t>(t * Vd + c)], 1e-4) << "draft column " << c;
+          continue;
+        }
+        const int32_t id = head->draft_to_target()[static_cast<size_t>(c)];
+        const float* row = c - Vd < head->context_rows_used() ? table.data() + static_cast<size_t>(id) * H : nullptr;
+        double dot = 0;
+        for (int k = 0; k < H; ++k)
+          dot += (row ? head->context_scale() * row[k] : own[static_cast<size_t>(k)]) * h[k] * inv * norm[static_cast<size_t>(k)];
+        EXPECT_NEAR(got, dot, 1e-4) << "context column " << c << " (target id " << id << ")";
+      }
+    }
+  };
+  // Before any context token: the columns repeat draft id 0's row and token.
+  expect_columns(run());
+  EXPECT_EQ(head->draft_to_target()[static_cast<size_t>(Vd)], d2t[0]);
+  // Tokens inside the draft vocabulary take no row; a token seen again is refreshed, and a third
+  // outside token replaces the least recently seen.
+  head->note_context(std::vector<int32_t>{d2t[3], outside[0], outside[1], d2t[5], outside[0]}, lm_head);
+  EXPECT_EQ(head->context_rows_used(), 2);
+  EXPECT_EQ(head->draft_to_target()[static_cast<size_t>(Vd)], outside[0]);
+  EXPECT_EQ(head->draft_to_target()[static_cast<size_t>(Vd + 1)], outside[1]);
+  head->note_context(std::vector<int32_t>{outside[2]}, lm_head);
+  EXPECT_EQ(head->draft_to_target()[static_cast<size_t>(Vd)], outside[0]);
+  EXPECT_EQ(head->draft_to_target()[static_cast<size_t>(Vd + 1)], outside[2]);
+  expect_columns(run());
 }
 
 // A copy of the fixture head in a temporary folder, its safetensors header and bytes editable.

@@ -42,13 +42,16 @@ struct Eagle3RowState {
 
 class Eagle3Rows : public DraftRows {
  public:
-  Eagle3Rows(std::shared_ptr<Eagle3Head> head, std::string ns, const Tensor* embedding, int kv_blocks, int max_draft)
+  Eagle3Rows(std::shared_ptr<Eagle3Head> head, std::string ns, const Tensor* embedding, const Weight* lm_head,
+             int kv_blocks, int max_draft)
       : head_(std::move(head)),
         ns_(std::move(ns)),
         embedding_(embedding),
+        lm_head_(lm_head),
         cache_(head_->make_cache(kv_blocks)),
         max_draft_(max_draft) {
     const Eagle3Config& c = head_->config();
+    if (lm_head_) head_->use_target_rows(*lm_head_);
     width_ = 3 * static_cast<size_t>(c.target_hidden);
     vocab_ = static_cast<size_t>(c.layer.vocab_size);
   }
@@ -71,7 +74,10 @@ class Eagle3Rows : public DraftRows {
       row.seq = cache_->create();
       // The taps of a restored prefix are gone: the head starts after it, at the first position
       // whose taps a round delivers.
-      if (cp) row.known = cp->tokens;
+      if (cp) {
+        row.known = cp->tokens;
+        note(row.known);
+      }
       added->push_back(std::move(row));
     }
     return append_on_commit(rows_, added, *cache_);
@@ -110,6 +116,9 @@ class Eagle3Rows : public DraftRows {
 
  private:
   Backend& backend() const { return head_->backend(); }
+  void note(std::span<const int32_t> tokens) {
+    if (lm_head_) head_->note_context(tokens, *lm_head_);
+  }
 
   // New target positions with these tokens, and their taps (device copies, nothing waited for)
   // unless the target did not tap them: then they are a gap in the head's context, and the taps
@@ -119,6 +128,7 @@ class Eagle3Rows : public DraftRows {
     const auto n = static_cast<int64_t>(tokens.size());
     if (r.pairs.size() < static_cast<size_t>(r.waiting.size())) r.pairs.push_back(tokens.front());
     r.known.insert(r.known.end(), tokens.begin(), tokens.end());
+    note(tokens);
     if (context.empty()) return;
     SPECDEC_CHECK(context.taps.size() == 3 && context.positions() == n, "EAGLE-3 head: expected 3 taps x ", n,
                   " positions, got ", context.taps.size(), " x ", context.positions());
@@ -249,7 +259,7 @@ class Eagle3Rows : public DraftRows {
       const FastKernelScope fast(head_->backend(), !fused && !any_q);
       const Eagle3Head::Output res = fused ? head_->forward(step_rows, inputs, true, embedding_, *cache_)
                                            : head_->forward(step_rows, chained, false, embedding_, *cache_);
-      const size_t vd = static_cast<size_t>(head_->config().draft_vocab);
+      const size_t vd = static_cast<size_t>(head_->logit_columns());
       const size_t h = static_cast<size_t>(head_->config().layer.hidden_size);
       std::vector<size_t> next;
       std::vector<Eagle3Head::Row> next_rows;
@@ -331,6 +341,7 @@ class Eagle3Rows : public DraftRows {
   std::shared_ptr<Eagle3Head> head_;
   std::string ns_;
   const Tensor* embedding_;  // the target's table, or null when the head has its own
+  const Weight* lm_head_;    // the target's LM head (the head's context rows), or null
   std::unique_ptr<KvCache> cache_;
   std::vector<Eagle3RowState> rows_;
   size_t width_ = 0;  // floats of one position's fused taps
@@ -380,7 +391,8 @@ std::unique_ptr<DraftRows> Eagle3Method::open(const TargetView& target) {
   int blocks = options_.kv_blocks;
   if (blocks <= 0) blocks = std::max(1, target.max_rows) * ((c.layer.max_position + 15) / 16 + 1);
   return std::make_unique<Eagle3Rows>(head_, checkpoint_namespace(),
-                                      head_->has_embedding() ? nullptr : target.embedding, blocks, options_.num_draft);
+                                      head_->has_embedding() ? nullptr : target.embedding, target.lm_head, blocks,
+                                      options_.num_draft);
 }
 
 }  // namespace specdec

@@ -103,6 +103,18 @@ const RawTensor& float_tensor(const std::map<std::string, RawTensor>& all, const
   return t;
 }
 
+// Element i of a float tensor as stored (F32, BF16 or F16).
+float raw_float(const RawTensor& t, int64_t i) {
+  if (t.dtype == "F32") {
+    float x = 0;
+    std::memcpy(&x, t.bytes + i * 4, 4);
+    return x;
+  }
+  uint16_t h = 0;
+  std::memcpy(&h, t.bytes + i * 2, 2);
+  return t.dtype == "BF16" ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
 DType float_dtype(const std::string& name) {
   return name == "F32" ? DType::f32 : name == "BF16" ? DType::bf16 : DType::f16;
 }
@@ -223,6 +235,18 @@ std::unique_ptr<Eagle3Head> Eagle3Head::load(const std::filesystem::path& dir, B
   head->down_proj_ = Weight(layer("mlp.down_proj.weight", {H, I}));
   head->final_norm_ = weight(top_tensor(all, "norm.weight"), {H});
   head->lm_head_ = Weight(weight("lm_head.weight", {Vd, H}));
+  {
+    const RawTensor& t = all.at("lm_head.weight");
+    head->head_row_norms_.assign(static_cast<size_t>(Vd), 0.0f);
+    for (int64_t i = 0; i < Vd; ++i) {
+      double sum = 0;
+      for (int64_t k = 0; k < H; ++k) {
+        const float x = raw_float(t, i * H + k);
+        sum += static_cast<double>(x) * x;
+      }
+      head->head_row_norms_[static_cast<size_t>(i)] = static_cast<float>(std::sqrt(sum));
+    }
+  }
   if (const std::string e = top_tensor(all, "embed_tokens.weight"); all.count(e)) head->own_embed_ = weight(e, {V, H});
 
   // d2t[i]: target id of draft id i minus i.
@@ -310,13 +334,13 @@ struct Activations {
   Tensor input, x;
   Eagle3Head::Scratch layer;
   Tensor out_hidden, out_normed, logits;
-  Activations(Carver& a, const Eagle3Config& c, int64_t T, int64_t N, int64_t in_width)
+  Activations(Carver& a, const Eagle3Config& c, int64_t T, int64_t N, int64_t in_width, int64_t columns)
       : input(a.take(DType::f32, {T, std::max<int64_t>(in_width, 1)})),
         x(a.take(DType::f32, {T, c.layer.hidden_size})),
         layer(Eagle3Head::scratch_of(a, c, T)),
         out_hidden(a.take(DType::f32, {N, c.layer.hidden_size})),
         out_normed(a.take(DType::f32, {N, c.layer.hidden_size})),
-        logits(a.take(DType::f32, {N, c.draft_vocab})) {}
+        logits(a.take(DType::f32, {N, columns})) {}
 };
 
 void put(const std::vector<int32_t>& src, const Tensor& dst) { std::copy(src.begin(), src.end(), dst.ptr<int32_t>()); }
@@ -419,7 +443,9 @@ Eagle3Head::Output Eagle3Head::run(std::span<const Row> rows, const Tensor& inpu
   const int64_t words = static_cast<int64_t>(staging.size());
   backend_.copy(Tensor(staging.data(), DType::i32, {words}), Tensor(meta_.data(), DType::i32, {words}, meta_.device()));
 
-  const auto acts_of = [&](Carver& a) { return Activations(a, config_, T, std::max<int64_t>(N, 1), width); };
+  const auto acts_of = [&](Carver& a) {
+    return Activations(a, config_, T, std::max<int64_t>(N, 1), width, logit_columns());
+  };
   Carver measure_acts = Carver::measure();
   acts_of(measure_acts);
   ensure(activations_, measure_acts.size());
@@ -463,9 +489,9 @@ Eagle3Head::Output Eagle3Head::run(std::span<const Row> rows, const Tensor& inpu
     const std::array<Projection, 1> head = {Projection{lm_head_, {}, logits}};
     backend_.norm_linear_many(g, final_norm_, eps, gn, head);
     out.hidden.resize(static_cast<size_t>(N * H));
-    out.logits.resize(static_cast<size_t>(N) * static_cast<size_t>(config_.draft_vocab));
+    out.logits.resize(static_cast<size_t>(N) * static_cast<size_t>(logit_columns()));
     backend_.copy(g, Tensor(out.hidden.data(), DType::f32, {N, H}));
-    backend_.copy(logits, Tensor(out.logits.data(), DType::f32, {N, config_.draft_vocab}));
+    backend_.copy(logits, Tensor(out.logits.data(), DType::f32, {N, logit_columns()}));
   }
   for (size_t r = 0; r < rows.size(); ++r) cache.set_length(rows[r].seq, plan.row_lens[r]);
   return out;
@@ -486,7 +512,7 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   SPECDEC_CHECK(depth >= 1, "EAGLE-3 head: a greedy chain of depth ", depth);
   const Tensor& embed = has_embedding() ? own_embed_ : (embedding ? *embedding : own_embed_);
   SPECDEC_CHECK(!embed.empty(), "the EAGLE-3 head has no embed_tokens and was given no target embedding");
-  const int64_t R = static_cast<int64_t>(rows.size()), H = l.hidden_size, Vd = config_.draft_vocab;
+  const int64_t R = static_cast<int64_t>(rows.size()), H = l.hidden_size, Vd = logit_columns();
   const int64_t fused_width = 3 * int64_t{config_.target_hidden};
   const int steps = depth - 1;
   Drafts out;
@@ -723,6 +749,133 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
     cache.set_length(rows[static_cast<size_t>(r)].seq, len[static_cast<size_t>(r)] + steps);
   out.one_off = one_off;
   return out;
+}
+
+std::vector<float> Eagle3Head::target_rows(const Weight& lm_head, std::span<const int32_t> ids) {
+  const Tensor& table = lm_head.data;
+  const int64_t n = static_cast<int64_t>(ids.size()), H = table.dim(1);
+  const size_t index_bytes = (ids.size() * sizeof(int32_t) + 255) / 256 * 256;
+  const size_t row_bytes = static_cast<size_t>(H) * dtype_size(table.dtype);
+  Buffer stage = backend_.allocate(index_bytes + ids.size() * row_bytes);
+  const Tensor index = stage.view(DType::i32, {n});
+  const Tensor rows(static_cast<char*>(stage.data()) + index_bytes, table.dtype, {n, H}, stage.device());
+  backend_.copy(Tensor(const_cast<int32_t*>(ids.data()), DType::i32, {n}), index);
+  backend_.gather_rows(table, index, rows);
+  std::vector<uint16_t> half;
+  std::vector<float> out(static_cast<size_t>(n * H));
+  if (table.dtype == DType::f32) {
+    backend_.copy(rows, Tensor(out.data(), DType::f32, {n, H}));
+  } else {
+    half.resize(out.size());
+    backend_.copy(rows, Tensor(half.data(), table.dtype, {n, H}));
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = table.dtype == DType::bf16 ? bf16_to_f32(half[i]) : f16_to_f32(half[i]);
+  }
+  backend_.synchronize();
+  return out;
+}
+
+void Eagle3Head::use_target_rows(const Weight& lm_head, int rows) {
+  const ModelConfig& l = config_.layer;
+  const int64_t V = l.vocab_size, H = l.hidden_size, Vd = config_.draft_vocab;
+  if (Vd >= V || rows <= 0 || lm_head.quantized() || lm_head.rows() != V || lm_head.cols() != H) return;
+  const DType dt = lm_head_.data.dtype;
+  if (lm_head.data.dtype != DType::f32 && lm_head.data.dtype != DType::bf16 && lm_head.data.dtype != DType::f16) return;
+
+  // The scale: the head's row norms over the target's, on up to 1,024 draft ids spread evenly.
+  const int64_t sample = std::min<int64_t>(Vd, 1024);
+  std::vector<int32_t> ids;
+  double head_sum = 0, target_sum = 0;
+  for (int64_t j = 0; j < sample; ++j) {
+    const int64_t i = j * Vd / sample;
+    ids.push_back(draft_to_target_[static_cast<size_t>(i)]);
+    head_sum += head_row_norms_[static_cast<size_t>(i)];
+  }
+  const std::vector<float> sampled = target_rows(lm_head, ids);
+  for (int64_t j = 0; j < sample; ++j) {
+    double sum = 0;
+    for (int64_t k = 0; k < H; ++k) {
+      const double x = sampled[static_cast<size_t>(j * H + k)];
+      sum += x * x;
+    }
+    target_sum += std::sqrt(sum);
+  }
+  const double scale = head_sum / target_sum;
+  if (!(target_sum > 0) || !std::isfinite(scale) || !(scale > 0)) return;
+  context_scale_ = static_cast<float>(scale);
+
+  // lm_head_ grows by the context rows, each a copy of draft id 0's row until taken.
+  const int K = static_cast<int>(std::min<int64_t>(rows, V - Vd));
+  const int64_t N = Vd + K;
+  Buffer grown = backend_.allocate(static_cast<size_t>(N * H) * dtype_size(dt));
+  const Tensor all = grown.view(dt, {N, H});
+  backend_.copy(lm_head_.data.rows(0, Vd), all.rows(0, Vd));
+  const std::vector<int32_t> zeros(static_cast<size_t>(K), 0);
+  Buffer index = backend_.allocate(zeros.size() * sizeof(int32_t));
+  const Tensor zero_index = index.view(DType::i32, {K});
+  backend_.copy(Tensor(const_cast<int32_t*>(zeros.data()), DType::i32, {K}), zero_index);
+  backend_.gather_rows(lm_head_.data, zero_index, all.rows(Vd, K));
+  backend_.synchronize();
+  lm_head_rows_ = std::move(grown);
+  lm_head_ = Weight(all);
+  context_rows_ = K;
+  context_used_ = 0;
+  draft_to_target_.resize(static_cast<size_t>(Vd));
+  draft_to_target_.resize(static_cast<size_t>(N), draft_to_target_.front());
+  draft_to_target_device_ = upload(DType::i32, {N, 1}, draft_to_target_.data());
+  in_draft_.assign(static_cast<size_t>(V), 0);
+  for (int64_t i = 0; i < Vd; ++i) in_draft_[static_cast<size_t>(draft_to_target_[static_cast<size_t>(i)])] = 1;
+  context_column_.assign(static_cast<size_t>(V), -1);
+  context_seen_.assign(static_cast<size_t>(K), 0);
+  // The recordings read the old buffers and the narrower logits.
+  chain_replays_.clear();
+  whole_replays_.clear();
+}
+
+void Eagle3Head::note_context(std::span<const int32_t> tokens, const Weight& lm_head) {
+  if (context_rows_ == 0) return;
+  const int64_t V = config_.layer.vocab_size, H = config_.layer.hidden_size, Vd = config_.draft_vocab;
+  std::vector<int32_t> taken;  // columns (from draft id 0) given a new token by this call
+  for (const int32_t t : tokens) {
+    if (t < 0 || t >= V || in_draft_[static_cast<size_t>(t)]) continue;
+    ++context_tick_;
+    if (const int32_t c = context_column_[static_cast<size_t>(t)]; c >= 0) {
+      context_seen_[static_cast<size_t>(c - Vd)] = context_tick_;
+      continue;
+    }
+    int slot = context_used_;
+    if (context_used_ < context_rows_) {
+      ++context_used_;
+    } else {
+      slot = static_cast<int>(std::min_element(context_seen_.begin(), context_seen_.end()) - context_seen_.begin());
+      context_column_[static_cast<size_t>(draft_to_target_[static_cast<size_t>(Vd + slot)])] = -1;
+    }
+    const int32_t column = static_cast<int32_t>(Vd + slot);
+    context_column_[static_cast<size_t>(t)] = column;
+    context_seen_[static_cast<size_t>(slot)] = context_tick_;
+    draft_to_target_[static_cast<size_t>(column)] = t;
+    if (std::find(taken.begin(), taken.end(), column) == taken.end()) taken.push_back(column);
+  }
+  if (taken.empty()) return;
+  std::vector<int32_t> ids;
+  for (const int32_t c : taken) ids.push_back(draft_to_target_[static_cast<size_t>(c)]);
+  std::vector<float> rows = target_rows(lm_head, ids);
+  const DType dt = lm_head_.data.dtype;
+  std::vector<uint16_t> half(static_cast<size_t>(H));
+  for (size_t j = 0; j < taken.size(); ++j) {
+    float* row = rows.data() + j * static_cast<size_t>(H);
+    for (int64_t k = 0; k < H; ++k) row[k] *= context_scale_;
+    const Tensor dst = lm_head_.data.rows(taken[j], 1);
+    if (dt == DType::f32) {
+      backend_.copy(Tensor(row, DType::f32, {1, H}), dst);
+    } else {
+      for (int64_t k = 0; k < H; ++k)
+        half[static_cast<size_t>(k)] = dt == DType::bf16 ? f32_to_bf16(row[k]) : f32_to_f16(row[k]);
+      backend_.copy(Tensor(half.data(), dt, {1, H}), dst);
+    }
+    backend_.copy(Tensor(&draft_to_target_[static_cast<size_t>(taken[j])], DType::i32, {1, 1}),
+                  draft_to_target_device_.rows(taken[j], 1));
+  }
 }
 
 }  // namespace specdec

@@ -53,8 +53,31 @@ class Eagle3Head {
   Backend& backend() const { return backend_; }
   // Whether the checkpoint carries its own embed_tokens; without, forward() reads the target's.
   bool has_embedding() const { return !own_embed_.empty(); }
-  // Target id of each draft id (d2t applied; the identity without d2t).
+  // Target id of each logit column: the draft ids (d2t applied; the identity without d2t), then
+  // the context rows' tokens (a filler row repeats draft id 0's).
   std::span<const int32_t> draft_to_target() const { return draft_to_target_; }
+
+  // Context rows. A reduced draft vocabulary was cut by frequency over the training text, so the
+  // head can never propose a rarer token, however often this request's text repeats it. Target
+  // tokens that the drafter's rows hold and the draft vocabulary lacks (up to kContextRows, the
+  // least recently seen giving way) get logit columns after the draft vocabulary's, from the
+  // target's own LM-head rows scaled by the ratio of the head's row norms to the target's over
+  // the draft vocabulary (the head's rows start from the target's and grow in training). Unused
+  // columns repeat draft id 0's row and map to its token, so they change no draw.
+  static constexpr int kContextRows = 256;
+  // Sizes the context rows for this target's LM head and takes its scale. Nothing for a head over
+  // the whole vocabulary, or an LM head that is quantized or of another shape than [vocab, hidden].
+  // `rows`: at most this many context rows.
+  void use_target_rows(const Weight& lm_head, int rows = kContextRows);
+  // Tokens one of the drafter's rows holds (its prompt, its verified tokens): the new ones
+  // outside the draft vocabulary take context rows, copied from `lm_head` (the one given to
+  // use_target_rows).
+  void note_context(std::span<const int32_t> tokens, const Weight& lm_head);
+  // Columns of a forward's logits: the draft vocabulary, then the context rows once taken.
+  int logit_columns() const { return config_.draft_vocab + context_rows_; }
+  // The context rows' scale (0 until use_target_rows), and how many hold a token.
+  float context_scale() const { return context_scale_; }
+  int context_rows_used() const { return context_used_; }
   std::unique_ptr<KvCache> make_cache(int num_blocks) const;
 
   // One row of a forward: new tokens continuing the row's head KV, and which of them return
@@ -65,7 +88,7 @@ class Eagle3Head {
     std::vector<int32_t> outputs_at;
   };
   struct Output {
-    std::vector<float> logits;  // [outputs, draft_vocab], rows in request order
+    std::vector<float> logits;  // [outputs, logit_columns()], rows in request order
     std::vector<float> hidden;  // [outputs, hidden]: the layer's output before the final norm,
                                 // the next chained step's hidden input
   };
@@ -133,6 +156,18 @@ class Eagle3Head {
   Weight fc_, q_proj_, k_proj_, v_proj_, o_proj_, gate_proj_, up_proj_, down_proj_, lm_head_;
   Tensor hidden_norm_, input_norm_, post_norm_, final_norm_, own_embed_;
   std::vector<int32_t> draft_to_target_;
+  std::vector<float> head_row_norms_;  // per draft id, from the file: the context rows' scale
+  // Context rows: their columns (0 until taken), the target id's column (-1: none), each
+  // column's last sighting, and the buffer behind lm_head_.
+  float context_scale_ = 0.0f;
+  int context_rows_ = 0, context_used_ = 0;
+  std::vector<char> in_draft_;
+  std::vector<int32_t> context_column_;
+  std::vector<uint64_t> context_seen_;
+  uint64_t context_tick_ = 0;
+  Buffer lm_head_rows_;
+  // Fetches the target rows of `ids` to the host as f32, [ids, hidden].
+  std::vector<float> target_rows(const Weight& lm_head, std::span<const int32_t> ids);
   Buffer inv_freq_buffer_;
   Tensor inv_freq_;
   float rope_scaling_ = 1.0f;
