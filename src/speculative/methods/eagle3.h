@@ -15,8 +15,10 @@
 namespace specdec {
 
 struct Eagle3Options {
-  // The most drafts a round asks for; the depth policy picks fewer where they do not pay.
-  int num_draft = 6;
+  // The most drafts a round asks for; the depth policy picks fewer where they do not pay. As the
+  // draft model's: on text the head predicts well (a repeated block, with the context rows a
+  // repeated rare name) rounds accept whole, and a shallower cap would end them early.
+  int num_draft = 8;
   int kv_blocks = 0;  // 0 = the engine's rows at the head's full context
 };
 
