@@ -857,24 +857,28 @@ void Eagle3Head::note_context(std::span<const int32_t> tokens, const Weight& lm_
     if (std::find(taken.begin(), taken.end(), column) == taken.end()) taken.push_back(column);
   }
   if (taken.empty()) return;
+  // Columns in order, so that a run of neighbours (a prompt filling fresh columns) is one copy.
+  std::sort(taken.begin(), taken.end());
   std::vector<int32_t> ids;
   for (const int32_t c : taken) ids.push_back(draft_to_target_[static_cast<size_t>(c)]);
   std::vector<float> rows = target_rows(lm_head, ids);
+  for (float& x : rows) x *= context_scale_;
   const DType dt = lm_head_.data.dtype;
-  std::vector<uint16_t> half(static_cast<size_t>(H));
-  for (size_t j = 0; j < taken.size(); ++j) {
-    float* row = rows.data() + j * static_cast<size_t>(H);
-    for (int64_t k = 0; k < H; ++k) row[k] *= context_scale_;
-    const Tensor dst = lm_head_.data.rows(taken[j], 1);
-    if (dt == DType::f32) {
-      backend_.copy(Tensor(row, DType::f32, {1, H}), dst);
-    } else {
-      for (int64_t k = 0; k < H; ++k)
-        half[static_cast<size_t>(k)] = dt == DType::bf16 ? f32_to_bf16(row[k]) : f32_to_f16(row[k]);
-      backend_.copy(Tensor(half.data(), dt, {1, H}), dst);
-    }
-    backend_.copy(Tensor(&draft_to_target_[static_cast<size_t>(taken[j])], DType::i32, {1, 1}),
-                  draft_to_target_device_.rows(taken[j], 1));
+  std::vector<uint16_t> half;
+  if (dt != DType::f32) {
+    half.resize(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) half[i] = dt == DType::bf16 ? f32_to_bf16(rows[i]) : f32_to_f16(rows[i]);
+  }
+  for (size_t j = 0; j < taken.size();) {
+    size_t end = j + 1;
+    while (end < taken.size() && taken[end] == taken[end - 1] + 1) ++end;
+    const int64_t n = static_cast<int64_t>(end - j), first = taken[j];
+    void* src = dt == DType::f32 ? static_cast<void*>(rows.data() + j * static_cast<size_t>(H))
+                                 : static_cast<void*>(half.data() + j * static_cast<size_t>(H));
+    backend_.copy(Tensor(src, dt, {n, H}), lm_head_.data.rows(first, n));
+    backend_.copy(Tensor(&draft_to_target_[static_cast<size_t>(first)], DType::i32, {n, 1}),
+                  draft_to_target_device_.rows(first, n));
+    j = end;
   }
 }
 
