@@ -115,6 +115,27 @@ TEST(DflashEngine, AcceptsLongBurstsAndTheCutShortensSomeRounds) {
   EXPECT_GT(m.cut->stats().rounds, 0);
 }
 
+TEST(DflashEngine, RowsRepeatingTheirNeighbourProposeTheRunnerUp) {
+  // After this prompt the target loops through " help='skip" "ping',", where the drafter's later
+  // rows collapse onto "='". A repeating row proposes its runner-up instead; verification scores
+  // both at every such row reached, and here the runner-up was the target's token more often.
+  // Output identical to plain.
+  Methods m;
+  auto engine = make_dflash_engine(7, &m);
+  const auto prompt = encode("import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
+                             "argparse.ArgumentParser(description=");
+  const auto want = plain(prompt, 96, 0, 0);
+  Request r = make_request(prompt, 96);
+  r.spec.method = "dflash-fixed";
+  r.spec.adaptive = false;
+  const RequestResult got = run_one(*engine, std::move(r));
+  EXPECT_EQ(got.tokens, want);
+  const DflashStats st = m.fixed->stats();
+  EXPECT_GT(st.swapped, 0);
+  EXPECT_GT(st.scored, 0);
+  EXPECT_GT(st.runner_right, st.repeat_right) << st.scored << " repeating rows scored";
+}
+
 TEST(DflashEngine, RejectionModeAtTemperatureZeroIsExact) {
   const auto prompt = encode(prompts()[0]);
   const auto want = plain(prompt, 40, 0, 0);

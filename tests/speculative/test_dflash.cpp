@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "model/weights.h"
+#include "speculative/methods/block_repeats.h"
 #include "speculative/methods/dflash.h"
 #include "speculative/methods/dspark.h"
 #include "test_device.h"
@@ -309,6 +310,33 @@ void expect_refused(const fs::path& dir, const std::string& needle) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+}
+
+TEST(BlockRepeats, RunnerUpWhileItIsRightAtLeastAsOften) {
+  RepeatChoice c;
+  EXPECT_TRUE(c.runner_up());  // before any outcome
+  // Text that repeats its tokens: the repeat right, the runner-up wrong, a few times over.
+  int turned = 0;
+  for (int i = 0; i < 4 && c.runner_up(); ++i, ++turned) c.observe(true, false);
+  EXPECT_FALSE(c.runner_up());
+  EXPECT_EQ(turned, 1);  // the runner-up's head start is half an outcome
+  // The text changes: the runner-up right from now on wins back once its faded count is ahead.
+  int back = 0;
+  for (; back < 10 && !c.runner_up(); ++back) c.observe(false, true);
+  EXPECT_TRUE(c.runner_up());
+  EXPECT_GE(back, 1);
+  // Neither right moves neither ahead of the other's fading.
+  RepeatChoice d;
+  for (int i = 0; i < 50; ++i) d.observe(false, false);
+  EXPECT_TRUE(d.runner_up());
+}
+
+TEST(BlockRepeats, RunnerUpOfALogitRow) {
+  const std::vector<float> row = {0.5f, 3.0f, 2.0f, 2.0f, -1.0f};
+  EXPECT_EQ(runner_up(row, 1), 2);  // the first of equal ones
+  EXPECT_EQ(runner_up(row, 2), 1);
+  EXPECT_EQ(runner_up(std::vector<float>{4.0f}, 0), -1);
+  EXPECT_EQ(runner_up(std::vector<float>{4.0f, std::nanf("")}, 0), -1);
 }
 
 TEST(DflashFormat, RecognisedFromConfig) {

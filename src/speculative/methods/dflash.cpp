@@ -22,6 +22,7 @@
 #include "model/replay.h"
 #include "model/scratch.h"
 #include "sampling/sampling.h"
+#include "speculative/methods/block_repeats.h"
 #include "speculative/methods/dspark.h"
 #include "speculative/methods/kv_rows.h"
 #include "speculative/methods/pending_taps.h"
@@ -45,6 +46,13 @@ struct DflashRow {
   int64_t last_round = 0;           // positions the last commit delivered (a round's usual catch-up)
   std::vector<double> cut_logits;   // the calibration's logits of the drafts the cut last sent
   CutCalibration own_cut{kRequestCalibrationRate};  // this request's correction on top of the drafter's
+  // The last block's repeating greedy rows: the block row (0-based draft index), its repeated
+  // argmax and its runner-up, scored when the round is verified.
+  struct Repeat {
+    int draft = 0;
+    int32_t repeat = 0, runner = 0;
+  };
+  std::vector<Repeat> repeats;
 };
 
 // Host arrays of one call's ragged batch, uploaded into scratch (a copy from host memory has
@@ -131,6 +139,17 @@ class DflashRows final : public DraftRows {
         calibration_.observe(j + 1, z, j < c.accepted);
       }
       r.cut_logits.clear();
+      // Each repeating row the round reached: the target's token there is emitted[draft]
+      // (the accepted draft, or the target's own token after the last accepted one).
+      for (const DflashRow::Repeat& e : r.repeats)
+        if (e.draft <= c.accepted && e.draft < static_cast<int>(c.emitted.size())) {
+          const int32_t t = c.emitted[static_cast<size_t>(e.draft)];
+          repeats_.observe(t == e.repeat, t == e.runner);
+          stats_->scored += 1;
+          stats_->repeat_right += t == e.repeat ? 1 : 0;
+          stats_->runner_right += t == e.runner ? 1 : 0;
+        }
+      r.repeats.clear();
     }
   }
 
@@ -558,6 +577,9 @@ class DflashRows final : public DraftRows {
       const int d = depth[static_cast<size_t>(i)];
       std::vector<double> survival;
       r.cut_logits.clear();
+      r.repeats.clear();
+      const bool greedy = ask.sampling->selects_argmax() && !ask.want_q;
+      int32_t previous_top = -1;  // the row before's argmax, as the drafter gave it
       double alive = 1.0;
       for (int j = 0; j < d; ++j) {
         const int64_t o = first_out[static_cast<size_t>(i)] + j;
@@ -571,6 +593,20 @@ class DflashRows final : public DraftRows {
           // The coupled draw: draft j samples with the key the target uses at its position.
           token = sample(row, params, r.known, p.tokens, static_cast<uint64_t>(ask.position) + 1 + j);
           if (ask.want_q) p.q.push_back(probabilities(row, params, r.known, p.tokens));
+        }
+        if (greedy) {
+          const int32_t top = token;
+          if (j > 0 && top == previous_top) {
+            const int32_t runner = runner_up(logits_row(s.logits, logits, o), top);
+            if (runner >= 0) {
+              r.repeats.push_back({j, top, runner});
+              if (repeats_.runner_up()) {
+                token = runner;
+                stats_->swapped += 1;
+              }
+            }
+          }
+          previous_top = top;
         }
         p.tokens.push_back(token);
         if (hidden && cuts_row(ask)) {
@@ -607,6 +643,17 @@ class DflashRows final : public DraftRows {
   }
 
   // A host pointer to t's floats: t itself on a host backend, else a copy into `host`.
+  // Row o of the block's logits on the host: from `host` when they were copied there, else read
+  // where they are (one row's copy from a device).
+  std::span<const float> logits_row(const Tensor& all, const float* host, int64_t o) {
+    const int64_t V = all.dim(1);
+    if (host) return {host + o * V, static_cast<size_t>(V)};
+    if (all.device == Device::cpu) return {all.ptr<float>() + o * V, static_cast<size_t>(V)};
+    host_row_.resize(static_cast<size_t>(V));
+    backend_.copy(all.rows(o, 1), Tensor(host_row_.data(), DType::f32, {1, V}));
+    return host_row_;
+  }
+
   const float* host_view(const Tensor& t, std::vector<float>& host) {
     if (t.device == Device::cpu) return t.ptr<float>();
     host.resize(static_cast<size_t>(t.numel()));
@@ -703,6 +750,7 @@ class DflashRows final : public DraftRows {
   int max_draft_;
   bool cut_;
   CutCalibration calibration_;  // the cut's calibration corrected by its rounds' outcomes
+  RepeatChoice repeats_;        // whether a greedy row that repeats the row before proposes its runner-up
   std::shared_ptr<DflashStats> stats_;
   std::unique_ptr<KvCache> cache_;
   std::vector<DflashRow> rows_;
@@ -715,7 +763,7 @@ class DflashRows final : public DraftRows {
   ReplayCache catch_up_replays_{backend_}, draft_replays_{backend_};
   BatchArrays append_arrays_, draft_arrays_;
   std::vector<int32_t> draft_ids_, draft_out_index_;
-  std::vector<float> host_logits_, host_back_;
+  std::vector<float> host_logits_, host_back_, host_row_;
 };
 
 }  // namespace

@@ -34,6 +34,10 @@ struct DflashStats {
   int64_t proposed = 0;  // drafts proposed after the confidence cut
   int64_t forwards = 0;  // block forwards (one per call that drafted any row)
   int64_t replayed = 0;  // of them, replayed from a recording (catch-up and block alike)
+  // Greedy rows whose argmax repeated the row before (block_repeats.h): proposed as their
+  // runner-up; and of those a verified round reached, where the repeat and where the runner-up
+  // was the target's token.
+  int64_t swapped = 0, scored = 0, repeat_right = 0, runner_right = 0;
 };
 
 class DflashMethod : public DraftMethod {

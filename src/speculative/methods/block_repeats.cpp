@@ -1,0 +1,22 @@
+#include "speculative/methods/block_repeats.h"
+
+#include <cmath>
+
+namespace specdec {
+
+void RepeatChoice::observe(bool repeat_right, bool runner_right) {
+  repeat_ = repeat_ * kKeep + (repeat_right ? 1.0 : 0.0);
+  runner_ = runner_ * kKeep + (runner_right ? 1.0 : 0.0);
+}
+
+int32_t runner_up(std::span<const float> logits, int32_t top) {
+  int32_t best = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (static_cast<int32_t>(i) == top) continue;
+    if (best < 0 || logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+  }
+  if (best >= 0 && std::isnan(logits[static_cast<size_t>(best)])) return -1;
+  return best;
+}
+
+}  // namespace specdec
