@@ -122,8 +122,9 @@ TEST(DflashEngine, RowsRepeatingTheirNeighbourProposeTheRunnerUp) {
   // Output identical to plain.
   Methods m;
   auto engine = make_dflash_engine(7, &m);
-  const auto prompt = encode("import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
-                             "argparse.ArgumentParser(description=");
+  const auto prompt = encode(
+      "import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
+      "argparse.ArgumentParser(description=");
   const auto want = plain(prompt, 96, 0, 0);
   Request r = make_request(prompt, 96);
   r.spec.method = "dflash-fixed";
