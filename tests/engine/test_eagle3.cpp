@@ -99,8 +99,9 @@ TEST(Eagle3Engine, DraftsTokensOutsideItsVocabularyThatTheTextRepeats) {
   // (" help='skip" "ping'," and so on). A round emits at most one token its drafts did not
   // propose, so when the output holds more such tokens than there were rounds, some were drafted
   // (through the context rows) and accepted. Output identical to plain.
-  const auto prompt = encode("import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
-                             "argparse.ArgumentParser(description=");
+  const auto prompt = encode(
+      "import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
+      "argparse.ArgumentParser(description=");
   const auto want = plain(prompt, 96, 0.0f, 0);
   auto engine = engine_with_eagle3(6);
   Request r = make_request(prompt, 96);

@@ -192,7 +192,8 @@ TEST(Eagle3Head, ContextTokensOutsideTheDraftVocabularyTakeTheTargetsRows) {
         const float* row = c - Vd < head->context_rows_used() ? table.data() + static_cast<size_t>(id) * H : nullptr;
         double dot = 0;
         for (int k = 0; k < H; ++k)
-          dot += (row ? head->context_scale() * row[k] : own[static_cast<size_t>(k)]) * h[k] * inv * norm[static_cast<size_t>(k)];
+          dot += (row ? head->context_scale() * row[k] : own[static_cast<size_t>(k)]) * h[k] * inv *
+                 norm[static_cast<size_t>(k)];
         EXPECT_NEAR(got, dot, 1e-4) << "context column " << c << " (target id " << id << ")";
       }
     }
