@@ -597,7 +597,10 @@ class DflashRows final : public DraftRows {
         if (greedy) {
           const int32_t top = token;
           if (j > 0 && top == previous_top) {
-            const int32_t runner = runner_up(logits_row(s.logits, logits, o), top);
+            // The block's logits on the host: where the device drew the tokens, copied once, on
+            // the first repeat of the call.
+            if (!logits) logits = host_view(s.logits, host_logits_);
+            const int32_t runner = runner_up(std::span<const float>(logits + o * V, static_cast<size_t>(V)), top);
             if (runner >= 0) {
               r.repeats.push_back({j, top, runner});
               if (repeats_.runner_up()) {
@@ -643,17 +646,6 @@ class DflashRows final : public DraftRows {
   }
 
   // A host pointer to t's floats: t itself on a host backend, else a copy into `host`.
-  // Row o of the block's logits on the host: from `host` when they were copied there, else read
-  // where they are (one row's copy from a device).
-  std::span<const float> logits_row(const Tensor& all, const float* host, int64_t o) {
-    const int64_t V = all.dim(1);
-    if (host) return {host + o * V, static_cast<size_t>(V)};
-    if (all.device == Device::cpu) return {all.ptr<float>() + o * V, static_cast<size_t>(V)};
-    host_row_.resize(static_cast<size_t>(V));
-    backend_.copy(all.rows(o, 1), Tensor(host_row_.data(), DType::f32, {1, V}));
-    return host_row_;
-  }
-
   const float* host_view(const Tensor& t, std::vector<float>& host) {
     if (t.device == Device::cpu) return t.ptr<float>();
     host.resize(static_cast<size_t>(t.numel()));
@@ -763,7 +755,7 @@ class DflashRows final : public DraftRows {
   ReplayCache catch_up_replays_{backend_}, draft_replays_{backend_};
   BatchArrays append_arrays_, draft_arrays_;
   std::vector<int32_t> draft_ids_, draft_out_index_;
-  std::vector<float> host_logits_, host_back_, host_row_;
+  std::vector<float> host_logits_, host_back_;
 };
 
 }  // namespace
