@@ -208,6 +208,35 @@ TEST(Eagle3Engine, RejectionModeSpeculates) {
   }
 }
 
+TEST(Eagle3Engine, SeededRejectionModeIgnoresWhatOtherRequestsLeftInTheContextRows) {
+  // The context rows hold what every row of the drafter has seen; a rejection-mode row's output
+  // follows its drafts' distribution, so it draws from the draft vocabulary alone and a seeded
+  // request gives the same tokens whether or not a request before it filled the rows (here the
+  // same prompt greedily: the tokens outside the draft vocabulary that this text loops through).
+  const auto prompt = encode(
+      "import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
+      "argparse.ArgumentParser(description=");
+  const auto run = [&](bool after_other) {
+    auto engine = engine_with_eagle3(4);
+    if (after_other) {
+      Request other = make_request(prompt, 64);
+      other.spec.method = "eagle3";
+      run_one(*engine, std::move(other));
+      EXPECT_GT(bundled_eagle3_head()->context_rows_used(), 0);
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (uint64_t seed : {3, 9, 27}) {
+      Request r = make_request(prompt, 48, 0.8f, seed);
+      r.spec.method = "eagle3";
+      r.spec.mode = SpecMode::rejection;
+      r.spec.adaptive = false;
+      out.push_back(run_one(*engine, std::move(r)).tokens);
+    }
+    return out;
+  };
+  EXPECT_EQ(run(true), run(false));
+}
+
 TEST(Eagle3Engine, HeadForAnotherTargetIsRefused) {
   // The fixture head is for a target of 96 tokens whose taps are 24 wide.
   std::shared_ptr<Eagle3Head> head =

@@ -320,11 +320,15 @@ class Eagle3Rows : public DraftRows {
   }
 
   // The coupled draw of draft `step`: the target's key for its position, over the target
-  // vocabulary with every token outside the draft vocabulary at zero probability.
+  // vocabulary with every token outside the draft vocabulary (and its context rows) at zero
+  // probability. A rejection-mode row draws from the draft vocabulary alone: its output follows
+  // its drafts, and the context rows hold what every row of the drafter has seen, so a seeded
+  // request would otherwise depend on the requests beside and before it.
   int32_t draw(const DraftRequestRow& ask, const Eagle3RowState& r, std::span<const float> draft_logits,
                DraftProposal& out, int step) {
     const std::span<const int32_t> to_target = head_->draft_to_target();
     const SamplingParams& params = *ask.sampling;
+    if (ask.want_q) draft_logits = draft_logits.first(static_cast<size_t>(head_->config().draft_vocab));
     if (params.selects_argmax() && !ask.want_q) {
       // The argmax over the draft vocabulary is the argmax over the scattered logits, up to ties.
       return to_target[static_cast<size_t>(argmax(draft_logits))];
