@@ -3,6 +3,9 @@
 // prompt block and for a chained step fed its own output hidden; malformed heads (a missing
 // tensor, a wrong shape, d2t outside the target vocabulary or not one-to-one, t2d contradicting
 // d2t, an unsupported config) are refused with errors that name the folder and what is wrong.
+// Context rows: a target LM head's rows (f32, bf16, f16) for tokens outside the draft
+// vocabulary give the logits an independent computation gives, and the least recently seen
+// token gives way.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "speculative/methods/eagle3_head.h"
 #include "test_device.h"
@@ -121,8 +125,11 @@ std::vector<float> fixture_tensor(const std::string& name) {
   return out;
 }
 
-TEST(Eagle3Head, ContextTokensOutsideTheDraftVocabularyTakeTheTargetsRows) {
-  // A target LM head [96, 32] of random rows; three target ids outside the head's 40.
+class ContextRows : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ContextRows, TokensOutsideTheDraftVocabularyTakeTheTargetsRows) {
+  // A target LM head [96, 32] of random rows, stored as the parameter's type; three target ids
+  // outside the head's 40.
   const auto ref = reference();
   auto head = Eagle3Head::load(fixture_dir() / "head", backend());
   const int V = head->config().layer.vocab_size, H = head->config().layer.hidden_size;
@@ -132,15 +139,22 @@ TEST(Eagle3Head, ContextTokensOutsideTheDraftVocabularyTakeTheTargetsRows) {
   for (int32_t t = 0; t < V && outside.size() < 3; ++t)
     if (std::find(d2t.begin(), d2t.end(), t) == d2t.end()) outside.push_back(t);
   ASSERT_EQ(outside.size(), 3u);
+  const DType dt = GetParam();
   std::vector<float> table(static_cast<size_t>(V * H));
+  std::vector<uint16_t> stored(table.size());
   uint64_t seed = 7;
-  for (float& x : table) {
+  for (size_t i = 0; i < table.size(); ++i) {
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<int64_t>(seed >> 40) % 2001 - 1000) * 1e-4f;
+    const float x = static_cast<float>(static_cast<int64_t>(seed >> 40) % 2001 - 1000) * 1e-4f;
+    // What the stored type keeps of x is what the expected values below read.
+    stored[i] = dt == DType::bf16 ? f32_to_bf16(x) : f32_to_f16(x);
+    table[i] = dt == DType::f32 ? x : dt == DType::bf16 ? bf16_to_f32(stored[i]) : f16_to_f32(stored[i]);
   }
-  Buffer buffer = backend().allocate(table.size() * sizeof(float));
-  const Tensor device_table = buffer.view(DType::f32, {V, H});
-  backend().copy(Tensor(table.data(), DType::f32, {V, H}), device_table);
+  Buffer buffer = backend().allocate(table.size() * dtype_size(dt));
+  const Tensor device_table = buffer.view(dt, {V, H});
+  backend().copy(
+      Tensor(dt == DType::f32 ? static_cast<void*>(table.data()) : static_cast<void*>(stored.data()), dt, {V, H}),
+      device_table);
   const Weight lm_head(device_table);
 
   // The scale: the head's row norms over the target rows of the same tokens.
@@ -212,6 +226,9 @@ TEST(Eagle3Head, ContextTokensOutsideTheDraftVocabularyTakeTheTargetsRows) {
   EXPECT_EQ(head->draft_to_target()[static_cast<size_t>(Vd + 1)], outside[2]);
   expect_columns(run());
 }
+
+INSTANTIATE_TEST_SUITE_P(TargetTypes, ContextRows, ::testing::Values(DType::f32, DType::bf16, DType::f16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // A copy of the fixture head in a temporary folder, its safetensors header and bytes editable.
 class BrokenHead : public ::testing::Test {
