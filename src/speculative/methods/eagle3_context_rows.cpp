@@ -10,8 +10,8 @@
 
 namespace specdec {
 
-std::vector<float> Eagle3Head::target_rows(const Weight& lm_head, std::span<const int32_t> ids) {
-  const Tensor& table = lm_head.data;
+std::vector<float> Eagle3Head::host_rows(const Weight& weight, std::span<const int32_t> ids) {
+  const Tensor& table = weight.data;
   const int64_t n = static_cast<int64_t>(ids.size()), H = table.dim(1);
   const size_t index_bytes = (ids.size() * sizeof(int32_t) + 255) / 256 * 256;
   const size_t row_bytes = static_cast<size_t>(H) * dtype_size(table.dtype);
@@ -39,26 +39,28 @@ void Eagle3Head::use_target_rows(const Weight& lm_head, int rows) {
   const int64_t V = l.vocab_size, H = l.hidden_size, Vd = config_.draft_vocab;
   if (Vd >= V || rows <= 0 || lm_head.quantized() || lm_head.rows() != V || lm_head.cols() != H) return;
   const DType dt = lm_head_.data.dtype;
-  if (lm_head.data.dtype != DType::f32 && lm_head.data.dtype != DType::bf16 && lm_head.data.dtype != DType::f16) return;
 
   // The scale: the head's row norms over the target's, on up to 1,024 draft ids spread evenly.
   const int64_t sample = std::min<int64_t>(Vd, 1024);
-  std::vector<int32_t> ids;
-  double head_sum = 0, target_sum = 0;
+  std::vector<int32_t> draft_ids, target_ids;
   for (int64_t j = 0; j < sample; ++j) {
-    const int64_t i = j * Vd / sample;
-    ids.push_back(draft_to_target_[static_cast<size_t>(i)]);
-    head_sum += head_row_norms_[static_cast<size_t>(i)];
+    draft_ids.push_back(static_cast<int32_t>(j * Vd / sample));
+    target_ids.push_back(draft_to_target_[static_cast<size_t>(draft_ids.back())]);
   }
-  const std::vector<float> sampled = target_rows(lm_head, ids);
-  for (int64_t j = 0; j < sample; ++j) {
-    double sum = 0;
-    for (int64_t k = 0; k < H; ++k) {
-      const double x = sampled[static_cast<size_t>(j * H + k)];
-      sum += x * x;
+  const auto norm_sum = [&](const std::vector<float>& rows) {
+    double total = 0;
+    for (int64_t j = 0; j < sample; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < H; ++k) {
+        const double x = rows[static_cast<size_t>(j * H + k)];
+        sum += x * x;
+      }
+      total += std::sqrt(sum);
     }
-    target_sum += std::sqrt(sum);
-  }
+    return total;
+  };
+  const double head_sum = norm_sum(host_rows(lm_head_, draft_ids));
+  const double target_sum = norm_sum(host_rows(lm_head, target_ids));
   const double scale = head_sum / target_sum;
   if (!(target_sum > 0) || !std::isfinite(scale) || !(scale > 0)) return;
   context_scale_ = static_cast<float>(scale);
@@ -120,7 +122,7 @@ void Eagle3Head::note_context(std::span<const int32_t> tokens, const Weight& lm_
   std::sort(taken.begin(), taken.end());
   std::vector<int32_t> ids;
   for (const int32_t c : taken) ids.push_back(draft_to_target_[static_cast<size_t>(c)]);
-  std::vector<float> rows = target_rows(lm_head, ids);
+  std::vector<float> rows = host_rows(lm_head, ids);
   for (float& x : rows) x *= context_scale_;
   const DType dt = lm_head_.data.dtype;
   std::vector<uint16_t> half;

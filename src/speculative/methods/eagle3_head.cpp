@@ -103,18 +103,6 @@ const RawTensor& float_tensor(const std::map<std::string, RawTensor>& all, const
   return t;
 }
 
-// Element i of a float tensor as stored (F32, BF16 or F16).
-float raw_float(const RawTensor& t, int64_t i) {
-  if (t.dtype == "F32") {
-    float x = 0;
-    std::memcpy(&x, t.bytes + i * 4, 4);
-    return x;
-  }
-  uint16_t h = 0;
-  std::memcpy(&h, t.bytes + i * 2, 2);
-  return t.dtype == "BF16" ? bf16_to_f32(h) : f16_to_f32(h);
-}
-
 DType float_dtype(const std::string& name) {
   return name == "F32" ? DType::f32 : name == "BF16" ? DType::bf16 : DType::f16;
 }
@@ -235,18 +223,6 @@ std::unique_ptr<Eagle3Head> Eagle3Head::load(const std::filesystem::path& dir, B
   head->down_proj_ = Weight(layer("mlp.down_proj.weight", {H, I}));
   head->final_norm_ = weight(top_tensor(all, "norm.weight"), {H});
   head->lm_head_ = Weight(weight("lm_head.weight", {Vd, H}));
-  {
-    const RawTensor& t = all.at("lm_head.weight");
-    head->head_row_norms_.assign(static_cast<size_t>(Vd), 0.0f);
-    for (int64_t i = 0; i < Vd; ++i) {
-      double sum = 0;
-      for (int64_t k = 0; k < H; ++k) {
-        const float x = raw_float(t, i * H + k);
-        sum += static_cast<double>(x) * x;
-      }
-      head->head_row_norms_[static_cast<size_t>(i)] = static_cast<float>(std::sqrt(sum));
-    }
-  }
   if (const std::string e = top_tensor(all, "embed_tokens.weight"); all.count(e)) head->own_embed_ = weight(e, {V, H});
 
   // d2t[i]: target id of draft id i minus i.

@@ -156,7 +156,6 @@ class Eagle3Head {
   Weight fc_, q_proj_, k_proj_, v_proj_, o_proj_, gate_proj_, up_proj_, down_proj_, lm_head_;
   Tensor hidden_norm_, input_norm_, post_norm_, final_norm_, own_embed_;
   std::vector<int32_t> draft_to_target_;
-  std::vector<float> head_row_norms_;  // per draft id, from the file: the context rows' scale
   // Context rows: their columns (0 until taken), the target id's column (-1: none), each
   // column's last sighting, and the buffer behind lm_head_.
   float context_scale_ = 0.0f;
@@ -166,8 +165,8 @@ class Eagle3Head {
   std::vector<uint64_t> context_seen_;
   uint64_t context_tick_ = 0;
   Buffer lm_head_rows_;
-  // Fetches the target rows of `ids` to the host as f32, [ids, hidden].
-  std::vector<float> target_rows(const Weight& lm_head, std::span<const int32_t> ids);
+  // Rows `ids` of a dense weight (the head's LM head or the target's), on the host as f32.
+  std::vector<float> host_rows(const Weight& weight, std::span<const int32_t> ids);
   Buffer inv_freq_buffer_;
   Tensor inv_freq_;
   float rope_scaling_ = 1.0f;
