@@ -312,23 +312,31 @@ void expect_refused(const fs::path& dir, const std::string& needle) {
   }
 }
 
-TEST(BlockRepeats, RunnerUpWhileItIsRightAtLeastAsOften) {
-  RepeatChoice c;
-  EXPECT_TRUE(c.runner_up());  // before any outcome
-  // Text that repeats its tokens: the repeat right, the runner-up wrong, a few times over.
+TEST(BlockRepeats, AlternativeWhileItIsRightAtLeastAsOften) {
+  SwapScore c(0.5);
+  EXPECT_TRUE(c.swap());  // before any outcome
+  // Text on which the argmax is right and the alternative wrong, a few times over.
   int turned = 0;
-  for (int i = 0; i < 4 && c.runner_up(); ++i, ++turned) c.observe(true, false);
-  EXPECT_FALSE(c.runner_up());
-  EXPECT_EQ(turned, 1);  // the runner-up's head start is half an outcome
-  // The text changes: the runner-up right from now on wins back once its faded count is ahead.
+  for (int i = 0; i < 4 && c.swap(); ++i, ++turned) c.observe(true, false);
+  EXPECT_FALSE(c.swap());
+  EXPECT_EQ(turned, 1);  // the head start is half an outcome
+  // The text changes: the alternative right from now on wins back once its faded count is ahead.
   int back = 0;
-  for (; back < 10 && !c.runner_up(); ++back) c.observe(false, true);
-  EXPECT_TRUE(c.runner_up());
+  for (; back < 10 && !c.swap(); ++back) c.observe(false, true);
+  EXPECT_TRUE(c.swap());
   EXPECT_GE(back, 1);
   // Neither right moves neither ahead of the other's fading.
-  RepeatChoice d;
+  SwapScore d(0.5);
   for (int i = 0; i < 50; ++i) d.observe(false, false);
-  EXPECT_TRUE(d.runner_up());
+  EXPECT_TRUE(d.swap());
+  // Both right: the head start fades and the alternative stays level, so it is still followed.
+  SwapScore e(0.5);
+  for (int i = 0; i < 50; ++i) e.observe(true, true);
+  EXPECT_TRUE(e.swap());
+  // Without a head start the argmax wins its first outcome.
+  SwapScore f(0.0);
+  f.observe(true, false);
+  EXPECT_FALSE(f.swap());
 }
 
 TEST(BlockRepeats, RunnerUpOfALogitRow) {

@@ -4,9 +4,9 @@
 
 namespace specdec {
 
-void RepeatChoice::observe(bool repeat_right, bool runner_right) {
-  repeat_ = repeat_ * kKeep + (repeat_right ? 1.0 : 0.0);
-  runner_ = runner_ * kKeep + (runner_right ? 1.0 : 0.0);
+void SwapScore::observe(bool own_right, bool other_right) {
+  own_ = own_ * kKeep + (own_right ? 1.0 : 0.0);
+  other_ = other_ * kKeep + (other_right ? 1.0 : 0.0);
 }
 
 int32_t runner_up(std::span<const float> logits, int32_t top) {

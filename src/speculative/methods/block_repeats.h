@@ -1,11 +1,21 @@
-// Block rows that repeat their neighbour. A block drafter proposes all of its rows in one
-// forward from nearly the same state, and a row whose argmax is also the row before it's is
-// seldom what the target writes there: the rows collapse onto one likely token (`='` `='` `='`
-// where the target writes `='` `skip` `ping`). Where a greedy row repeats, the drafter proposes
-// that row's runner-up instead, while the runner-up has been right at least as often as the
-// repeat. Both are scored at every repeating row a round reaches, since verification shows the
-// target's token there whichever of the two was sent; the counts fade, so text that does repeat
-// its tokens turns the swap off.
+// Two rules by which a block drafter's greedy row proposes another token than its argmax, and
+// the score that decides, from verified rounds, whether a rule is followed.
+//
+// Rows that repeat their neighbour. A block drafter proposes all of its rows in one forward from
+// nearly the same state, and a row whose argmax is also the row before it's is seldom what the
+// target writes there: the rows collapse onto one likely token (`='` `='` `='` where the target
+// writes `='` `skip` `ping`). Such a row proposes its runner-up instead.
+//
+// Rows the context continues. Where the request's text repeats itself (code that loops through
+// the same arguments, an edit that copies its source), what followed the drafts' trailing tokens
+// earlier in the text is often the target's next token while the drafter's later rows, which do
+// not see the rows before them, have lost the thread. Such a row proposes the context's
+// continuation instead.
+//
+// Verification shows the target's token at every row a round reaches whichever token was sent
+// there, so the argmax and the alternative are both scored at each such row, with counts that
+// fade: text on which the alternative stops being right turns the rule off, and back on when it
+// is right again.
 #pragma once
 
 #include <cstdint>
@@ -13,18 +23,20 @@
 
 namespace specdec {
 
-class RepeatChoice {
+class SwapScore {
  public:
-  // Whether a repeating row proposes its runner-up.
-  bool runner_up() const { return runner_ >= repeat_; }
-  // A repeating row the round reached: whether the repeat, and whether the runner-up, is the
-  // target's token there.
-  void observe(bool repeat_right, bool runner_right);
+  // `head_start`: the alternative's count before any outcome (the rule is followed until the
+  // argmax has been right that much more often).
+  explicit SwapScore(double head_start) : other_(head_start) {}
+  // Whether a row that has an alternative proposes it.
+  bool swap() const { return other_ >= own_; }
+  // A row the round reached: whether the argmax, and whether the alternative, is the target's
+  // token there.
+  void observe(bool own_right, bool other_right);
 
  private:
   static constexpr double kKeep = 0.98;  // each outcome's weight fades by this per later outcome
-  // Faded counts of each being right; the runner-up starts ahead by half an outcome.
-  double repeat_ = 0.0, runner_ = 0.5;
+  double own_ = 0.0, other_;
 };
 
 // The runner-up of a row of logits: the largest logit other than column `top`'s (the first of

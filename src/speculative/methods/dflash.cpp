@@ -25,6 +25,7 @@
 #include "speculative/methods/block_repeats.h"
 #include "speculative/methods/dspark.h"
 #include "speculative/methods/kv_rows.h"
+#include "speculative/methods/ngram.h"
 #include "speculative/methods/pending_taps.h"
 
 namespace specdec {
@@ -35,6 +36,12 @@ namespace {
 // that drafts nothing for long holds that many positions' taps at most.
 constexpr int64_t kMaxWaiting = 128;
 constexpr double kRequestCalibrationRate = 0.2;  // CutCalibration's step for one request's own offsets
+// The context's continuation of a row's drafts: the longest of the trailing 2..4 tokens found
+// earlier in the text gives what followed it (single tokens recur too often to say much).
+constexpr int kLookupMaxNgram = 4, kLookupMinNgram = 2;
+// Rows start following the context, half an outcome ahead: one row on which the drafter was right
+// and the context wrong turns them back to the drafter's own argmax (block_repeats.h).
+constexpr double kLookupHeadStart = 0.5, kRunnerHeadStart = 0.5;
 
 struct DflashRow {
   KvCache::SeqId seq = 0;
@@ -46,14 +53,37 @@ struct DflashRow {
   int64_t last_round = 0;           // positions the last commit delivered (a round's usual catch-up)
   std::vector<double> cut_logits;   // the calibration's logits of the drafts the cut last sent
   CutCalibration own_cut{kRequestCalibrationRate};  // this request's correction on top of the drafter's
-  // The last block's repeating greedy rows: the block row (0-based draft index), its repeated
-  // argmax and its runner-up, scored when the round is verified.
-  struct Repeat {
+  // The last block's greedy rows that had an alternative to their argmax (block_repeats.h): the
+  // block row (0-based draft index), its own token and the alternative, scored when the round is
+  // verified. Repeating rows' alternative is their runner-up, and the score is the method's;
+  // the context's continuation is scored per request, since it is the request's text that repeats
+  // itself or not.
+  struct Swap {
     int draft = 0;
-    int32_t repeat = 0, runner = 0;
+    int32_t own = 0, other = 0;
   };
-  std::vector<Repeat> repeats;
+  std::vector<Swap> repeats, lookups;
+  NgramIndex context{kLookupMaxNgram, kLookupMinNgram};  // known (+ pending and drafts while drafting)
+  SwapScore lookup_score{kLookupHeadStart};
 };
+
+// Scores a round's swaps: a swap's row was reached if every draft before it was accepted, and the
+// target's token there is emitted[draft] (the accepted draft, or the target's own token after the
+// last accepted one). Returns how many were scored, and adds those where each side was right.
+int score_swaps(std::vector<DflashRow::Swap>& swaps, const RowCommit& c, SwapScore& score, int64_t& own_right,
+                int64_t& other_right) {
+  int scored = 0;
+  for (const DflashRow::Swap& e : swaps)
+    if (e.draft <= c.accepted && e.draft < static_cast<int>(c.emitted.size())) {
+      const int32_t t = c.emitted[static_cast<size_t>(e.draft)];
+      score.observe(t == e.own, t == e.other);
+      own_right += t == e.own ? 1 : 0;
+      other_right += t == e.other ? 1 : 0;
+      ++scored;
+    }
+  swaps.clear();
+  return scored;
+}
 
 // Host arrays of one call's ragged batch, uploaded into scratch (a copy from host memory has
 // read it when it returns); kept as members so that a round allocates nothing for them.
@@ -65,7 +95,7 @@ struct BatchArrays {
 class DflashRows final : public DraftRows {
  public:
   DflashRows(const DflashConfig& config, std::shared_ptr<const DflashWeights> weights, Backend& backend,
-             const TargetView& target, std::string ns, int kv_blocks, int max_draft, bool cut,
+             const TargetView& target, std::string ns, int kv_blocks, int max_draft, bool cut, bool lookup,
              std::shared_ptr<DflashStats> stats)
       : c_(config),
         w_(std::move(weights)),
@@ -75,6 +105,7 @@ class DflashRows final : public DraftRows {
         ns_(std::move(ns)),
         max_draft_(max_draft),
         cut_(cut),
+        lookup_(lookup),
         stats_(std::move(stats)),
         cache_(std::make_unique<KvCache>(backend, c_.num_layers, c_.num_kv_heads, c_.head_dim, kv_blocks)) {
     const ModelConfig rc = c_.rope_config();
@@ -139,17 +170,8 @@ class DflashRows final : public DraftRows {
         calibration_.observe(j + 1, z, j < c.accepted);
       }
       r.cut_logits.clear();
-      // Each repeating row the round reached: the target's token there is emitted[draft]
-      // (the accepted draft, or the target's own token after the last accepted one).
-      for (const DflashRow::Repeat& e : r.repeats)
-        if (e.draft <= c.accepted && e.draft < static_cast<int>(c.emitted.size())) {
-          const int32_t t = c.emitted[static_cast<size_t>(e.draft)];
-          repeats_.observe(t == e.repeat, t == e.runner);
-          stats_->scored += 1;
-          stats_->repeat_right += t == e.repeat ? 1 : 0;
-          stats_->runner_right += t == e.runner ? 1 : 0;
-        }
-      r.repeats.clear();
+      stats_->scored += score_swaps(r.repeats, c, repeats_, stats_->repeat_right, stats_->runner_right);
+      stats_->lookups_scored += score_swaps(r.lookups, c, r.lookup_score, stats_->own_right, stats_->context_right);
     }
   }
 
@@ -578,7 +600,10 @@ class DflashRows final : public DraftRows {
       std::vector<double> survival;
       r.cut_logits.clear();
       r.repeats.clear();
+      r.lookups.clear();
       const bool greedy = ask.sampling->selects_argmax() && !ask.want_q;
+      const bool lookup = greedy && lookup_;
+      if (lookup) follow_context(r, ask.pending);
       int32_t previous_top = -1;  // the row before's argmax, as the drafter gave it
       double alive = 1.0;
       for (int j = 0; j < d; ++j) {
@@ -603,13 +628,24 @@ class DflashRows final : public DraftRows {
             const int32_t runner = runner_up(std::span<const float>(logits + o * V, static_cast<size_t>(V)), top);
             if (runner >= 0) {
               r.repeats.push_back({j, top, runner});
-              if (repeats_.runner_up()) {
+              if (repeats_.swap()) {
                 token = runner;
                 stats_->swapped += 1;
               }
             }
           }
           previous_top = top;
+        }
+        if (lookup) {
+          const std::vector<int32_t> next = r.context.propose(1);
+          if (!next.empty() && next.front() != token) {
+            r.lookups.push_back({j, token, next.front()});
+            if (r.lookup_score.swap()) {
+              token = next.front();
+              stats_->looked_up += 1;
+            }
+          }
+          r.context.append(std::span<const int32_t>(&token, 1));
         }
         p.tokens.push_back(token);
         if (hidden && cuts_row(ask)) {
@@ -628,12 +664,20 @@ class DflashRows final : public DraftRows {
       } else {
         r.cut_logits.clear();  // the row's drafts were not chosen by the cut
       }
+      if (lookup) r.context.truncate(r.known.size());
       p.one_off = one_off;
       stats_->rounds += 1;
       stats_->asked += d;
       stats_->proposed += static_cast<int64_t>(p.tokens.size());
     }
     return out;
+  }
+
+  // The row's context index brought up to its known tokens (which only grow) and the pending one.
+  static void follow_context(DflashRow& r, int32_t pending) {
+    if (r.context.size() > r.known.size()) r.context.truncate(r.known.size());
+    r.context.append(std::span<const int32_t>(r.known).subspan(r.context.size()));
+    r.context.append(std::span<const int32_t>(&pending, 1));
   }
 
   // The calibration's logit of P(block row `row` accepted | the rows before it accepted), from the
@@ -741,8 +785,9 @@ class DflashRows final : public DraftRows {
   std::string ns_;
   int max_draft_;
   bool cut_;
+  bool lookup_;                 // greedy rows may propose the context's continuation
   CutCalibration calibration_;  // the cut's calibration corrected by its rounds' outcomes
-  RepeatChoice repeats_;        // whether a greedy row that repeats the row before proposes its runner-up
+  SwapScore repeats_{kRunnerHeadStart};  // whether a greedy row that repeats the row before proposes its runner-up
   std::shared_ptr<DflashStats> stats_;
   std::unique_ptr<KvCache> cache_;
   std::vector<DflashRow> rows_;
@@ -822,7 +867,7 @@ std::unique_ptr<DraftRows> DflashMethod::open(const TargetView& target) {
     blocks = std::max(4, std::min(rows * ((positions + 15) / 16 + 1), by_memory));
   }
   return std::make_unique<DflashRows>(config_, weights_, backend_, target, checkpoint_namespace(), blocks,
-                                      default_depth(), cuts(), stats_);
+                                      default_depth(), cuts(), options_.context_lookup, stats_);
 }
 
 }  // namespace specdec
