@@ -25,6 +25,11 @@ struct DraftSpec {
   std::string id;            // empty: "ngram" for an n-gram method, the folder for a draft model
   std::string path;          // DraftKind::model: the draft checkpoint folder (the target's vocabulary)
   int num_draft_tokens = 0;  // most drafts a round proposes; 0 = the method's default
+  // A block drafter (DFlash): a greedy request's drafts are checked against its own text, and
+  // where what followed the drafts' last tokens earlier in the text differs, that continuation is
+  // proposed while it has been right at least as often as the drafter. (A chain drafter sees its
+  // own drafts and follows a repeating text by itself: there the continuation took rounds from it.)
+  bool context_lookup = true;
 
   static DraftSpec ngram(std::string id = {}, int num_draft_tokens = 0);
   static DraftSpec model(std::string path, std::string id = {}, int num_draft_tokens = 0);

@@ -143,6 +143,7 @@ std::shared_ptr<DraftMethod> make_draft_method(Session& session, const DraftSpec
   if (is_dflash_checkpoint(spec.path)) {
     DflashOptions o;
     if (spec.num_draft_tokens > 0) o.num_draft = spec.num_draft_tokens;
+    o.context_lookup = spec.context_lookup;
     return std::make_shared<DflashMethod>(spec.path, session.model->backend(), spec.path, o);
   }
   std::shared_ptr<Model>& model = session.draft_models[spec.path];

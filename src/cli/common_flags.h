@@ -23,6 +23,8 @@ void add_common(CLI::App& cmd, CommonFlags& f);
 // Checks the flags; throws std::runtime_error naming the first bad one.
 EngineConfig engine_config(const CommonFlags& f);
 // "ngram", or a draft model folder.
-DraftSpec draft_spec(const std::string& draft, int num_draft);
+DraftSpec draft_spec(const std::string& draft, int num_draft, bool context_lookup = true);
+inline constexpr const char* kNoContextLookupHelp =
+    "block drafters (DFlash): propose their own drafts only, never the text's continuation where it differs";
 
 }  // namespace specdec::cli

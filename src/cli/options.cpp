@@ -93,8 +93,10 @@ void check_temperature(float temperature, const char* flag) {
 }
 }  // namespace
 
-DraftSpec draft_spec(const std::string& draft, int num_draft) {
-  return draft == "ngram" ? DraftSpec::ngram({}, num_draft) : DraftSpec::model(draft, {}, num_draft);
+DraftSpec draft_spec(const std::string& draft, int num_draft, bool context_lookup) {
+  DraftSpec spec = draft == "ngram" ? DraftSpec::ngram({}, num_draft) : DraftSpec::model(draft, {}, num_draft);
+  spec.context_lookup = context_lookup;
+  return spec;
 }
 
 namespace {
@@ -105,8 +107,9 @@ struct GenerateFlags {
   GenerateOptions gen;
   float temperature = 0, top_p = 0, min_p = 0, repetition_penalty = 0;
   int top_k = 0, num_draft = 0;
-  bool no_adaptive = false, json = false;
-  CLI::Option *num_draft_opt = nullptr, *spec_mode_opt = nullptr, *no_adaptive_opt = nullptr;
+  bool no_adaptive = false, json = false, no_context_lookup = false;
+  CLI::Option *num_draft_opt = nullptr, *spec_mode_opt = nullptr, *no_adaptive_opt = nullptr,
+              *no_context_lookup_opt = nullptr;
   CLI::Option *temperature_opt = nullptr, *top_p_opt = nullptr, *top_k_opt = nullptr, *min_p_opt = nullptr,
               *repetition_opt = nullptr;
 };
@@ -118,7 +121,7 @@ struct BenchFlags {
   float temperature = 0, top_p = 1, min_p = 0;
   int top_k = 0;
   std::string seed = "0";
-  bool no_adaptive = false;
+  bool no_adaptive = false, no_context_lookup = false;
 };
 
 CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
@@ -146,6 +149,7 @@ CLI::App* add_generate(CLI::App& app, GenerateFlags& f) {
   f.spec_mode_opt =
       cmd->add_option("--spec-mode", f.spec_mode, "exact (identical output) or rejection")->capture_default_str();
   f.no_adaptive_opt = cmd->add_flag("--no-adaptive", f.no_adaptive, "always draft the maximum depth");
+  f.no_context_lookup_opt = cmd->add_flag("--no-context-lookup", f.no_context_lookup, kNoContextLookupHelp);
   return cmd;
 }
 
@@ -171,14 +175,14 @@ GenerateCommand generate_command(GenerateFlags& f) {
   const std::optional<VerifyMode> mode = parse_verify_mode(f.spec_mode);
   require(mode.has_value(), "unknown --spec-mode '", f.spec_mode, "' (expected exact or rejection)");
   // Speculation flags without a method would be ignored silently.
-  for (const CLI::Option* o : {f.num_draft_opt, f.spec_mode_opt, f.no_adaptive_opt})
+  for (const CLI::Option* o : {f.num_draft_opt, f.spec_mode_opt, f.no_adaptive_opt, f.no_context_lookup_opt})
     require(o->count() == 0 || !f.draft.empty(), o->get_name(), " needs --draft (ngram or a draft model folder)");
   SpeculativeOptions& spec = c.request.speculative;
   spec.mode = *mode;
   spec.adaptive = !f.no_adaptive;
   spec.num_draft_tokens = f.num_draft;
   if (!f.draft.empty()) {
-    c.engine.drafts.push_back(draft_spec(f.draft, f.num_draft));
+    c.engine.drafts.push_back(draft_spec(f.draft, f.num_draft, !f.no_context_lookup));
     spec.draft = draft_id(c.engine.drafts.back());
   }
   c.json = f.json;
@@ -200,6 +204,7 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   cmd->add_option("--suite", f.suite, "prompt suite (JSON)")->capture_default_str();
   cmd->add_flag("--skip-plain", o.skip_plain, "only the speculative suite");
   cmd->add_flag("--no-adaptive", f.no_adaptive, "speculative suite: always draft the maximum depth");
+  cmd->add_flag("--no-context-lookup", f.no_context_lookup, kNoContextLookupHelp);
   cmd->add_flag("--replay", o.replay,
                 "speculative suite, greedy: replay each request against this machine's measured costs for the default "
                 "policy, every fixed depth and the best schedule, instead of timing runs");
@@ -269,7 +274,7 @@ BenchCommand bench_command(BenchFlags& f) {
   std::set<std::string> seen;
   for (const std::string& d : o.drafts) {
     require(seen.insert(d).second, "--draft ", d, " is given twice");
-    o.engine.drafts.push_back(draft_spec(d, o.num_draft));
+    o.engine.drafts.push_back(draft_spec(d, o.num_draft, !f.no_context_lookup));
   }
   o.suite = load_suite(f.suite);
   return o;

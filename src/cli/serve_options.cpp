@@ -14,7 +14,7 @@ struct ServeFlags::Values {
   server::ServerOptions server;
   std::vector<std::string> drafts;
   std::string spec_mode = "exact";
-  bool no_adaptive = false;
+  bool no_adaptive = false, no_context_lookup = false;
 };
 
 ServeFlags::ServeFlags() : v_(std::make_unique<Values>()) {}
@@ -38,6 +38,7 @@ CLI::App* ServeFlags::add(CLI::App& app) {
   cmd->add_option("--num-draft-tokens", s.num_draft_tokens, "most draft tokens per round (default: the method's)");
   cmd->add_option("--spec-mode", v_->spec_mode, "exact (identical output) or rejection")->capture_default_str();
   cmd->add_flag("--no-adaptive", v_->no_adaptive, "always draft the maximum depth");
+  cmd->add_flag("--no-context-lookup", v_->no_context_lookup, kNoContextLookupHelp);
   return cmd;
 }
 
@@ -60,7 +61,7 @@ ServeCommand ServeFlags::command() const {
   std::set<std::string> seen;
   for (const std::string& d : v_->drafts) {
     require(seen.insert(d).second, "--draft ", d, " is given twice");
-    c.engine.drafts.push_back(draft_spec(d, s.num_draft_tokens));
+    c.engine.drafts.push_back(draft_spec(d, s.num_draft_tokens, !v_->no_context_lookup));
   }
   s.drafts = c.engine.drafts;
   if (s.served_model_name.empty())

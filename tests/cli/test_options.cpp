@@ -77,6 +77,7 @@ const std::vector<BadLine> kBadGenerateLines = {
     {{"--num-draft-tokens", "4"}, "--num-draft-tokens needs --draft (ngram or a draft model folder)"},
     {{"--spec-mode", "rejection"}, "--spec-mode needs --draft (ngram or a draft model folder)"},
     {{"--no-adaptive"}, "--no-adaptive needs --draft (ngram or a draft model folder)"},
+    {{"--no-context-lookup"}, "--no-context-lookup needs --draft (ngram or a draft model folder)"},
     {{"--repetition-penalty", "0"}, "sampling: repetition_penalty must be finite and > 0 (1 = off), got 0"},
     {{"--presence-penalty", "3"}, "sampling: presence_penalty must be in [-2, 2], got 3"},
     {{"--frequency-penalty", "-3"}, "sampling: frequency_penalty must be in [-2, 2], got -3"},
@@ -217,6 +218,7 @@ TEST(Options, AGenerateLineBecomesTypedOptions) {
                                                "--spec-mode",
                                                "rejection",
                                                "--no-adaptive",
+                                               "--no-context-lookup",
                                                "--temperature",
                                                "0.5",
                                                "--stop",
@@ -234,6 +236,7 @@ TEST(Options, AGenerateLineBecomesTypedOptions) {
   EXPECT_EQ(g.engine.drafts[0].kind, specdec::DraftKind::model);
   EXPECT_EQ(g.engine.drafts[0].path, "/models/small");
   EXPECT_EQ(g.engine.drafts[0].num_draft_tokens, 4);
+  EXPECT_FALSE(g.engine.drafts[0].context_lookup);
   EXPECT_EQ(g.request.speculative.draft, specdec::draft_id(g.engine.drafts[0]));
   EXPECT_EQ(g.request.speculative.num_draft_tokens, 4);
   EXPECT_EQ(g.request.speculative.mode, specdec::VerifyMode::rejection);

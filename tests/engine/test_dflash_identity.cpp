@@ -147,8 +147,8 @@ TEST(DflashEngine, RowsRepeatingTheirNeighbourProposeTheRunnerUp) {
   EXPECT_GT(st.swapped, 0);
   EXPECT_GT(st.scored, 0);
   EXPECT_GT(st.runner_right, st.repeat_right) << st.scored << " repeating rows scored";
-  EXPECT_EQ(st.looked_up, 0);
-  EXPECT_EQ(st.lookups_scored, 0);
+  EXPECT_EQ(st.lookup.looked_up, 0);
+  EXPECT_EQ(st.lookup.scored, 0);
 }
 
 TEST(DflashEngine, RowsTheContextContinuesProposeItsContinuation) {
@@ -171,9 +171,9 @@ TEST(DflashEngine, RowsTheContextContinuesProposeItsContinuation) {
     tokens_a_round[i] = static_cast<double>(t.emitted) / static_cast<double>(t.rounds);
   }
   const DflashStats st = m.fixed->stats();
-  EXPECT_GT(st.looked_up, 0);
-  EXPECT_GT(st.lookups_scored, 0);
-  EXPECT_GT(st.context_right, 2 * st.own_right) << st.lookups_scored << " rows scored";
+  EXPECT_GT(st.lookup.looked_up, 0);
+  EXPECT_GT(st.lookup.scored, 0);
+  EXPECT_GT(st.lookup.context_right, 2 * st.lookup.own_right) << st.lookup.scored << " rows scored";
   EXPECT_GT(tokens_a_round[1], 1.2 * tokens_a_round[0])
       << "tokens a round: " << tokens_a_round[0] << " own, " << tokens_a_round[1] << " with the context";
 }

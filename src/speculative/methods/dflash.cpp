@@ -24,8 +24,8 @@
 #include "sampling/sampling.h"
 #include "speculative/methods/block_repeats.h"
 #include "speculative/methods/dspark.h"
+#include "speculative/methods/context_lookup.h"
 #include "speculative/methods/kv_rows.h"
-#include "speculative/methods/ngram.h"
 #include "speculative/methods/pending_taps.h"
 
 namespace specdec {
@@ -36,12 +36,7 @@ namespace {
 // that drafts nothing for long holds that many positions' taps at most.
 constexpr int64_t kMaxWaiting = 128;
 constexpr double kRequestCalibrationRate = 0.2;  // CutCalibration's step for one request's own offsets
-// The context's continuation of a row's drafts: the longest of the trailing 2..4 tokens found
-// earlier in the text gives what followed it (single tokens recur too often to say much).
-constexpr int kLookupMaxNgram = 4, kLookupMinNgram = 2;
-// Rows start following the context, half an outcome ahead: one row on which the drafter was right
-// and the context wrong turns them back to the drafter's own argmax (block_repeats.h).
-constexpr double kLookupHeadStart = 0.5, kRunnerHeadStart = 0.5;
+constexpr double kRunnerHeadStart = 0.5;  // a repeating row proposes its runner-up until the repeat was right once
 
 struct DflashRow {
   KvCache::SeqId seq = 0;
@@ -53,37 +48,10 @@ struct DflashRow {
   int64_t last_round = 0;           // positions the last commit delivered (a round's usual catch-up)
   std::vector<double> cut_logits;   // the calibration's logits of the drafts the cut last sent
   CutCalibration own_cut{kRequestCalibrationRate};  // this request's correction on top of the drafter's
-  // The last block's greedy rows that had an alternative to their argmax (block_repeats.h): the
-  // block row (0-based draft index), its own token and the alternative, scored when the round is
-  // verified. Repeating rows' alternative is their runner-up, and the score is the method's;
-  // the context's continuation is scored per request, since it is the request's text that repeats
-  // itself or not.
-  struct Swap {
-    int draft = 0;
-    int32_t own = 0, other = 0;
-  };
-  std::vector<Swap> repeats, lookups;
-  NgramIndex context{kLookupMaxNgram, kLookupMinNgram};  // known (+ pending and drafts while drafting)
-  SwapScore lookup_score{kLookupHeadStart};
+  // The last block's repeating greedy rows (block_repeats.h), scored when the round is verified.
+  std::vector<DraftSwap> repeats;
+  ContextLookup lookup;  // the request's text's continuation of the drafts (context_lookup.h)
 };
-
-// Scores a round's swaps: a swap's row was reached if every draft before it was accepted, and the
-// target's token there is emitted[draft] (the accepted draft, or the target's own token after the
-// last accepted one). Returns how many were scored, and adds those where each side was right.
-int score_swaps(std::vector<DflashRow::Swap>& swaps, const RowCommit& c, SwapScore& score, int64_t& own_right,
-                int64_t& other_right) {
-  int scored = 0;
-  for (const DflashRow::Swap& e : swaps)
-    if (e.draft <= c.accepted && e.draft < static_cast<int>(c.emitted.size())) {
-      const int32_t t = c.emitted[static_cast<size_t>(e.draft)];
-      score.observe(t == e.own, t == e.other);
-      own_right += t == e.own ? 1 : 0;
-      other_right += t == e.other ? 1 : 0;
-      ++scored;
-    }
-  swaps.clear();
-  return scored;
-}
 
 // Host arrays of one call's ragged batch, uploaded into scratch (a copy from host memory has
 // read it when it returns); kept as members so that a round allocates nothing for them.
@@ -171,7 +139,7 @@ class DflashRows final : public DraftRows {
       }
       r.cut_logits.clear();
       stats_->scored += score_swaps(r.repeats, c, repeats_, stats_->repeat_right, stats_->runner_right);
-      stats_->lookups_scored += score_swaps(r.lookups, c, r.lookup_score, stats_->own_right, stats_->context_right);
+      r.lookup.commit(c, stats_->lookup);
     }
   }
 
@@ -600,10 +568,9 @@ class DflashRows final : public DraftRows {
       std::vector<double> survival;
       r.cut_logits.clear();
       r.repeats.clear();
-      r.lookups.clear();
       const bool greedy = ask.sampling->selects_argmax() && !ask.want_q;
       const bool lookup = greedy && lookup_;
-      if (lookup) follow_context(r, ask.pending);
+      if (lookup) r.lookup.begin(r.known, ask.pending);
       int32_t previous_top = -1;  // the row before's argmax, as the drafter gave it
       double alive = 1.0;
       for (int j = 0; j < d; ++j) {
@@ -636,17 +603,9 @@ class DflashRows final : public DraftRows {
           }
           previous_top = top;
         }
-        if (lookup) {
-          const std::vector<int32_t> next = r.context.propose(1);
-          if (!next.empty() && next.front() != token) {
-            r.lookups.push_back({j, token, next.front()});
-            if (r.lookup_score.swap()) {
-              token = next.front();
-              stats_->looked_up += 1;
-            }
-          }
-          r.context.append(std::span<const int32_t>(&token, 1));
-        }
+        // The block's rows do not see each other, so a row the context replaced leaves the rows
+        // after it as good as they were: each is checked in turn.
+        if (lookup) token = r.lookup.choose(j, token, stats_->lookup);
         p.tokens.push_back(token);
         if (hidden && cuts_row(ask)) {
           const double z =
@@ -664,20 +623,13 @@ class DflashRows final : public DraftRows {
       } else {
         r.cut_logits.clear();  // the row's drafts were not chosen by the cut
       }
-      if (lookup) r.context.truncate(r.known.size());
+      if (lookup) r.lookup.end(r.known.size());
       p.one_off = one_off;
       stats_->rounds += 1;
       stats_->asked += d;
       stats_->proposed += static_cast<int64_t>(p.tokens.size());
     }
     return out;
-  }
-
-  // The row's context index brought up to its known tokens (which only grow) and the pending one.
-  static void follow_context(DflashRow& r, int32_t pending) {
-    if (r.context.size() > r.known.size()) r.context.truncate(r.known.size());
-    r.context.append(std::span<const int32_t>(r.known).subspan(r.context.size()));
-    r.context.append(std::span<const int32_t>(&pending, 1));
   }
 
   // The calibration's logit of P(block row `row` accepted | the rows before it accepted), from the

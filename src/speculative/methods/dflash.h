@@ -11,6 +11,7 @@
 #include <string>
 
 #include "speculative/draft.h"
+#include "speculative/methods/context_lookup.h"
 #include "speculative/methods/dflash_format.h"
 
 namespace specdec {
@@ -24,8 +25,7 @@ struct DflashOptions {
   // policy's depth stands, as for an uncalibrated checkpoint).
   bool confidence_cut = true;
   // Whether a greedy row may propose what followed its drafts' trailing tokens earlier in the
-  // request's text instead of its own argmax, while that has been right at least as often
-  // (block_repeats.h).
+  // request's text instead of its own argmax (context_lookup.h).
   bool context_lookup = true;
   int kv_blocks = 0;  // 0 = the engine's rows at the drafter's context, within kv_memory
   size_t kv_memory = 256ull << 20;
@@ -42,9 +42,7 @@ struct DflashStats {
   // runner-up; and of those a verified round reached, where the repeat and where the runner-up
   // was the target's token.
   int64_t swapped = 0, scored = 0, repeat_right = 0, runner_right = 0;
-  // Greedy rows whose context continuation differed from their own token: proposed as the
-  // continuation; and of those a verified round reached, where each was the target's token.
-  int64_t looked_up = 0, lookups_scored = 0, own_right = 0, context_right = 0;
+  LookupStats lookup;  // greedy rows checked against the request's text (context_lookup.h)
 };
 
 class DflashMethod : public DraftMethod {

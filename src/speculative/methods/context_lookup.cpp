@@ -1,0 +1,60 @@
+#include "speculative/methods/context_lookup.h"
+
+namespace specdec {
+
+namespace {
+
+// The longest of the trailing 2..4 tokens found earlier in the text gives what followed it
+// (single tokens recur too often to say much).
+constexpr int kMaxNgram = 4, kMinNgram = 2;
+// Rows start following the context, half an outcome ahead: one row on which the drafter was right
+// and the context wrong turns them back to the drafter's own tokens.
+constexpr double kHeadStart = 0.5;
+
+}  // namespace
+
+int score_swaps(std::vector<DraftSwap>& swaps, const RowCommit& commit, SwapScore& score, int64_t& own_right,
+                int64_t& other_right) {
+  int scored = 0;
+  for (const DraftSwap& e : swaps)
+    if (e.draft <= commit.accepted && e.draft < static_cast<int>(commit.emitted.size())) {
+      const int32_t t = commit.emitted[static_cast<size_t>(e.draft)];
+      score.observe(t == e.own, t == e.other);
+      own_right += t == e.own ? 1 : 0;
+      other_right += t == e.other ? 1 : 0;
+      ++scored;
+    }
+  swaps.clear();
+  return scored;
+}
+
+ContextLookup::ContextLookup() : index_(kMaxNgram, kMinNgram), score_(kHeadStart) {}
+
+void ContextLookup::begin(std::span<const int32_t> known, int32_t pending) {
+  swaps_.clear();
+  if (index_.size() > known.size()) index_.truncate(known.size());
+  index_.append(known.subspan(index_.size()));
+  index_.append(std::span<const int32_t>(&pending, 1));
+}
+
+int32_t ContextLookup::choose(int draft, int32_t own, LookupStats& stats) {
+  int32_t token = own;
+  const std::vector<int32_t> next = index_.propose(1);
+  if (!next.empty() && next.front() != own) {
+    swaps_.push_back({draft, own, next.front()});
+    if (score_.swap()) {
+      token = next.front();
+      stats.looked_up += 1;
+    }
+  }
+  index_.append(std::span<const int32_t>(&token, 1));
+  return token;
+}
+
+void ContextLookup::end(size_t known) { index_.truncate(known); }
+
+void ContextLookup::commit(const RowCommit& c, LookupStats& stats) {
+  stats.scored += score_swaps(swaps_, c, score_, stats.own_right, stats.context_right);
+}
+
+}  // namespace specdec
