@@ -27,16 +27,20 @@ class SwapScore {
  public:
   // `head_start`: the alternative's count before any outcome (the rule is followed until the
   // argmax has been right that much more often).
-  explicit SwapScore(double head_start) : other_(head_start) {}
+  explicit SwapScore(double head_start) : other_(head_start), seen_(head_start > 0 ? head_start : 0.0) {}
   // Whether a row that has an alternative proposes it.
   bool swap() const { return other_ >= own_; }
   // A row the round reached: whether the argmax, and whether the alternative, is the target's
   // token there.
   void observe(bool own_right, bool other_right);
+  // How often the alternative has been right, over the faded outcomes (its head start counted as
+  // that many right ones of as many outcomes, at most one).
+  double other_rate() const;
 
  private:
   static constexpr double kKeep = 0.98;  // each outcome's weight fades by this per later outcome
   double own_ = 0.0, other_;
+  double seen_;  // faded outcomes
 };
 
 // The runner-up of a row of logits: the largest logit other than column `top`'s (the first of

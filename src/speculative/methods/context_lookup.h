@@ -53,6 +53,10 @@ class ContextLookup {
   int32_t choose(int draft, int32_t own, LookupStats& stats);
   void end(size_t known);
 
+  // How often the context's continuation has been right where it differed from the drafter, on
+  // this request so far.
+  double rate() const { return score_.other_rate(); }
+
   // A verified round: scores its swaps.
   void commit(const RowCommit& c, LookupStats& stats);
 

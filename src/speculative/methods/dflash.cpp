@@ -13,6 +13,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backend/backend.h"
 #include "core/dtype.h"
@@ -134,6 +135,7 @@ class DflashRows final : public DraftRows {
       const int tried = std::min({c.drafted, c.accepted + 1, static_cast<int>(r.cut_logits.size())});
       for (int j = 0; j < tried; ++j) {
         const double z = r.cut_logits[static_cast<size_t>(j)];
+        if (std::isnan(z)) continue;  // a row the context replaced
         r.own_cut.observe(j + 1, z + calibration_.offset(j + 1), j < c.accepted);
         calibration_.observe(j + 1, z, j < c.accepted);
       }
@@ -605,12 +607,20 @@ class DflashRows final : public DraftRows {
         }
         // The block's rows do not see each other, so a row the context replaced leaves the rows
         // after it as good as they were: each is checked in turn.
+        const int32_t own = token;
         if (lookup) token = r.lookup.choose(j, token, stats_->lookup);
         p.tokens.push_back(token);
         if (hidden && cuts_row(ask)) {
-          const double z =
-              row_logit(j + 1, std::span<const float>(hidden + o * H, static_cast<size_t>(H)), hidden[n_out * H + o]);
-          alive *= r.own_cut.probability(j + 1, z + calibration_.offset(j + 1));
+          // The confidence head scores the drafter's own row: a row the context replaced survives
+          // as often as the context has been right on this request, and its outcome says nothing
+          // of the head's calibration (NaN: not observed).
+          double z = std::numeric_limits<double>::quiet_NaN();
+          if (token == own) {
+            z = row_logit(j + 1, std::span<const float>(hidden + o * H, static_cast<size_t>(H)), hidden[n_out * H + o]);
+            alive *= r.own_cut.probability(j + 1, z + calibration_.offset(j + 1));
+          } else {
+            alive *= r.lookup.rate();
+          }
           survival.push_back(alive);
           r.cut_logits.push_back(z);
         }
