@@ -335,8 +335,25 @@ TEST(BlockRepeats, AlternativeWhileItIsRightAtLeastAsOften) {
   EXPECT_TRUE(e.swap());
   // Without a head start the argmax wins its first outcome.
   SwapScore f(0.0);
+  EXPECT_EQ(f.other_rate(), 0.0);
   f.observe(true, false);
   EXPECT_FALSE(f.swap());
+}
+
+TEST(BlockRepeats, TheAlternativesRateOverFadedOutcomes) {
+  SwapScore s(0.5);
+  EXPECT_DOUBLE_EQ(s.other_rate(), 1.0);  // the head start: half an outcome, right
+  s.observe(true, false);
+  EXPECT_NEAR(s.other_rate(), 0.49 / 1.49, 1e-12);
+  // Right from now on: the rate climbs toward one, the old miss fading.
+  double last = s.other_rate();
+  for (int i = 0; i < 100; ++i) {
+    s.observe(false, true);
+    EXPECT_GT(s.other_rate(), last);
+    last = s.other_rate();
+  }
+  EXPECT_GT(last, 0.95);
+  EXPECT_LE(last, 1.0);
 }
 
 TEST(BlockRepeats, RunnerUpOfALogitRow) {
