@@ -31,6 +31,17 @@ TEST(Ngram, FirstOccurrenceFromTheStart) {
   EXPECT_EQ(propose_ngram(h, 2, 1, 10), (Tokens{4, 7, 1, 5, 7, 1}));  // clipped at the end
 }
 
+TEST(Ngram, LatestOccurrenceClosestToTheEnd) {
+  const Tokens h = {7, 1, 4, 7, 1, 5, 7, 1};
+  EXPECT_EQ(propose_ngram(h, 2, 1, 1, Occurrence::latest), (Tokens{5}));  // [7 1] at 3, not at 0
+  EXPECT_EQ(propose_ngram(h, 2, 1, 10, Occurrence::latest), (Tokens{5, 7, 1}));
+  NgramIndex index(2, 1, Occurrence::latest);
+  index.append(h);
+  EXPECT_EQ(index.propose(1), (Tokens{5}));
+  index.truncate(5);  // [7 1 4 7 1]: the latest [7 1] before the suffix is at 0 again
+  EXPECT_EQ(index.propose(1), (Tokens{4}));
+}
+
 TEST(Ngram, CountLimitsAndHistoryEnd) {
   const Tokens h{1, 2, 3, 4, 5, 1, 2};
   EXPECT_EQ(propose_ngram(h, 3, 1, 3), (Tokens{3, 4, 5}));
@@ -63,38 +74,37 @@ TEST(NgramIndex, MatchesTheScanOnRandomHistories) {
   // Small alphabets make long matches common; larger ones make misses common.
   uint64_t draw = 0;
   auto next = [&](uint64_t seed) { return uniform01(seed, draw++, 3); };
-  for (int alphabet : {2, 3, 5, 16}) {
-    for (int trial = 0; trial < 20; ++trial) {
-      const uint64_t seed = static_cast<uint64_t>(alphabet * 1000 + trial);
-      NgramIndex index(4, 1);
-      Tokens history;
-      for (int step = 0; step < 150; ++step) {
-        const float action = next(seed);
-        if (action < 0.15f && !history.empty()) {
-          // Roll back a few tokens, as a rejected burst does.
-          const size_t drop = 1 + static_cast<size_t>(next(seed) * 5);
-          const size_t keep = history.size() > drop ? history.size() - drop : 0;
-          history.resize(keep);
-          index.truncate(keep);
-        } else {
-          Tokens burst(1 + static_cast<size_t>(next(seed) * 4));
-          for (int32_t& t : burst)
-            t = static_cast<int32_t>(next(seed) * static_cast<float>(alphabet));
-          history.insert(history.end(), burst.begin(), burst.end());
-          index.append(burst);
-        }
-        ASSERT_EQ(index.tokens(), history);
-        for (auto [max, min] :
-             {std::pair{4, 1}, std::pair{3, 2}, std::pair{2, 2}, std::pair{6, 1}}) {
-          for (int num : {1, 3, 10}) {
-            ASSERT_EQ(index.propose(max, min, num), propose_ngram(history, max, min, num))
-                << "alphabet " << alphabet << " trial " << trial << " step " << step << " n " << max
-                << ".." << min << " num " << num;
+  for (const Occurrence which : {Occurrence::first, Occurrence::latest})
+    for (int alphabet : {2, 3, 5, 16}) {
+      for (int trial = 0; trial < 20; ++trial) {
+        const uint64_t seed = static_cast<uint64_t>(alphabet * 1000 + trial);
+        NgramIndex index(4, 1, which);
+        Tokens history;
+        for (int step = 0; step < 150; ++step) {
+          const float action = next(seed);
+          if (action < 0.15f && !history.empty()) {
+            // Roll back a few tokens, as a rejected burst does.
+            const size_t drop = 1 + static_cast<size_t>(next(seed) * 5);
+            const size_t keep = history.size() > drop ? history.size() - drop : 0;
+            history.resize(keep);
+            index.truncate(keep);
+          } else {
+            Tokens burst(1 + static_cast<size_t>(next(seed) * 4));
+            for (int32_t& t : burst) t = static_cast<int32_t>(next(seed) * static_cast<float>(alphabet));
+            history.insert(history.end(), burst.begin(), burst.end());
+            index.append(burst);
+          }
+          ASSERT_EQ(index.tokens(), history);
+          for (auto [max, min] : {std::pair{4, 1}, std::pair{3, 2}, std::pair{2, 2}, std::pair{6, 1}}) {
+            for (int num : {1, 3, 10}) {
+              ASSERT_EQ(index.propose(max, min, num), propose_ngram(history, max, min, num, which))
+                  << (which == Occurrence::first ? "first" : "latest") << " alphabet " << alphabet << " trial " << trial
+                  << " step " << step << " n " << max << ".." << min << " num " << num;
+            }
           }
         }
       }
     }
-  }
 }
 
 TEST(NgramIndex, TruncateThenReappendRestoresState) {

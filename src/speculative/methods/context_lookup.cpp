@@ -4,9 +4,11 @@ namespace specdec {
 
 namespace {
 
-// The longest of the trailing 2..4 tokens found earlier in the text gives what followed it
-// (single tokens recur too often to say much).
-constexpr int kMaxNgram = 4, kMinNgram = 2;
+// The longest of the trailing 2..12 tokens found earlier in the text gives what followed its latest
+// occurrence (single tokens recur too often to say much). Long matches place a row within a
+// repeated line; the latest occurrence is the text as it goes now, where the first is often an
+// irregular first line.
+constexpr int kMaxNgram = 12, kMinNgram = 2;
 // Rows start following the context, half an outcome ahead: one row on which the drafter was right
 // and the context wrong turns them back to the drafter's own tokens.
 constexpr double kHeadStart = 0.5;
@@ -28,7 +30,7 @@ int score_swaps(std::vector<DraftSwap>& swaps, const RowCommit& commit, SwapScor
   return scored;
 }
 
-ContextLookup::ContextLookup() : index_(kMaxNgram, kMinNgram), score_(kHeadStart) {}
+ContextLookup::ContextLookup() : index_(kMaxNgram, kMinNgram, Occurrence::latest), score_(kHeadStart) {}
 
 void ContextLookup::begin(std::span<const int32_t> known, int32_t pending) {
   swaps_.clear();

@@ -1,6 +1,7 @@
-// The prompt-lookup proposal, as a scan (the definition) and as an incremental first-occurrence
-// index. Invariant of the index: for each n in range, first_ holds exactly one entry per distinct
-// n-gram of tokens_, at its lowest start.
+// The prompt-lookup proposal, as a scan (the definition) and as an incremental index. Invariant of
+// the index: for each n in range, slots_ holds exactly one entry per distinct n-gram of tokens_,
+// at its lowest start (Occurrence::first) or its highest (Occurrence::latest, each start then
+// linked to the occurrence before it).
 #include "speculative/methods/ngram.h"
 
 #include <algorithm>
@@ -22,15 +23,20 @@ std::vector<int32_t> follow(std::span<const int32_t> history, size_t from, int n
                               history.begin() + static_cast<std::ptrdiff_t>(end));
 }
 
-// The first start i < history.size() - n whose n tokens equal the trailing n, or -1.
-std::ptrdiff_t scan_first(std::span<const int32_t> history, size_t n) {
+// The first (or latest) start i < history.size() - n whose n tokens equal the trailing n, or -1.
+std::ptrdiff_t scan(std::span<const int32_t> history, size_t n, Occurrence which) {
   const size_t tail = history.size() - n;
-  for (size_t i = 0; i < tail; ++i) {
-    if (std::equal(history.begin() + static_cast<std::ptrdiff_t>(i),
-                   history.begin() + static_cast<std::ptrdiff_t>(i + n),
-                   history.begin() + static_cast<std::ptrdiff_t>(tail))) {
-      return static_cast<std::ptrdiff_t>(i);
-    }
+  const auto equal_at = [&](size_t i) {
+    return std::equal(history.begin() + static_cast<std::ptrdiff_t>(i),
+                      history.begin() + static_cast<std::ptrdiff_t>(i + n),
+                      history.begin() + static_cast<std::ptrdiff_t>(tail));
+  };
+  if (which == Occurrence::first) {
+    for (size_t i = 0; i < tail; ++i)
+      if (equal_at(i)) return static_cast<std::ptrdiff_t>(i);
+  } else {
+    for (size_t i = tail; i-- > 0;)
+      if (equal_at(i)) return static_cast<std::ptrdiff_t>(i);
   }
   return -1;
 }
@@ -45,19 +51,22 @@ uint64_t mix(uint64_t h) {  // splitmix64 finaliser
 
 }  // namespace
 
-std::vector<int32_t> propose_ngram(std::span<const int32_t> history, int max_ngram, int min_ngram, int num_draft) {
+std::vector<int32_t> propose_ngram(std::span<const int32_t> history, int max_ngram, int min_ngram, int num_draft,
+                                   Occurrence which) {
   check_range(max_ngram, min_ngram);
   if (num_draft <= 0 || history.size() < 2) return {};
   const size_t longest = std::min(static_cast<size_t>(max_ngram), history.size() - 1);
   for (size_t n = longest; n >= static_cast<size_t>(min_ngram); --n) {
-    const std::ptrdiff_t at = scan_first(history, n);
+    const std::ptrdiff_t at = scan(history, n, which);
     if (at >= 0) return follow(history, static_cast<size_t>(at) + n, num_draft);
   }
   return {};
 }
 
-NgramIndex::NgramIndex(int max_ngram, int min_ngram) : max_(max_ngram), min_(min_ngram) {
+NgramIndex::NgramIndex(int max_ngram, int min_ngram, Occurrence which)
+    : max_(max_ngram), min_(min_ngram), which_(which) {
   check_range(max_ngram, min_ngram);
+  if (which_ == Occurrence::latest) previous_.resize(static_cast<size_t>(max_ngram - min_ngram + 1));
 }
 
 uint64_t NgramIndex::key(size_t start, size_t n) const {
@@ -69,17 +78,22 @@ uint64_t NgramIndex::key(size_t start, size_t n) const {
 uint32_t NgramIndex::first_start(size_t start, size_t n) const { return find(key(start, n), start, n); }
 
 uint32_t NgramIndex::find(uint64_t k, size_t start, size_t n) const {
-  if (slots_.empty()) return kNone;
+  const size_t i = find_slot(k, start, n);
+  return i < slots_.size() ? slots_[i].start : kNone;
+}
+
+size_t NgramIndex::find_slot(uint64_t k, size_t start, size_t n) const {
+  if (slots_.empty()) return 0;
   const size_t mask = slots_.size() - 1;
   for (size_t i = k & mask; slots_[i].start != kNone; i = (i + 1) & mask) {
     const Slot& e = slots_[i];
     if (e.key == k && e.n == n &&
         std::equal(tokens_.begin() + e.start, tokens_.begin() + e.start + static_cast<std::ptrdiff_t>(n),
                    tokens_.begin() + static_cast<std::ptrdiff_t>(start))) {
-      return e.start;
+      return i;
     }
   }
-  return kNone;
+  return slots_.size();
 }
 
 void NgramIndex::insert(uint64_t key, uint32_t start, uint32_t n) {
@@ -127,20 +141,42 @@ void NgramIndex::append(std::span<const int32_t> tokens) {
     for (auto n = static_cast<size_t>(min_); n <= static_cast<size_t>(max_) && n <= end; ++n) {
       const size_t start = end - n;
       const uint64_t k = key(start, n);
-      if (find(k, start, n) == kNone) insert(k, static_cast<uint32_t>(start), static_cast<uint32_t>(n));
+      const size_t at = find_slot(k, start, n);
+      if (which_ == Occurrence::latest) {
+        std::vector<uint32_t>& previous = previous_[n - static_cast<size_t>(min_)];
+        previous.resize(start + 1, kNone);
+        previous[start] = at < slots_.size() ? slots_[at].start : kNone;
+        if (at < slots_.size()) {
+          slots_[at].start = static_cast<uint32_t>(start);  // same n-gram, same key: the slot stays
+          continue;
+        }
+      }
+      if (at == slots_.size()) insert(k, static_cast<uint32_t>(start), static_cast<uint32_t>(n));
     }
   }
 }
 
 void NgramIndex::truncate(size_t length) {
-  // Walk back so tokens_ still holds every removed n-gram while its key is computed. A removed
-  // n-gram has an entry at its own start only if it was the first occurrence, and then no other
-  // occurrence lies below it: dropping the entry keeps the invariant.
+  // Walk back so tokens_ still holds every removed n-gram while its key is computed. First
+  // occurrences: a removed n-gram has an entry at its own start only if it was the first
+  // occurrence, and then no other occurrence lies below it: dropping the entry keeps the
+  // invariant. Latest: a removed n-gram is its latest occurrence (later ones went first), so its
+  // entry goes back to the occurrence before it, or away.
   while (tokens_.size() > length) {
     const size_t end = tokens_.size();
     for (auto n = static_cast<size_t>(min_); n <= static_cast<size_t>(max_) && n <= end; ++n) {
       const size_t start = end - n;
-      erase(key(start, n), static_cast<uint32_t>(start), static_cast<uint32_t>(n));
+      const uint64_t k = key(start, n);
+      if (which_ == Occurrence::latest) {
+        std::vector<uint32_t>& previous = previous_[n - static_cast<size_t>(min_)];
+        const uint32_t before = previous[start];
+        previous.resize(start);
+        if (before != kNone) {
+          slots_[find_slot(k, start, n)].start = before;
+          continue;
+        }
+      }
+      erase(k, static_cast<uint32_t>(start), static_cast<uint32_t>(n));
     }
     tokens_.pop_back();
   }
@@ -155,12 +191,18 @@ std::vector<int32_t> NgramIndex::propose(int max_ngram, int min_ngram, int num_d
     const size_t tail = length - n;
     std::ptrdiff_t at = -1;
     if (n >= static_cast<size_t>(min_) && n <= static_cast<size_t>(max_)) {
-      // The suffix itself is indexed, so the first start is at most `tail`; equal means the
-      // suffix is the only occurrence.
-      const uint32_t first = first_start(tail, n);
-      if (first < tail) at = first;
+      if (which_ == Occurrence::first) {
+        // The suffix itself is indexed, so the first start is at most `tail`; equal means the
+        // suffix is the only occurrence.
+        const uint32_t first = first_start(tail, n);
+        if (first < tail) at = first;
+      } else {
+        // The suffix is the latest occurrence; the one before it is linked.
+        const uint32_t before = previous_[n - static_cast<size_t>(min_)][tail];
+        if (before != kNone) at = before;
+      }
     } else {
-      at = scan_first(tokens_, n);
+      at = scan(tokens_, n, which_);
     }
     if (at >= 0) return follow(tokens_, static_cast<size_t>(at) + n, num_draft);
   }
