@@ -42,6 +42,7 @@ void ContextLookup::begin(std::span<const int32_t> known, int32_t pending) {
 int32_t ContextLookup::choose(int draft, int32_t own, LookupStats& stats) {
   int32_t token = own;
   const std::vector<int32_t> next = index_.propose(1);
+  agreed_ = !next.empty() && next.front() == own;
   if (!next.empty() && next.front() != own) {
     swaps_.push_back({draft, own, next.front()});
     if (score_.swap()) {

@@ -56,6 +56,8 @@ class ContextLookup {
   // How often the context's continuation has been right where it differed from the drafter, on
   // this request so far.
   double rate() const { return score_.other_rate(); }
+  // Whether the last choose()'s continuation was the drafter's own token.
+  bool agreed() const { return agreed_; }
 
   // A verified round: scores its swaps.
   void commit(const RowCommit& c, LookupStats& stats);
@@ -64,6 +66,7 @@ class ContextLookup {
   NgramIndex index_;
   SwapScore score_;
   std::vector<DraftSwap> swaps_;
+  bool agreed_ = false;
 };
 
 }  // namespace specdec

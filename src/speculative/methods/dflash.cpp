@@ -617,7 +617,9 @@ class DflashRows final : public DraftRows {
           double z = std::numeric_limits<double>::quiet_NaN();
           if (token == own) {
             z = row_logit(j + 1, std::span<const float>(hidden + o * H, static_cast<size_t>(H)), hidden[n_out * H + o]);
-            alive *= r.own_cut.probability(j + 1, z + calibration_.offset(j + 1));
+            const double head = r.own_cut.probability(j + 1, z + calibration_.offset(j + 1));
+            // Where the text's continuation is the same token, either being right makes it right.
+            alive *= lookup && r.lookup.agreed() ? 1.0 - (1.0 - head) * (1.0 - r.lookup.rate()) : head;
           } else {
             alive *= r.lookup.rate();
           }
