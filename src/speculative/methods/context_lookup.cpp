@@ -4,11 +4,11 @@ namespace specdec {
 
 namespace {
 
-// The longest of the trailing 2..12 tokens found earlier in the text gives what followed its latest
-// occurrence (single tokens recur too often to say much). Long matches place a row within a
-// repeated line; the latest occurrence is the text as it goes now, where the first is often an
-// irregular first line.
-constexpr int kMaxNgram = 12, kMinNgram = 2;
+// The longest of the trailing 3..12 tokens found earlier in the text gives what followed its latest
+// occurrence (one or two tokens recur too often to say much: on free text their continuations
+// were wrong where the drafter was right). Long matches place a row within a repeated line; the
+// latest occurrence is the text as it goes now, where the first is often an irregular first line.
+constexpr int kMaxNgram = 12, kMinNgram = 3;
 // Rows start following the context, half an outcome ahead: one row on which the drafter was right
 // and the context wrong turns them back to the drafter's own tokens.
 constexpr double kHeadStart = 0.5;
