@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "model/weights.h"
 #include "speculative/methods/block_repeats.h"
+#include "speculative/methods/context_lookup.h"
 #include "speculative/methods/dflash.h"
 #include "speculative/methods/dspark.h"
 #include "test_device.h"
@@ -354,6 +355,39 @@ TEST(BlockRepeats, TheAlternativesRateOverFadedOutcomes) {
   }
   EXPECT_GT(last, 0.95);
   EXPECT_LE(last, 1.0);
+}
+
+TEST(ContextLookup, ProposesTheLatestContinuationAndScoresIt) {
+  // 5 1 2 3 7 1 2 | pending 3: the trailing 1 2 3 occurred at 1, followed by 7.
+  const std::vector<int32_t> known = {5, 1, 2, 3, 7, 1, 2};
+  ContextLookup lookup;
+  LookupStats stats;
+  lookup.begin(known, 3);
+  EXPECT_EQ(lookup.choose(0, 9, stats), 7);  // differs from the drafter's 9: the head start follows the text
+  EXPECT_FALSE(lookup.agreed());
+  EXPECT_EQ(lookup.choose(1, 1, stats), 1);  // ... 3 7 continues with 1, the drafter's own token
+  EXPECT_TRUE(lookup.agreed());
+  lookup.end();
+  EXPECT_EQ(stats.looked_up, 1);
+  // The target wrote 7 then 1: draft 0 was reached and the text's token was right.
+  RowCommit c;
+  c.accepted = 2;
+  c.drafted = 2;
+  c.emitted = {7, 1, 4};
+  lookup.commit(c, stats);
+  EXPECT_EQ(stats.scored, 1);
+  EXPECT_EQ(stats.context_right, 1);
+  EXPECT_EQ(stats.own_right, 0);
+  EXPECT_GT(lookup.rate(), 0.9);
+  // A call that fails half way (no end()) leaves no drafts behind for the next one.
+  const std::vector<int32_t> other = {4, 9, 2, 6, 5, 1, 2, 3, 7, 1};
+  ContextLookup fresh;
+  fresh.begin(other, 4);
+  EXPECT_EQ(fresh.choose(0, 8, stats), 8);  // 7 1 4 occurred nowhere before: no continuation
+  std::vector<int32_t> longer = other;
+  longer.insert(longer.end(), {4, 9});  // the target wrote 4 9, not the 4 8 drafted
+  fresh.begin(longer, 2);               // ... 4 9 | 2: 4 9 2 occurred at 0, followed by 6
+  EXPECT_EQ(fresh.choose(0, 5, stats), 6);
 }
 
 TEST(BlockRepeats, RunnerUpOfALogitRow) {

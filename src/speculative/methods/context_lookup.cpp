@@ -1,5 +1,7 @@
 #include "speculative/methods/context_lookup.h"
 
+#include <algorithm>
+
 namespace specdec {
 
 namespace {
@@ -34,8 +36,11 @@ ContextLookup::ContextLookup() : index_(kMaxNgram, kMinNgram, Occurrence::latest
 
 void ContextLookup::begin(std::span<const int32_t> known, int32_t pending) {
   swaps_.clear();
-  if (index_.size() > known.size()) index_.truncate(known.size());
+  // Past `known_` the index may hold a call's drafts that end() did not take back (a call that
+  // failed half way).
+  index_.truncate(std::min(known_, known.size()));
   index_.append(known.subspan(index_.size()));
+  known_ = known.size();
   index_.append(std::span<const int32_t>(&pending, 1));
 }
 
@@ -54,7 +59,7 @@ int32_t ContextLookup::choose(int draft, int32_t own, LookupStats& stats) {
   return token;
 }
 
-void ContextLookup::end(size_t known) { index_.truncate(known); }
+void ContextLookup::end() { index_.truncate(known_); }
 
 void ContextLookup::commit(const RowCommit& c, LookupStats& stats) {
   stats.scored += score_swaps(swaps_, c, score_, stats.own_right, stats.context_right);

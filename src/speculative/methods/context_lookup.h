@@ -51,7 +51,7 @@ class ContextLookup {
   // Draft `draft`, whose drafter's token is `own`: the token to propose (the context's where it
   // differs and the rule is followed), taken into the index.
   int32_t choose(int draft, int32_t own, LookupStats& stats);
-  void end(size_t known);
+  void end();
 
   // How often the context's continuation has been right where it differed from the drafter, on
   // this request so far.
@@ -67,6 +67,7 @@ class ContextLookup {
   SwapScore score_;
   std::vector<DraftSwap> swaps_;
   bool agreed_ = false;
+  size_t known_ = 0;  // the index's first known_ tokens are the row's known ones
 };
 
 }  // namespace specdec

@@ -635,7 +635,7 @@ class DflashRows final : public DraftRows {
       } else {
         r.cut_logits.clear();  // the row's drafts were not chosen by the cut
       }
-      if (lookup) r.lookup.end(r.known.size());
+      if (lookup) r.lookup.end();
       p.one_off = one_off;
       stats_->rounds += 1;
       stats_->asked += d;
