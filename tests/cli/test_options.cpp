@@ -193,6 +193,7 @@ TEST_F(Suite, AGoodBenchLineCarriesTheSuiteAndTheMethods) {
   EXPECT_EQ(b.suite[0].text, "def f():");
   ASSERT_EQ(b.engine.drafts.size(), 1u);
   EXPECT_EQ(b.engine.drafts[0].kind, specdec::DraftKind::ngram);
+  EXPECT_TRUE(b.engine.drafts[0].context_lookup);  // on unless --no-context-lookup
   // Greedy unless --temperature, every sampling field set so the model's defaults play no part.
   EXPECT_EQ(b.sampling.temperature, 0.0f);
   EXPECT_EQ(b.sampling.top_p, 1.0f);
@@ -306,3 +307,16 @@ TEST(Options, InfoTakesAModelFolder) {
 }
 
 }  // namespace
+
+TEST(Options, AServeLineCarriesItsDraftsAndTheirLookup) {
+  const CommandLine line =
+      parse_command_line({"serve", "--draft", "ngram", "--draft", "/models/dflash", "--no-context-lookup"});
+  ASSERT_TRUE(line.command.has_value()) << line.err;
+  const auto& s = std::get<specdec::cli::ServeCommand>(*line.command);
+  ASSERT_EQ(s.engine.drafts.size(), 2u);
+  EXPECT_EQ(s.engine.drafts[1].path, "/models/dflash");
+  for (const specdec::DraftSpec& d : s.engine.drafts) EXPECT_FALSE(d.context_lookup);
+  const CommandLine plain = parse_command_line({"serve", "--draft", "/models/dflash"});
+  ASSERT_TRUE(plain.command.has_value()) << plain.err;
+  EXPECT_TRUE(std::get<specdec::cli::ServeCommand>(*plain.command).engine.drafts.at(0).context_lookup);
+}
