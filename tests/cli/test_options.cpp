@@ -306,8 +306,6 @@ TEST(Options, InfoTakesAModelFolder) {
   EXPECT_EQ(std::get<specdec::cli::InfoCommand>(*line.command).model_dir, "/some/folder");
 }
 
-}  // namespace
-
 TEST(Options, AServeLineCarriesItsDraftsAndTheirLookup) {
   const CommandLine line =
       parse_command_line({"serve", "--draft", "ngram", "--draft", "/models/dflash", "--no-context-lookup"});
@@ -320,3 +318,5 @@ TEST(Options, AServeLineCarriesItsDraftsAndTheirLookup) {
   ASSERT_TRUE(plain.command.has_value()) << plain.err;
   EXPECT_TRUE(std::get<specdec::cli::ServeCommand>(*plain.command).engine.drafts.at(0).context_lookup);
 }
+
+}  // namespace
