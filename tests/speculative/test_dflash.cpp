@@ -363,10 +363,12 @@ TEST(ContextLookup, ProposesTheLatestContinuationAndScoresIt) {
   ContextLookup lookup;
   LookupStats stats;
   lookup.begin(known, 3);
-  EXPECT_EQ(lookup.choose(0, 9, stats), 7);  // differs from the drafter's 9: the head start follows the text
-  EXPECT_FALSE(lookup.agreed());
-  EXPECT_EQ(lookup.choose(1, 1, stats), 1);  // ... 3 7 continues with 1, the drafter's own token
-  EXPECT_TRUE(lookup.agreed());
+  const ContextLookup::Choice first = lookup.choose(0, 9, stats);
+  EXPECT_EQ(first.token, 7);  // differs from the drafter's 9: the head start follows the text
+  EXPECT_FALSE(first.agreed);
+  const ContextLookup::Choice second = lookup.choose(1, 1, stats);
+  EXPECT_EQ(second.token, 1);  // ... 3 7 continues with 1, the drafter's own token
+  EXPECT_TRUE(second.agreed);
   lookup.end();
   EXPECT_EQ(stats.looked_up, 1);
   // The target wrote 7 then 1: draft 0 was reached and the text's token was right.
@@ -383,11 +385,11 @@ TEST(ContextLookup, ProposesTheLatestContinuationAndScoresIt) {
   const std::vector<int32_t> other = {4, 9, 2, 6, 5, 1, 2, 3, 7, 1};
   ContextLookup fresh;
   fresh.begin(other, 4);
-  EXPECT_EQ(fresh.choose(0, 8, stats), 8);  // 7 1 4 occurred nowhere before: no continuation
+  EXPECT_EQ(fresh.choose(0, 8, stats).token, 8);  // 7 1 4 occurred nowhere before: no continuation
   std::vector<int32_t> longer = other;
   longer.insert(longer.end(), {4, 9});  // the target wrote 4 9, not the 4 8 drafted
   fresh.begin(longer, 2);               // ... 4 9 | 2: 4 9 2 occurred at 0, followed by 6
-  EXPECT_EQ(fresh.choose(0, 5, stats), 6);
+  EXPECT_EQ(fresh.choose(0, 5, stats).token, 6);
 }
 
 TEST(BlockRepeats, RunnerUpOfALogitRow) {

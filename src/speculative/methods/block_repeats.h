@@ -20,6 +20,9 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
+
+#include "speculative/draft.h"
 
 namespace specdec {
 
@@ -42,6 +45,20 @@ class SwapScore {
   double own_ = 0.0, other_;
   double seen_;  // faded outcomes
 };
+
+// A greedy row's draft that had an alternative: the draft index, the drafter's own token and the
+// alternative.
+struct DraftSwap {
+  int draft = 0;
+  int32_t own = 0, other = 0;
+};
+
+// Scores a verified round's swaps and clears them: a swap's row was reached if every draft before
+// it was accepted, and the target's token there is emitted[draft] (the accepted draft, or the
+// target's own token after the last accepted one). Returns how many were scored and adds those on
+// which each side was right.
+int score_swaps(std::vector<DraftSwap>& swaps, const RowCommit& commit, SwapScore& score, int64_t& own_right,
+                int64_t& other_right);
 
 // The runner-up of a row of logits: the largest logit other than column `top`'s (the first of
 // equal ones); -1 when there is none or it is NaN.

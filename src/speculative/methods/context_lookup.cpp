@@ -17,21 +17,6 @@ constexpr double kHeadStart = 0.5;
 
 }  // namespace
 
-int score_swaps(std::vector<DraftSwap>& swaps, const RowCommit& commit, SwapScore& score, int64_t& own_right,
-                int64_t& other_right) {
-  int scored = 0;
-  for (const DraftSwap& e : swaps)
-    if (e.draft <= commit.accepted && e.draft < static_cast<int>(commit.emitted.size())) {
-      const int32_t t = commit.emitted[static_cast<size_t>(e.draft)];
-      score.observe(t == e.own, t == e.other);
-      own_right += t == e.own ? 1 : 0;
-      other_right += t == e.other ? 1 : 0;
-      ++scored;
-    }
-  swaps.clear();
-  return scored;
-}
-
 ContextLookup::ContextLookup() : index_(kMaxNgram, kMinNgram, Occurrence::latest), score_(kHeadStart) {}
 
 void ContextLookup::begin(std::span<const int32_t> known, int32_t pending) {
@@ -44,19 +29,21 @@ void ContextLookup::begin(std::span<const int32_t> known, int32_t pending) {
   index_.append(std::span<const int32_t>(&pending, 1));
 }
 
-int32_t ContextLookup::choose(int draft, int32_t own, LookupStats& stats) {
-  int32_t token = own;
+ContextLookup::Choice ContextLookup::choose(int draft, int32_t own, LookupStats& stats) {
+  Choice c{own, false};
   const std::vector<int32_t> next = index_.propose(1);
-  agreed_ = !next.empty() && next.front() == own;
-  if (!next.empty() && next.front() != own) {
-    swaps_.push_back({draft, own, next.front()});
-    if (score_.swap()) {
-      token = next.front();
-      stats.looked_up += 1;
+  if (!next.empty()) {
+    c.agreed = next.front() == own;
+    if (!c.agreed) {
+      swaps_.push_back({draft, own, next.front()});
+      if (score_.swap()) {
+        c.token = next.front();
+        stats.looked_up += 1;
+      }
     }
   }
-  index_.append(std::span<const int32_t>(&token, 1));
-  return token;
+  index_.append(std::span<const int32_t>(&c.token, 1));
+  return c;
 }
 
 void ContextLookup::end() { index_.truncate(known_); }

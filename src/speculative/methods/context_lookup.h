@@ -19,20 +19,6 @@
 
 namespace specdec {
 
-// A greedy row's draft that had an alternative: the draft index, the drafter's own token and the
-// alternative.
-struct DraftSwap {
-  int draft = 0;
-  int32_t own = 0, other = 0;
-};
-
-// Scores a verified round's swaps and clears them: a swap's row was reached if every draft before
-// it was accepted, and the target's token there is emitted[draft] (the accepted draft, or the
-// target's own token after the last accepted one). Returns how many were scored and adds those on
-// which each side was right.
-int score_swaps(std::vector<DraftSwap>& swaps, const RowCommit& commit, SwapScore& score, int64_t& own_right,
-                int64_t& other_right);
-
 // Telemetry of a method's lookups (summed over its rows).
 struct LookupStats {
   int64_t looked_up = 0;                     // drafts proposed from the context instead of the drafter's own token
@@ -49,15 +35,18 @@ class ContextLookup {
 
   void begin(std::span<const int32_t> known, int32_t pending);
   // Draft `draft`, whose drafter's token is `own`: the token to propose (the context's where it
-  // differs and the rule is followed), taken into the index.
-  int32_t choose(int draft, int32_t own, LookupStats& stats);
+  // differs and the rule is followed), taken into the index, and whether the context's
+  // continuation was `own` itself.
+  struct Choice {
+    int32_t token = 0;
+    bool agreed = false;
+  };
+  Choice choose(int draft, int32_t own, LookupStats& stats);
   void end();
 
   // How often the context's continuation has been right where it differed from the drafter, on
   // this request so far.
   double rate() const { return score_.other_rate(); }
-  // Whether the last choose()'s continuation was the drafter's own token.
-  bool agreed() const { return agreed_; }
 
   // A verified round: scores its swaps.
   void commit(const RowCommit& c, LookupStats& stats);
@@ -66,7 +55,6 @@ class ContextLookup {
   NgramIndex index_;
   SwapScore score_;
   std::vector<DraftSwap> swaps_;
-  bool agreed_ = false;
   size_t known_ = 0;  // the index's first known_ tokens are the row's known ones
 };
 

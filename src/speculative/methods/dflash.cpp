@@ -608,7 +608,12 @@ class DflashRows final : public DraftRows {
         // The block's rows do not see each other, so a row the context replaced leaves the rows
         // after it as good as they were: each is checked in turn.
         const int32_t own = token;
-        if (lookup) token = r.lookup.choose(j, token, stats_->lookup);
+        bool agreed = false;  // the text's continuation is the row's own token
+        if (lookup) {
+          const ContextLookup::Choice choice = r.lookup.choose(j, token, stats_->lookup);
+          token = choice.token;
+          agreed = choice.agreed;
+        }
         p.tokens.push_back(token);
         if (hidden && cuts_row(ask)) {
           // The confidence head scores the drafter's own row: a row the context replaced survives
@@ -619,7 +624,7 @@ class DflashRows final : public DraftRows {
             z = row_logit(j + 1, std::span<const float>(hidden + o * H, static_cast<size_t>(H)), hidden[n_out * H + o]);
             const double head = r.own_cut.probability(j + 1, z + calibration_.offset(j + 1));
             // Where the text's continuation is the same token, either being right makes it right.
-            alive *= lookup && r.lookup.agreed() ? 1.0 - (1.0 - head) * (1.0 - r.lookup.rate()) : head;
+            alive *= agreed ? 1.0 - (1.0 - head) * (1.0 - r.lookup.rate()) : head;
           } else {
             alive *= r.lookup.rate();
           }
