@@ -228,7 +228,16 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
       if (forced_probes_left) --*forced_probes_left;
     }
     probing_ = true;
-    return 1;
+    // A probe drafts whatever the estimates say, but not necessarily one token: at the depth
+    // with the best rate, as a round that drafts at all would. Where a window's extra tokens
+    // cost little beside the call (a block drafter's call is one forward whatever the depth; a
+    // GPU's windows of a few tokens cost about one step), a single-token probe learns one
+    // position and wins one token on text the drafter has started to get right (a loop, a
+    // copy), and takes several pauses to climb back to drafting there. A probe that can only
+    // re-measure costs stays at one draft.
+    if (cannot_pay_ || !costs.calibrated() || !costs.slope_known()) return 1;
+    price_choices(costs, draft, rows);
+    return best_rate_depth(1);
   }
   // Until the cost fit has data, draft moderately: a full-depth window in every row of a big
   // batch is the most expensive way to learn that speculation does not pay there. Until windows
@@ -242,17 +251,7 @@ int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int 
   }
   // Whether to draft: the best depth for this round alone against a plain step.
   price_choices(costs, draft, rows);
-  const std::vector<Choice>& now = choices_[static_cast<size_t>(run_)];
-  const double plain_rate = 1.0 / now[0].seconds;
-  int best = 0;
-  double best_rate = plain_rate * kMinGain;
-  for (int k = 1; k <= max_depth_; ++k) {
-    const double rate = now[static_cast<size_t>(k)].emitted / now[static_cast<size_t>(k)].seconds;
-    if (rate > best_rate) {
-      best_rate = rate;
-      best = k;
-    }
-  }
+  const int best = best_rate_depth(0);
   if (best == 0) {
     cannot_pay_ = !could_pay(costs, draft, rows);
     pause();
@@ -280,6 +279,21 @@ void DepthPolicy::price_choices(const CostModel& costs, const DraftCost& draft, 
       choices.push_back({emitted, round_cost(costs, draft, rows, k), reach});
     }
   }
+}
+
+int DepthPolicy::best_rate_depth(int least) const {
+  const std::vector<Choice>& now = choices_[static_cast<size_t>(run_)];
+  // A depth of 0 (a plain step) must be beaten by kMinGain.
+  int best = least;
+  double best_rate = least == 0 ? kMinGain / now[0].seconds : 0.0;
+  for (int k = std::max(1, least); k <= max_depth_; ++k) {
+    const double rate = now[static_cast<size_t>(k)].emitted / now[static_cast<size_t>(k)].seconds;
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = k;
+    }
+  }
+  return best;
 }
 
 int DepthPolicy::long_run_depth() const {

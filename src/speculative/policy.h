@@ -115,9 +115,9 @@ class DepthPolicy {
  public:
   DepthPolicy(int max_depth, bool adaptive, double prior_acceptance = 0.6);
   // Depth for the next round (0 = a plain target step this round). A paused row whose pause
-  // ends probes with one draft; where the measured costs say no depth could pay, that probe
-  // goes out only at the back-off cap and only while *forced_probes_left > 0 (then it takes
-  // one; null = no limit): the engine allows one such probe per method group and iteration.
+  // ends probes at the depth with the best rate (one draft where the costs leave none paying); where the measured costs
+  // say no depth could pay, that probe goes out only at the back-off cap and only while *forced_probes_left > 0 (then
+  // it takes one; null = no limit): the engine allows one such probe per method group and iteration.
   int next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left = nullptr);
   // The round's outcome: drafts proposed and accepted (proposed 0 = nothing to learn).
   void observe(int drafted, int accepted);
@@ -158,6 +158,9 @@ class DepthPolicy {
   // its seconds and the chance it is accepted whole; priced once a round for both of
   // next_depth's decisions (policy work is host time every GPU iteration waits for).
   void price_choices(const CostModel& costs, const DraftCost& draft, int rows);
+  // The depth of at least `least` with the best rate for the current regime's next round alone,
+  // from choices_ (0 only where it beats every depth by kMinGain).
+  int best_rate_depth(int least) const;
   // The depth for the current regime that maximises the long-run rate over both regimes, from
   // choices_.
   int long_run_depth() const;

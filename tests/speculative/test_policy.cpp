@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <vector>
 
 #include "speculative/policy.h"
@@ -393,6 +394,47 @@ TEST(DepthPolicy, DraftsABlockDrafterDeepFromOneMeasuredDepth) {
   }
   EXPECT_EQ(a.next_depth(costs, block, 1), 7);
   EXPECT_LE(b.next_depth(costs, per_draft, 1), 2);
+}
+
+TEST(DepthPolicy, AProbeDraftsAtTheDepthWithTheBestRate) {
+  // A block drafter whose first rounds on a reply were rejected (text it had not seen) is paused.
+  // Priced as on a GPU (a target step 0.26 ms, windows 3 us a token more; the block drafter's
+  // call 0.27 ms whatever its depth), its probe drafts the whole block: the extra drafts cost
+  // next to nothing, and where the reply has turned to a loop that the drafter gets right, the
+  // probe's round emits the block and shows every position's acceptance, where one draft would
+  // show one. Priced as on a CPU, where each token past the third costs a sixth of a step, it
+  // drafts two.
+  CostModel gpu;
+  for (int i = 0; i < 40; ++i) {
+    const int tokens = 1 + i % 4;
+    gpu.observe_forward(tokens, 0.26e-3 + 3e-6 * tokens);
+  }
+  const CostModel cpu = cpu_window_model();
+  DraftCost block(DraftCost::Shape::per_block);
+  for (int i = 0; i < 10; ++i) block.observe(3, 0.27e-3);
+  auto paused_row = [&](const CostModel& costs) {
+    auto policy = std::make_unique<DepthPolicy>(7, true);
+    int depth = 1;
+    for (int round = 0; round < 6 && depth > 0; ++round) {
+      depth = policy->next_depth(costs, block, 1);
+      if (depth > 0) policy->observe(depth, round % 3 == 2 ? 1 : 0);
+    }
+    EXPECT_EQ(depth, 0) << "the row drafts on";
+    return policy;
+  };
+  auto probe_depth = [&](const CostModel& costs) {
+    std::unique_ptr<DepthPolicy> policy = paused_row(costs);
+    for (int round = 0; round < 200; ++round) {
+      const int depth = policy->next_depth(costs, block, 1);
+      if (depth > 0) {
+        EXPECT_TRUE(policy->probing());
+        return depth;
+      }
+    }
+    return 0;
+  };
+  EXPECT_EQ(probe_depth(gpu), 7);
+  EXPECT_EQ(probe_depth(cpu), 2);
 }
 
 TEST(DepthPolicy, DraftsDeepWhenADraftModelsCallsHaveAFixedPart) {
