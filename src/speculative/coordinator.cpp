@@ -28,14 +28,14 @@ int probe_wait(double extra, double step) {
   return static_cast<int>(std::clamp(std::ceil(extra / (kProbeBudget * step)), 0.0, 4096.0));
 }
 
-// The wait after a probe in a batch of `rows`: its extra cost is what the group's probe iterations
-// were measured to cost beyond plain ones (`measured`, 0 before any), or at least what the fits
-// price: the draft call of one row, and the windows of two tokens instead of one. 0 until the
-// costs are measured.
-int probe_gap(const CostModel& costs, const DraftCost& draft, int rows, double measured) {
+// The wait after a probe of `depth` drafts in a batch of `rows`: its extra cost is what the
+// group's probe iterations were measured to cost beyond plain ones (`measured`, 0 before any), or
+// at least what the fits price: the draft call of one row, and every row's window padded to the
+// probe's instead of one token. 0 until the costs are measured.
+int probe_gap(const CostModel& costs, const DraftCost& draft, int rows, int depth, double measured) {
   if (!costs.calibrated()) return 0;
   const double step = costs.forward_cost(rows);
-  const double priced = draft.cost(1) + std::max(0.0, costs.forward_cost(2 * rows) - step);
+  const double priced = draft.cost(depth) + std::max(0.0, costs.forward_cost((depth + 1) * rows) - step);
   return probe_wait(std::max(measured, priced), step);
 }
 
@@ -205,7 +205,7 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
       } else if (decoding > 1) {
         g.prober = &row;
         const double measured = g.probe_seconds > 0 && plain_seconds_ > 0 ? g.probe_seconds - plain_seconds_ : 0.0;
-        g.probe_gap_left = probe_gap(costs, g.draft_cost, decoding, measured);
+        g.probe_gap_left = probe_gap(costs, g.draft_cost, decoding, depth, measured);
         g.probe_spacing = g.probe_gap_left;
       }
     }

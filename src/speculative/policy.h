@@ -115,9 +115,10 @@ class DepthPolicy {
  public:
   DepthPolicy(int max_depth, bool adaptive, double prior_acceptance = 0.6);
   // Depth for the next round (0 = a plain target step this round). A paused row whose pause
-  // ends probes at the depth with the best rate (one draft where the costs leave none paying); where the measured costs
-  // say no depth could pay, that probe goes out only at the back-off cap and only while *forced_probes_left > 0 (then
-  // it takes one; null = no limit): the engine allows one such probe per method group and iteration.
+  // ends probes at the depth with the best rate on its estimates. Where the measured costs say
+  // no depth could pay, that probe drafts one token and goes out only at the back-off cap and
+  // only while *forced_probes_left > 0 (then it takes one; null = no limit): the engine allows
+  // one such probe per method group and iteration.
   int next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left = nullptr);
   // The round's outcome: drafts proposed and accepted (proposed 0 = nothing to learn).
   void observe(int drafted, int accepted);
