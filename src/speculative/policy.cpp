@@ -107,8 +107,18 @@ void DraftCost::observe(int depth, double seconds) {
     if (slope > 0 && intercept >= 0) {
       per_step_ = slope;
       fixed_ = intercept;
+      slope_known_ = true;
       return;
     }
+  }
+  // Once calls of spread depths have shown the per-step part, it stands while the depths seen
+  // stop spreading (a row settled at one depth), and only the fixed part follows the timings, as
+  // the forward costs do. Split again by the method's shape instead, a chain whose fixed part
+  // (feeding the last round's positions) is several steps long would see its deep calls priced
+  // at the settled depth's cost per step, find them dear, and stay at that depth for good.
+  if (slope_known_) {
+    fixed_ = std::max(0.0, fit_.intercept(per_step_));
+    return;
   }
   // One depth seen (or a fit that makes no sense on noisy calls): the mean call split by the
   // method's shape. A draft model's call is a call of that depth plus one step for its fixed

@@ -105,6 +105,7 @@ class DraftCost {
   ForgettingFit fit_;  // seconds on depth
   double fixed_ = 0, per_step_ = 0;
   int calls_ = 0;  // calls observed
+  bool slope_known_ = false;  // calls of spread depths have fitted the per-step part
   Shape shape_;
 };
 

@@ -344,6 +344,24 @@ TEST(DraftCost, PricesADeepCallByItsStepsNotByAShallowCallsFigurePerToken) {
   EXPECT_EQ(draft.cost(0), 0.0);
 }
 
+TEST(DraftCost, KeepsTheStepsCostWhileARowSettlesAtOneDepth) {
+  // A chained head's calls: 0.2 ms to feed the last round's positions plus 0.07 ms a step, seen
+  // at depths 1 to 8, then for a long while at depth 2 only (a row that settled there). The
+  // per-step part measured stands and a call of eight is still priced at 0.76 ms, where splitting
+  // the depth-2 calls by the shape (a step for the fixed part) would price it at 1.02 ms and the
+  // deep rounds, dearer than they are, would not be drafted again. The fixed part still follows
+  // the timings: calls that got 0.05 ms slower move every depth's price by that.
+  DraftCost draft;
+  auto call = [](int depth, double extra = 0) { return (0.2 + 0.07 * depth + extra) * 1e-3; };
+  for (int i = 0; i < 40; ++i) draft.observe(1 + i % 8, call(1 + i % 8));
+  EXPECT_NEAR(draft.cost(8), call(8), 0.005e-3);
+  for (int i = 0; i < 300; ++i) draft.observe(2, call(2));
+  EXPECT_NEAR(draft.cost(8), call(8), 0.005e-3);
+  for (int i = 0; i < 300; ++i) draft.observe(2, call(2, 0.05));
+  EXPECT_NEAR(draft.cost(8), call(8, 0.05), 0.005e-3);
+  EXPECT_NEAR(draft.cost(2), call(2, 0.05), 0.005e-3);
+}
+
 TEST(DraftCost, OneDepthSeenCountsOneStepForTheCallsFixedPart) {
   // Only calls of one draft seen (0.2 ms each): the call is split as a step for feeding the last
   // round's tokens and one for the draft, so a call of five is priced at six steps, 0.6 ms, not
