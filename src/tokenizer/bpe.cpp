@@ -46,6 +46,12 @@ Bpe::Bpe(const nlohmann::json& model, const std::string& where) {
     vocab_[token] = i;
     max_id = std::max(max_id, i);
   }
+  // Ids number the tokens (rows of the model's embedding): a file whose largest id lies far
+  // beyond its count of tokens is malformed, and the id-to-token table sized by it could take
+  // gigabytes for a few hundred tokens.
+  const int64_t bound = max_token_id(static_cast<int64_t>(vocab_.size()));
+  SPECDEC_CHECK(max_id <= bound, where, ": model.vocab has ", vocab_.size(), " tokens but ids up to ", max_id,
+                " (at most ", bound, " for that many: ids number the tokens from 0)");
   vocab_r_.resize(static_cast<size_t>(max_id + 1));
   has_id_.assign(static_cast<size_t>(max_id + 1), false);
   for (const auto& [token, id] : vocab_) {

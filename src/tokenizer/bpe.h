@@ -23,6 +23,11 @@ struct StringHash {
 };
 using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// The largest id that a vocabulary of `tokens` tokens may use. Ids number the tokens from 0;
+// real files leave gaps (removed tokens, ids kept for added ones), but never of more than the
+// vocabulary's own size.
+inline int64_t max_token_id(int64_t tokens) { return 2 * tokens + 65536; }
+
 class Bpe {
  public:
   // `model` is the "model" object of tokenizer.json; `where` names the file for errors.

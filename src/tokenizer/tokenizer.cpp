@@ -78,7 +78,11 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir_or_json) {
   state->added = AddedVocabulary(field_or_null(root, "added_tokens"), where);
 
   state->vocab_size = state->model->id_end();
+  const int64_t bound = max_token_id(state->model->id_end() + static_cast<int64_t>(state->added.tokens().size()));
   for (const AddedToken& t : state->added.tokens()) {
+    SPECDEC_CHECK(t.id <= bound, where, ": added token '", t.content, "' has id ", t.id, ", far beyond the ",
+                  state->model->id_end(), " ids of the vocabulary and its ", state->added.tokens().size(),
+                  " added tokens (at most ", bound, ")");
     state->vocab_size = std::max(state->vocab_size, t.id + 1);
     if (t.special) state->special_ids.push_back(t.id);
   }

@@ -165,5 +165,35 @@ TEST(TokenizerErrors, UnsupportedModelAndBadMerges) {
   expect_error([&] { Tokenizer::load(d3.path()); }, {"tokenizer.json", "merge 0"});
 }
 
+TEST(TokenizerErrors, IdsFarBeyondTheTokenCountAreRefused) {
+  // A vocabulary of three tokens whose last id is 100,000,000 (a fuzzer's find: the id-to-token
+  // table sized by it took 3.2 GB) is refused by name, and so is an added token numbered far past
+  // the vocabulary; ids with ordinary gaps still load.
+  TempDir d1, d2, d3;
+  d1.write("tokenizer.json", bpe_json({{"a", 0}, {"b", 1}, {"c", 100000000}}, nlohmann::json::array()).dump());
+  expect_error([&] { Tokenizer::load(d1.path()); }, {"tokenizer.json", "model.vocab has 3 tokens", "100000000"});
+  nlohmann::json added = bpe_json({{"a", 0}, {"b", 1}}, nlohmann::json::array());
+  added["added_tokens"] = {{{"id", 2000000000},
+                            {"content", "<big>"},
+                            {"single_word", false},
+                            {"lstrip", false},
+                            {"rstrip", false},
+                            {"normalized", false},
+                            {"special", true}}};
+  d2.write("tokenizer.json", added.dump());
+  expect_error([&] { Tokenizer::load(d2.path()); }, {"tokenizer.json", "<big>", "2000000000"});
+  nlohmann::json gaps = bpe_json({{"a", 0}, {"b", 5}, {"c", 9}}, nlohmann::json::array());
+  gaps["added_tokens"] = {{{"id", 40},
+                           {"content", "<pad>"},
+                           {"single_word", false},
+                           {"lstrip", false},
+                           {"rstrip", false},
+                           {"normalized", false},
+                           {"special", true}}};
+  const Tokenizer t = load_json(d3, gaps);
+  EXPECT_EQ(t.vocab_size(), 41);
+  EXPECT_EQ(t.token_to_id("c"), std::optional<int32_t>(9));
+}
+
 }  // namespace
 }  // namespace specdec::testing
