@@ -35,7 +35,7 @@ int probe_wait(double extra, double step) {
 int probe_gap(const CostModel& costs, const DraftCost& draft, int rows, int depth, double measured) {
   if (!costs.calibrated()) return 0;
   const double step = costs.forward_cost(rows);
-  const double priced = draft.cost(depth) + std::max(0.0, costs.forward_cost((depth + 1) * rows) - step);
+  const double priced = draft.cost(depth, costs.speed()) + std::max(0.0, costs.forward_cost((depth + 1) * rows) - step);
   return probe_wait(std::max(measured, priced), step);
 }
 
@@ -67,7 +67,8 @@ struct Coordinator::Group {
     SPECDEC_CHECK(it != members.end(), "row ", row.id, " is not in draft group '", row.method, "'");
     return static_cast<int>(it - members.begin());
   }
-  void draft();
+  // Drafts this round's asks; `speed`: the machine's (CostModel::speed), for the calls' price.
+  void draft(double speed);
 };
 
 // A method that declared taps gets exactly its layers for exactly the positions it is told of,
@@ -230,7 +231,7 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     if (costs.calibrated()) {
       DraftRequestRow& ask = g.asks.back();
       for (int w = 1; w <= depth + 1; ++w) ask.window_seconds.push_back(costs.row_cost(w, std::max(1, decoding)));
-      ask.draft_seconds = g.draft_cost.cost(depth);
+      ask.draft_seconds = g.draft_cost.cost(depth, costs.speed());
     }
     g.askers.push_back(&row);
   }
@@ -243,7 +244,7 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
   }
   if (last_asks_ != 1) probe_only_ = nullptr;
   for (auto& [id, g] : groups_)
-    if (!g->asks.empty()) g->draft();
+    if (!g->asks.empty()) g->draft(costs.speed());
 }
 
 void Coordinator::observe_iteration(double seconds) {
@@ -262,7 +263,7 @@ void Coordinator::observe_iteration(double seconds) {
   probe_only_ = nullptr;
 }
 
-void Coordinator::Group::draft() {
+void Coordinator::Group::draft(double speed) {
   const auto t0 = Clock::now();
   std::vector<DraftProposal> got = rows->draft(asks);
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -280,9 +281,9 @@ void Coordinator::Group::draft() {
   // still bounds a usual call's.
   const double share = secs / static_cast<double>(got.size());
   if (unusual) {
-    draft_cost.observe_bound(depth, share);
+    draft_cost.observe_bound(depth, share, speed);
   } else {
-    draft_cost.observe(depth, share);
+    draft_cost.observe(depth, share, speed);
   }
   for (SpecRow* row : askers) row->telemetry.draft_ns += static_cast<int64_t>(secs * 1e9 / askers.size());
 }

@@ -91,8 +91,10 @@ void CostModel::observe_forward(int tokens, double seconds) {
   }
 }
 
-void DraftCost::observe(int depth, double seconds) {
+void DraftCost::observe(int depth, double seconds, double speed) {
   if (depth <= 0) return;
+  // Kept in the speed of the machine's first forwards (cost() prices at the speed of the moment).
+  seconds /= speed;
   // The first call runs on cold caches (a draft model's first steps after a request's prefill
   // are far slower than its steady ones), so it prices drafts only until the second call
   // replaces it. Later, one call counts at most twice its prediction: a descheduled thread must
@@ -135,8 +137,8 @@ void DraftCost::observe(int depth, double seconds) {
   fixed_ = per_step_;
 }
 
-void DraftCost::observe_bound(int depth, double seconds) {
-  if (depth > 0 && calls_ >= 2 && seconds < cost(depth)) observe(depth, seconds);
+void DraftCost::observe_bound(int depth, double seconds, double speed) {
+  if (depth > 0 && calls_ >= 2 && seconds < cost(depth, speed)) observe(depth, seconds, speed);
 }
 
 double CostModel::forward_cost(int tokens) const {
@@ -171,7 +173,7 @@ DepthPolicy::DepthPolicy(int max_depth, bool adaptive, double prior_acceptance)
 
 // Seconds of one row's round with k drafts: its verify window of k + 1 tokens and the drafts.
 static double round_cost(const CostModel& costs, const DraftCost& draft, int rows, int k) {
-  return costs.row_cost(k + 1, rows) + draft.cost(k);
+  return costs.row_cost(k + 1, rows) + draft.cost(k, costs.speed());
 }
 
 bool DepthPolicy::could_pay(const CostModel& costs, const DraftCost& draft, int rows) const {

@@ -55,6 +55,10 @@ class CostModel {
   // Predicted seconds of a forward of `tokens` tokens.
   double forward_cost(int tokens) const;
   bool calibrated() const { return samples_ >= 4; }
+  // How the machine's speed has moved since the first forwards (1: as then; 0.5: forwards take
+  // half as long), learned from the counts measured: it prices every count, measured lately or
+  // not, and the draft calls (DraftCost).
+  double speed() const { return speed_; }
   // Whether windows of different widths have been seen, so that the per-token cost is measured
   // rather than assumed.
   bool slope_known() const { return slope_known_; }
@@ -91,15 +95,20 @@ class DraftCost {
   explicit DraftCost(Shape shape = Shape::per_draft) : shape_(shape) {}
   // One call that drafted up to `depth` tokens a row; `seconds` is one row's share of its time.
   // Its rows draft in parallel: a call of eight rows costs more than one of a single row but far
-  // less than eight of them, so the share is measured at the batch the engine runs.
-  void observe(int depth, double seconds);
+  // less than eight of them, so the share is measured at the batch the engine runs. `speed` is
+  // the machine's speed then (CostModel::speed): a row that stops drafting stops measuring its
+  // calls, while the forwards go on measuring how the machine's speed moves (other load that
+  // came or went), and the calls' prices follow that (cost's `speed`). Measured in a disturbed
+  // minute and priced as then, drafting would look dear next to the re-measured forwards, and a
+  // row paused in that minute would not draft again.
+  void observe(int depth, double seconds, double speed = 1.0);
   // A call that also paid for more than its drafts (it caught a row up on the rounds of a pause,
   // or recorded a new shape): its time bounds a usual call's from above, so it counts only where
   // it is below the price. A row that is paused probes only with such calls, and a price measured
   // in a disturbed minute would otherwise never come down.
-  void observe_bound(int depth, double seconds);
-  // A row's share of a call of depth k.
-  double cost(int k) const { return k <= 0 ? 0.0 : fixed_ + per_step_ * k; }
+  void observe_bound(int depth, double seconds, double speed = 1.0);
+  // A row's share of a call of depth k, at the machine's speed `speed`.
+  double cost(int k, double speed = 1.0) const { return k <= 0 ? 0.0 : speed * (fixed_ + per_step_ * k); }
 
  private:
   ForgettingFit fit_;  // seconds on depth

@@ -55,7 +55,7 @@ ReplayResult replay_once(const ReplayTrace& trace, const ReplayCosts& costs, int
       if (behind) {
         seconds += costs.catch_up;
       } else {
-        drafts.observe(k, seconds);
+        drafts.observe(k, seconds, forwards.speed());
       }
       r.seconds += seconds;
       behind = false;

@@ -362,6 +362,31 @@ TEST(DraftCost, KeepsTheStepsCostWhileARowSettlesAtOneDepth) {
   EXPECT_NEAR(draft.cost(2), call(2, 0.05), 0.005e-3);
 }
 
+TEST(DepthPolicy, ARowPausedInASlowMinuteDraftsAgainWhenTheMachineRecovers) {
+  // Other load holds the cores for the engine's first minute: every forward and every draft call
+  // of a draft model (0.06 ms plus 0.3 ms a step) takes twice its time, and the forwards' first
+  // figures are set then. Then the load goes while the row is paused (its text turned to
+  // something its drafts miss): only plain steps are measured, and the machine's speed with
+  // them. A round of its drafts, all accepted, pays again on the calls' price at the machine's
+  // present speed; priced as measured in the slow minute, next to the re-measured forwards, a
+  // call looked twice as dear as it is and the row stayed paused.
+  const double window[] = {0, 0.648, 0.685, 0.788, 0.986, 1.118, 1.246, 1.458, 1.556, 1.824};
+  CostModel costs;
+  DraftCost draft;
+  for (int i = 0; i < 90; ++i) {
+    costs.observe_forward(1 + i % 9, 2 * window[1 + i % 9] * 1e-3);
+    const int depth = i % 2 == 0 ? 2 : 6;
+    draft.observe(depth, 2 * (0.06 + 0.3 * depth) * 1e-3, costs.speed());
+  }
+  for (int i = 0; i < 300; ++i) costs.observe_forward(1, window[1] * 1e-3);
+  EXPECT_LT(costs.speed(), 0.6);
+  EXPECT_NEAR(costs.forward_cost(1), window[1] * 1e-3, 0.05e-3);
+  EXPECT_NEAR(draft.cost(2, costs.speed()), (0.06 + 0.3 * 2) * 1e-3, 0.1e-3);
+  DepthPolicy policy(8, true);
+  for (int i = 0; i < 30; ++i) policy.observe(8, 8);
+  EXPECT_GT(policy.next_depth(costs, draft, 1), 0);
+}
+
 TEST(DraftCost, OneDepthSeenCountsOneStepForTheCallsFixedPart) {
   // Only calls of one draft seen (0.2 ms each): the call is split as a step for feeding the last
   // round's tokens and one for the draft, so a call of five is priced at six steps, 0.6 ms, not
