@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <unistd.h>
 
 namespace {
 
@@ -20,8 +21,10 @@ std::pair<std::string, int> run(const std::string& args) {
   return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
 }
 
+// A file of its own per test process: the tests run as separate processes at once, and one that
+// rewrote a shared file while another's command read it gave that command an empty file.
 std::string messages_file() {
-  const std::string path = testing::TempDir() + "specdec_chat_messages.json";
+  const std::string path = testing::TempDir() + "specdec_chat_messages_" + std::to_string(::getpid()) + ".json";
   std::ofstream(path) << R"([{"role": "user", "content": "Hi"}])";
   return path;
 }
