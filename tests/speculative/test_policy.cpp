@@ -27,12 +27,24 @@ CostModel calibrated_model() {
   return costs;
 }
 
-// The bundled target's forwards on a CPU, widths 1-9 (measured): a plain step 0.65 ms, windows
-// of up to three tokens nearly as cheap, then ~0.15 ms a token.
-CostModel cpu_window_model() {
+// The bundled target's forwards on a CPU, widths 1-9 (measured, ms): a plain step 0.65 ms,
+// windows of up to three tokens nearly as cheap, then ~0.15 ms a token.
+constexpr double kCpuWindowMs[] = {0, 0.648, 0.685, 0.788, 0.986, 1.118, 1.246, 1.458, 1.556, 1.824};
+
+// Those forwards, each `slowdown` times as long (other load on the cores).
+CostModel cpu_window_model(double slowdown = 1.0) {
   CostModel costs;
-  const double window[] = {0, 0.648, 0.685, 0.788, 0.986, 1.118, 1.246, 1.458, 1.556, 1.824};
-  for (int i = 0; i < 90; ++i) costs.observe_forward(1 + i % 9, window[1 + i % 9] * 1e-3);
+  for (int i = 0; i < 90; ++i) costs.observe_forward(1 + i % 9, slowdown * kCpuWindowMs[1 + i % 9] * 1e-3);
+  return costs;
+}
+
+// A target step on a GPU: 0.26 ms, 3 us a token more, seen at widths 1-4.
+CostModel gpu_step_model() {
+  CostModel costs;
+  for (int i = 0; i < 40; ++i) {
+    const int tokens = 1 + i % 4;
+    costs.observe_forward(tokens, 0.26e-3 + 3e-6 * tokens);
+  }
   return costs;
 }
 
@@ -370,17 +382,15 @@ TEST(DepthPolicy, ARowPausedInASlowMinuteDraftsAgainWhenTheMachineRecovers) {
   // them. A round of its drafts, all accepted, pays again on the calls' price at the machine's
   // present speed; priced as measured in the slow minute, next to the re-measured forwards, a
   // call looked twice as dear as it is and the row stayed paused.
-  const double window[] = {0, 0.648, 0.685, 0.788, 0.986, 1.118, 1.246, 1.458, 1.556, 1.824};
-  CostModel costs;
+  CostModel costs = cpu_window_model(2.0);
   DraftCost draft;
   for (int i = 0; i < 90; ++i) {
-    costs.observe_forward(1 + i % 9, 2 * window[1 + i % 9] * 1e-3);
     const int depth = i % 2 == 0 ? 2 : 6;
     draft.observe(depth, 2 * (0.06 + 0.3 * depth) * 1e-3, costs.speed());
   }
-  for (int i = 0; i < 300; ++i) costs.observe_forward(1, window[1] * 1e-3);
+  for (int i = 0; i < 300; ++i) costs.observe_forward(1, kCpuWindowMs[1] * 1e-3);
   EXPECT_LT(costs.speed(), 0.6);
-  EXPECT_NEAR(costs.forward_cost(1), window[1] * 1e-3, 0.05e-3);
+  EXPECT_NEAR(costs.forward_cost(1), kCpuWindowMs[1] * 1e-3, 0.05e-3);
   EXPECT_NEAR(draft.cost(2, costs.speed()), (0.06 + 0.3 * 2) * 1e-3, 0.1e-3);
   DepthPolicy policy(8, true);
   for (int i = 0; i < 30; ++i) policy.observe(8, 8);
@@ -447,11 +457,7 @@ TEST(DepthPolicy, AProbeDraftsAtTheDepthWithTheBestRate) {
   // probe's round emits the block and shows every position's acceptance, where one draft would
   // show one. Priced as on a CPU, where each token past the third costs a sixth of a step, it
   // drafts two.
-  CostModel gpu;
-  for (int i = 0; i < 40; ++i) {
-    const int tokens = 1 + i % 4;
-    gpu.observe_forward(tokens, 0.26e-3 + 3e-6 * tokens);
-  }
+  const CostModel gpu = gpu_step_model();
   const CostModel cpu = cpu_window_model();
   DraftCost block(DraftCost::Shape::per_block);
   for (int i = 0; i < 10; ++i) block.observe(3, 0.27e-3);
@@ -651,11 +657,7 @@ TEST(DepthPolicy, ARareAcceptDoesNotRestartTheShortestPauses) {
   // has its first draft accepted, none further. Every drafting round costs more than it emits,
   // so over a request of 128 rounds the row must spend few of them drafting: a probe that lands
   // on a lucky round must not send the back-off back to four rounds.
-  CostModel costs;
-  for (int i = 0; i < 40; ++i) {
-    const int tokens = 1 + i % 4;
-    costs.observe_forward(tokens, 0.26e-3 + 3e-6 * tokens);
-  }
+  const CostModel costs = gpu_step_model();
   DraftCost draft;
   for (int k : {1, 3, 6}) draft.observe(k, 0.1e-3 + 0.03e-3 * k);
   DepthPolicy policy(6, true);
