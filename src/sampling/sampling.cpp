@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "sampling/draw.h"
 #include "sampling/philox.h"
 
 namespace specdec {
@@ -279,10 +280,17 @@ int32_t sample(std::span<const float> logits, const SamplingParams& params,
     SPECDEC_CHECK(!logits.empty(), "sampling: empty logits row");
     return argmax(logits);
   }
-  const std::vector<float> p = probabilities(logits, params, prompt, generated);
-  if (params.greedy()) return argmax(p);
-  return sample_from_weights(
-      p, uniform01(params.seed, position, static_cast<uint32_t>(RandomStream::token)));
+  if (params.greedy()) return argmax(probabilities(logits, params, prompt, generated));
+  const float u = uniform01(params.seed, position, static_cast<uint32_t>(RandomStream::token));
+  if (params.logits_only()) {
+    params.validate();
+    return draw_sampled(logits, params, u);
+  }
+  const LogitsProcessor processor(params);
+  std::vector<float> l(logits.begin(), logits.end());
+  processor.apply_penalties(l, TokenHistory{prompt, generated});
+  processor.apply_logit_bias(l);
+  return draw_sampled(l, params, u);
 }
 
 TokenLogprobs token_logprobs(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history,

@@ -93,7 +93,9 @@ std::vector<float> probabilities(std::span<const float> logits, const SamplingPa
                                  std::span<const int32_t> generated);
 
 // The token at absolute `position`: argmax at temperature 0 (lowest id on ties), otherwise the
-// inverse CDF of probabilities(...) at u = uniform01(seed, position), walked in token-id order.
+// inverse CDF of the final distribution at u = uniform01(seed, position), walked in token-id
+// order over exact integer masses (draw.h's draw_sampled: the distribution of probabilities(...)
+// to within 2^-40 of the largest weight, summed without rounding).
 int32_t sample(std::span<const float> logits, const SamplingParams& params,
                std::span<const int32_t> prompt, std::span<const int32_t> generated,
                uint64_t position);

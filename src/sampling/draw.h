@@ -1,0 +1,80 @@
+// The host's sampled draw: temperature, top-k, top-p and min-p over one row of logits, then the
+// inverse CDF at the row's uniform, in a few vectorised passes. Masses are integers (each token's
+// exp(scaled - max) in 2^-40 units), so every sum is exact whatever its order: the draw is the
+// same for any instruction set, thread count or batch, and no pass walks the vocabulary one
+// dependent addition at a time. What is rounded is fixed here, once, for every CPU: the exp is
+// this file's own (a polynomial of fused multiply-adds, correctly rounded on every path), not the
+// C library's, whose bits differ between its builds.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "sampling/sampling.h"
+
+namespace specdec {
+
+// A token's mass: floor(e * 2^40) for its weight e = exp(scaled - max) in [0, 1]. Weights below
+// 2^-40 (about e^-27.7 of the most likely token's) weigh nothing.
+constexpr int kMassBits = 40;
+// The longest row whose masses sum below 2^63 (each is at most 2^41).
+constexpr size_t kMaxDrawVocab = size_t{1} << 22;
+// Tokens per block of the walk: a block's masses are summed as the weights are computed, so the
+// walk finds the crossing's block from the sums and computes masses for that block alone.
+constexpr size_t kDrawBlock = 256;
+
+// The constants of draw_weight, shared by every kernel set: exp(x) = 2^n exp(r) with
+// n = round(x / ln 2), r = x - n ln 2 (ln 2 split in two so that n ln 2 loses nothing), exp(r)
+// by its Taylor polynomial to r^7 (on |r| <= ln(2) / 2 the rest is below 1e-8).
+namespace draw_exp {
+constexpr float kMinExponent = -28.0f;  // below it every mass is 0 (e^-28 * 2^40 < 1)
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kRound = 12582912.0f;              // 1.5 * 2^23: adding it rounds to an integer
+constexpr float kLn2Hi = 0.693145751953125f;       // ln 2 to 16 bits
+constexpr float kLn2Lo = 1.42860682030941723e-6f;  // the rest of ln 2
+constexpr float kC[8] = {1.0f, 1.0f, 0.5f, 1.0f / 6, 1.0f / 24, 1.0f / 120, 1.0f / 720, 1.0f / 5040};
+}  // namespace draw_exp
+
+// The passes that touch every token, one implementation per instruction set, all giving the same
+// bits (tests/sampling/test_draw.cpp).
+struct DrawKernels {
+  const char* name;
+  // s[i] = l[i] / temperature (a copy when temperature is 1); returns the largest s. Sets *nan
+  // when some logit is NaN.
+  float (*scale)(const float* l, float* s, size_t n, float temperature, bool* nan);
+  // In place: s[i] becomes its weight exp(s[i] - max) (0 below e^-28 and for -inf); block_sums[b]
+  // gets the masses of tokens [b * kDrawBlock, (b + 1) * kDrawBlock); returns their total.
+  uint64_t (*weigh)(float* s, size_t n, float max, uint64_t* block_sums);
+  // The block sums and total of weights' masses (after filters zeroed some of the weights).
+  uint64_t (*masses)(const float* e, size_t n, uint64_t* block_sums);
+};
+
+const DrawKernels& draw_kernels_scalar();
+// Null where this build or this CPU lacks the instruction set.
+const DrawKernels* draw_kernels_avx2();
+const DrawKernels* draw_kernels_avx512();
+// The fastest set this CPU runs.
+const DrawKernels& draw_kernels();
+
+// The weight exp(x) for x <= 0 as every kernel set computes it (the scalar definition).
+float draw_weight(float x);
+// floor(e * 2^40) for a weight e in [0, 2), from its bits: the significand shifted by the
+// exponent's distance from 2^-40's.
+inline uint64_t draw_mass(float e) {
+  const uint32_t bits = std::bit_cast<uint32_t>(e);
+  const int shift = static_cast<int>(bits >> 23) - (127 + 23 - kMassBits);
+  const uint64_t significand = (bits & 0x7fffffu) | 0x800000u;
+  if (shift >= 0) return significand << shift;
+  return shift > -24 ? significand >> -shift : 0;
+}
+
+// The token a sampled (temperature > 0) row draws at uniform u (a multiple of 2^-24 in [0, 1),
+// uniform01's values), after its penalties and logit bias: temperature, top-k (ties with the k-th
+// kept), top-p (the most likely tokens, ties in id order, while the mass before each is below
+// top_p), min-p (weight at least min_p times the largest), then the first token in id order
+// whose cumulative mass exceeds u times the total. Throws on NaN or a row with no finite logit.
+int32_t draw_sampled(std::span<const float> logits, const SamplingParams& params, float u);
+
+}  // namespace specdec
