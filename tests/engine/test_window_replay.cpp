@@ -262,8 +262,9 @@ TEST(WindowReplay, ReplayedDflashBlocksGiveThePlainTokens) {
   report("window_replay.dflash_replayed", static_cast<double>(st.replayed));
   EXPECT_GT(st.forwards, 10);
   // A shape replays from its third run: in runs this short (and with timing-dependent cuts
-  // changing which shapes come up) 40-50 % of the forwards replay; none would without recordings.
-  EXPECT_GE(st.replayed, st.forwards / 3) << st.replayed << " of " << st.forwards << " block forwards replayed";
+  // changing which shapes come up) 30-50 % of the forwards replay, the fewest on a loaded
+  // machine; none would without recordings.
+  EXPECT_GE(st.replayed, st.forwards / 4) << st.replayed << " of " << st.forwards << " block forwards replayed";
 }
 
 TEST(WindowReplay, ReplayedEagle3ChainsGiveThePlainTokens) {
