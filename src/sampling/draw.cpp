@@ -188,13 +188,15 @@ const DrawKernels& draw_kernels() {
   return chosen;
 }
 
-int32_t draw_sampled(std::span<const float> logits, const SamplingParams& params, float u) {
+namespace {
+
+// The row's weights after every filter, with their block sums (in the scratch) and total.
+uint64_t filtered_weights(std::span<const float> logits, const SamplingParams& params, DrawScratch& scratch) {
   const size_t n = logits.size();
   SPECDEC_CHECK(n > 0, "sampling: empty logits row");
   SPECDEC_CHECK(n <= kMaxDrawVocab, "sampling: a row of ", n, " logits is longer than the ", kMaxDrawVocab,
                 " the sampler sums exactly");
   SPECDEC_CHECK(params.temperature > 0.0f, "sampling: a sampled draw needs a temperature above 0");
-  thread_local DrawScratch scratch;
   std::vector<float>& e = scratch.weights;
   std::vector<uint64_t>& sums = scratch.block_sums;
   e.resize(n);
@@ -216,7 +218,16 @@ int32_t draw_sampled(std::span<const float> logits, const SamplingParams& params
     for (float& w : e) w = w < params.min_p ? 0.0f : w;  // the largest weight is 1
   }
   if (params.top_p < 1.0f || params.min_p > 0.0f) total = kernels.masses(e.data(), n, sums.data());
+  return total;
+}
 
+}  // namespace
+
+int32_t draw_sampled(std::span<const float> logits, const SamplingParams& params, float u) {
+  thread_local DrawScratch scratch;
+  const uint64_t total = filtered_weights(logits, params, scratch);
+  const std::vector<float>& e = scratch.weights;
+  const std::vector<uint64_t>& sums = scratch.block_sums;
   // The first token whose cumulative mass exceeds u * total, with u = k / 2^24.
   const auto k = static_cast<uint64_t>(u * 16777216.0f);
   const auto target = static_cast<uint64_t>((static_cast<unsigned __int128>(k) * total) >> 24);
@@ -226,12 +237,21 @@ int32_t draw_sampled(std::span<const float> logits, const SamplingParams& params
       cum += sums[b];
       continue;
     }
-    for (size_t i = b * kDrawBlock; i < std::min(n, (b + 1) * kDrawBlock); ++i) {
+    for (size_t i = b * kDrawBlock; i < std::min(e.size(), (b + 1) * kDrawBlock); ++i) {
       cum += draw_mass(e[i]);
       if (cum > target) return static_cast<int32_t>(i);
     }
   }
   fail("sampling: the draw's walk ended below its target (total mass ", total, ")");
+}
+
+std::vector<float> draw_probabilities(std::span<const float> logits, const SamplingParams& params) {
+  thread_local DrawScratch scratch;
+  const double inverse = 1.0 / static_cast<double>(filtered_weights(logits, params, scratch));
+  std::vector<float> p(logits.size());
+  for (size_t i = 0; i < p.size(); ++i)
+    p[i] = static_cast<float>(static_cast<double>(draw_mass(scratch.weights[i])) * inverse);
+  return p;
 }
 
 }  // namespace specdec

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "sampling/sampling.h"
 
@@ -76,5 +77,8 @@ inline uint64_t draw_mass(float e) {
 // top_p), min-p (weight at least min_p times the largest), then the first token in id order
 // whose cumulative mass exceeds u times the total. Throws on NaN or a row with no finite logit.
 int32_t draw_sampled(std::span<const float> logits, const SamplingParams& params, float u);
+// The distribution draw_sampled draws from: each token's mass over the total, after the same
+// filters (removed tokens and those below the masses' resolution get 0).
+std::vector<float> draw_probabilities(std::span<const float> logits, const SamplingParams& params);
 
 }  // namespace specdec

@@ -259,15 +259,15 @@ std::vector<float> probabilities(std::span<const float> logits, const SamplingPa
   SPECDEC_CHECK(!logits.empty(), "sampling: empty logits row");
   const LogitsProcessor processor(params);
   std::vector<float> p(logits.begin(), logits.end());
-  processor.apply(p, TokenHistory{prompt, generated});
+  processor.apply_penalties(p, TokenHistory{prompt, generated});
+  processor.apply_logit_bias(p);
   if (params.greedy()) {
     const int32_t best = argmax(p);
     std::fill(p.begin(), p.end(), 0.0f);
     p[static_cast<size_t>(best)] = 1.0f;
     return p;
   }
-  softmax_in_place(p);
-  return p;
+  return draw_probabilities(p, params);
 }
 
 int32_t sample(std::span<const float> logits, const SamplingParams& params,

@@ -86,8 +86,10 @@ class LogitsProcessor {
 };
 
 // The final distribution over the vocabulary after the whole pipeline; removed tokens get 0.
-// At temperature 0 it is one-hot at the greedy token, so rejection sampling degenerates to
-// exact matching.
+// Sampled, it is the distribution sample() draws from (draw.h's draw_probabilities: each token's
+// mass over the total, so the softmax of the filtered, scaled logits to within 2^-40 of the
+// largest weight). At temperature 0 it is one-hot at the greedy token, so rejection sampling
+// degenerates to exact matching.
 std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params,
                                  std::span<const int32_t> prompt,
                                  std::span<const int32_t> generated);

@@ -198,8 +198,17 @@ TEST(DrawSampled, IsItsDefinitionOnEveryInput) {
   EXPECT_GT(draws, 1000);
 }
 
-// Against the softmax sampler (probabilities() walked in double): the same token wherever u lies
-// clear of a decision boundary by more than rounding.
+// The softmax sampler this draw replaced: the logits processor's stages, a softmax summed in
+// double in id order, the inverse CDF walked in double.
+int32_t softmax_draw(const std::vector<float>& logits, const SamplingParams& params, float u) {
+  std::vector<float> p = logits;
+  LogitsProcessor(params).apply(p, {});
+  softmax_in_place(p);
+  return sample_from_weights(p, u);
+}
+
+// Against the softmax sampler: the same token wherever u lies clear of a decision boundary by
+// more than rounding, and the same distribution.
 TEST(DrawSampled, DrawsTheSoftmaxSamplersTokenAwayFromItsBoundaries) {
   int compared = 0, near = 0;
   uint32_t seed = 7;
@@ -209,11 +218,16 @@ TEST(DrawSampled, DrawsTheSoftmaxSamplersTokenAwayFromItsBoundaries) {
       const std::vector<float> l = shaped_logits(shape, 5000, seed++);
       const SamplingParams params = sampling_params(row);
       const float u = uniform01(row.seed, row.position);
-      const int32_t softmax_token = sample_from_weights(probabilities(l, params, {}, {}), u);
+      const int32_t softmax_token = softmax_draw(l, params, u);
       if (testing::near_a_boundary(l, row)) {
         ++near;
         continue;
       }
+      std::vector<float> softmax = l;
+      LogitsProcessor(params).apply(softmax, {});
+      softmax_in_place(softmax);
+      const std::vector<float> p = probabilities(l, params, {}, {});
+      for (size_t i = 0; i < p.size(); ++i) ASSERT_NEAR(p[i], softmax[i], 1e-6 * softmax[i] + 1e-12) << i;
       EXPECT_EQ(draw_sampled(l, params, u), softmax_token)
           << "T=" << row.temperature << " k=" << row.top_k << " p=" << row.top_p << " min_p=" << row.min_p;
       ++compared;

@@ -1,6 +1,7 @@
 // Micro-benchmark of the host's sampled draw: sample() (draw.h's exact-mass passes) against the
-// softmax sampler it replaced (probabilities() then sample_from_weights(), both still in the
-// library), per vocabulary size and filter, on the same logits and keys. Prints a table and one
+// softmax sampler it replaced (the logits processor's stages, softmax_in_place() and
+// sample_from_weights(), all still in the library), per vocabulary size and filter, on the same
+// logits and keys. Prints a table and one
 // JSON object. Not a test (timings assert nothing); build it by hand against the library:
 //   g++ -O3 -std=c++20 -Isrc tests/sampling/bench/sampler_bench.cpp <build>/libspecdec.a -lpthread
 // Usage: sampler_bench [draws per case]
@@ -70,8 +71,10 @@ int main(int argc, char** argv) {
       int same = 0;
       std::vector<int32_t> old_tokens(static_cast<size_t>(draws)), new_tokens(static_cast<size_t>(draws));
       const double old_us = median_us(draws, [&](int i) {
-        old_tokens[static_cast<size_t>(i)] =
-            sample_from_weights(probabilities(l, p, {}, {}), uniform01(p.seed, static_cast<uint64_t>(i)));
+        std::vector<float> w = l;
+        LogitsProcessor(p).apply(w, {});
+        softmax_in_place(w);
+        old_tokens[static_cast<size_t>(i)] = sample_from_weights(w, uniform01(p.seed, static_cast<uint64_t>(i)));
       });
       const double new_us = median_us(
           draws, [&](int i) { new_tokens[static_cast<size_t>(i)] = sample(l, p, {}, {}, static_cast<uint64_t>(i)); });
