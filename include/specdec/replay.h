@@ -1,11 +1,15 @@
 // Engine::replay's request and report: each prompt's speculative decoding replayed against this
 // machine's measured costs, for the default depth policy, every fixed depth and the best schedule
-// any policy could follow (greedy decoding, whose tokens and proposals are fixed).
+// any policy could follow. The requests' tokens and each method's proposals are fixed: greedy
+// tokens, or seeded sampled ones (a draw is a function of the seed and the position, and exact
+// verification accepts the drafts that equal the target's draws).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "specdec/request.h"
 
 namespace specdec {
 
@@ -23,6 +27,9 @@ struct ReplayRequest {
   double window_cost = 1.0;         // what if a window's tokens beyond the first cost this many times as much
   std::vector<double> forward_ms;   // the target forward of 1, 2, ... tokens instead of the measured ones
   int timing_repeats = 15;          // calls timed per measurement (fewer: a quicker, noisier replay)
+  // How the requests sample (greedy unless a temperature is set; unset fields as the model's
+  // generation defaults give them, as for any request).
+  SamplingOptions sampling{0.0f, 1.0f, 0, 0.0f, 1.0f};
 };
 
 struct ReplayOutcome {

@@ -169,13 +169,13 @@ MemoryBandwidth Engine::measure_memory_bandwidth() {
 
 ReplayReport Engine::replay(const ReplayRequest& request) {
   for (const std::string& id : request.drafts) SPECDEC_CHECK(has_draft(id), "unknown draft method '", id, "'");
-  // The requests' tokens: plain greedy decoding, which speculative decoding reproduces.
+  // The requests' tokens: plain decoding, which speculative decoding in exact mode reproduces.
   std::vector<std::vector<int32_t>> generated;
   for (const ReplayPrompt& p : request.prompts) {
     GenerationRequest r;
     r.prompt_tokens = p.tokens;
     r.max_tokens = p.max_tokens;
-    r.sampling = SamplingOptions{0.0f, 1.0f, 0, 0.0f, 1.0f};
+    r.sampling = request.sampling;
     r.ignore_eos = true;
     GenerationResult g = wait(submit(std::move(r)));
     SPECDEC_CHECK(g.finish != Finish::error, g.error);
@@ -184,7 +184,8 @@ ReplayReport Engine::replay(const ReplayRequest& request) {
   return impl_->loop->call([&](EngineCore&) {
     std::vector<ReplayMethod> methods;
     for (const std::string& id : request.drafts) methods.push_back(impl_->methods.at(id));
-    return run_replay(*impl_->session.model, methods, request, generated);
+    return run_replay(*impl_->session.model, methods, request, generated,
+                      sampling_params(request.sampling, impl_->session.defaults));
   });
 }
 

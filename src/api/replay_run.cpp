@@ -63,7 +63,8 @@ ReplayPromptReport replay_prompt(const ReplayTrace& trace, const ReplayCosts& co
 }
 
 ReplayMethodReport replay_method(Model& target, Scratch& sc, const ReplayMethod& m, const TargetCosts& t,
-                                 const ReplayRequest& request, const std::vector<std::vector<int32_t>>& generated) {
+                                 const ReplayRequest& request, const std::vector<std::vector<int32_t>>& generated,
+                                 const SamplingParams& sampling) {
   ReplayMethodReport report;
   report.draft = m.id;
   report.depth = request.num_draft_tokens > 0 ? request.num_draft_tokens : m.method->default_depth();
@@ -74,7 +75,7 @@ ReplayMethodReport replay_method(Model& target, Scratch& sc, const ReplayMethod&
   report.timed_draft_calls = m.kind != DraftKind::ngram;
   if (report.timed_draft_calls) {
     const DraftCallCosts calls =
-        time_draft_calls(*m.method, target, sc, request.context, kWidths, request.timing_repeats);
+        time_draft_calls(*m.method, target, sc, request.context, kWidths, request.timing_repeats, sampling);
     costs.draft_fixed = calls.fixed;
     costs.draft_step = calls.step;
     costs.catch_up = calls.step;  // a catch-up feed costs about one step
@@ -96,7 +97,8 @@ ReplayMethodReport replay_method(Model& target, Scratch& sc, const ReplayMethod&
     f = costs.forward[1] + request.window_cost * (f - costs.forward[1]);
   }
   for (size_t i = 0; i < request.prompts.size(); ++i) {
-    const ReplayTrace trace = seam_trace(*m.method, target, request.prompts[i].tokens, generated[i], report.depth);
+    const ReplayTrace trace =
+        seam_trace(*m.method, target, request.prompts[i].tokens, generated[i], report.depth, sampling);
     ReplayPromptReport p = replay_prompt(trace, costs, report.depth, t.prefill[i], draft_prefill[i]);
     p.name = request.prompts[i].name;
     report.prompts.push_back(std::move(p));
@@ -107,7 +109,7 @@ ReplayMethodReport replay_method(Model& target, Scratch& sc, const ReplayMethod&
 }  // namespace
 
 ReplayReport run_replay(Model& target, const std::vector<ReplayMethod>& methods, const ReplayRequest& request,
-                        const std::vector<std::vector<int32_t>>& generated) {
+                        const std::vector<std::vector<int32_t>>& generated, const SamplingParams& sampling) {
   SPECDEC_CHECK(generated.size() == request.prompts.size(), "replay: tokens for ", generated.size(), " of ",
                 request.prompts.size(), " prompts");
   SPECDEC_CHECK(request.timing_repeats >= 1, "replay: timing_repeats must be at least 1, got ", request.timing_repeats);
@@ -116,7 +118,8 @@ ReplayReport run_replay(Model& target, const std::vector<ReplayMethod>& methods,
   const TargetCosts t = target_costs(target, sc, request);
   ReplayReport report;
   for (int w = 1; w <= kWidths; ++w) report.forward_ms.push_back(t.costs.forward[static_cast<size_t>(w)] * 1e3);
-  for (const ReplayMethod& m : methods) report.methods.push_back(replay_method(target, sc, m, t, request, generated));
+  for (const ReplayMethod& m : methods)
+    report.methods.push_back(replay_method(target, sc, m, t, request, generated, sampling));
   return report;
 }
 

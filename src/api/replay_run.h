@@ -20,8 +20,9 @@ struct ReplayMethod {
   std::shared_ptr<DraftMethod> method;
 };
 
-// generated[i]: prompt i's greedy tokens (speculative decoding emits the same).
+// generated[i]: prompt i's tokens from plain decoding with `sampling` (speculative decoding in
+// exact mode emits the same).
 ReplayReport run_replay(Model& target, const std::vector<ReplayMethod>& methods, const ReplayRequest& request,
-                        const std::vector<std::vector<int32_t>>& generated);
+                        const std::vector<std::vector<int32_t>>& generated, const SamplingParams& sampling);
 
 }  // namespace specdec

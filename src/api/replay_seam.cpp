@@ -32,9 +32,9 @@ void append_empty_row(DraftRows& rows) {
 
 }  // namespace
 
-SeamRow::SeamRow(DraftMethod& method, const Model& target) : rows_(open_group(method, target)) {
+SeamRow::SeamRow(DraftMethod& method, const Model& target, const SamplingParams& sampling)
+    : rows_(open_group(method, target)), sampling_(sampling) {
   append_empty_row(*rows_);
-  greedy_.temperature = 0.0f;
 }
 
 void SeamRow::prefill(std::span<const int32_t> tokens) {
@@ -43,7 +43,7 @@ void SeamRow::prefill(std::span<const int32_t> tokens) {
 }
 
 DraftProposal SeamRow::draft(int32_t pending, int depth) {
-  const DraftRequestRow ask{0, pending, depth, position_, &greedy_, false};
+  const DraftRequestRow ask{0, pending, depth, position_, &sampling_, false};
   std::vector<DraftProposal> out = rows_->draft(std::span<const DraftRequestRow>(&ask, 1));
   SPECDEC_CHECK(out.size() == 1, "replay: a draft call for one row returned ", out.size(), " proposals");
   return std::move(out[0]);
@@ -56,8 +56,8 @@ void SeamRow::commit(int32_t pending, int drafted, int32_t next) {
 }
 
 ReplayTrace seam_trace(DraftMethod& method, const Model& target, const std::vector<int32_t>& prompt,
-                       const std::vector<int32_t>& generated, int depth) {
-  SeamRow row(method, target);
+                       const std::vector<int32_t>& generated, int depth, const SamplingParams& sampling) {
+  SeamRow row(method, target, sampling);
   row.prefill(prompt);
   ReplayTrace trace;
   trace.run.assign(generated.size(), 0);
@@ -75,8 +75,9 @@ ReplayTrace seam_trace(DraftMethod& method, const Model& target, const std::vect
 }
 
 DraftCallCosts time_draft_calls(DraftMethod& method, Model& target, Scratch& target_scratch,
-                                const std::vector<int32_t>& context, int widths, int reps) {
-  SeamRow row(method, target);
+                                const std::vector<int32_t>& context, int widths, int reps,
+                                const SamplingParams& sampling) {
+  SeamRow row(method, target, sampling);
   row.prefill(context);
   constexpr int32_t kToken = 7;
   // Each call is committed with nothing accepted: the row moves on by one token a call, far

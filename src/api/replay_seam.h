@@ -17,10 +17,11 @@
 
 namespace specdec {
 
-// One row of a method's group, greedy, at its own absolute positions.
+// One row of a method's group, sampling as `sampling` says (its drafts drawn with the target's
+// keys, as an exact-mode row's are), at its own absolute positions.
 class SeamRow {
  public:
-  SeamRow(DraftMethod& method, const Model& target);
+  SeamRow(DraftMethod& method, const Model& target, const SamplingParams& sampling);
   // Prompt tokens the target has processed.
   void prefill(std::span<const int32_t> tokens);
   // Up to `depth` drafts after `pending` (the last token, not yet processed).
@@ -32,13 +33,14 @@ class SeamRow {
  private:
   std::unique_ptr<DraftRows> rows_;
   int64_t position_ = 0;  // absolute position of the next pending token
-  SamplingParams greedy_;
+  SamplingParams sampling_;
 };
 
-// Drafts a method proposes along a greedy request, round by round through the seam: run[t] is
-// how many of the drafts offered after generated[t - 1] equal generated[t], [t + 1], ...
+// Drafts a method proposes along a request decoded with `sampling`, round by round through the
+// seam: run[t] is how many of the drafts offered after generated[t - 1] equal generated[t],
+// [t + 1], ...
 ReplayTrace seam_trace(DraftMethod& method, const Model& target, const std::vector<int32_t>& prompt,
-                       const std::vector<int32_t>& generated, int depth);
+                       const std::vector<int32_t>& generated, int depth, const SamplingParams& sampling);
 
 struct DraftCallCosts {
   double fixed = 0;  // a call of depth k costs fixed + step * k seconds
@@ -49,7 +51,8 @@ struct DraftCallCosts {
 // Draft calls right after a target forward (as in a round), and target windows right after a
 // draft call (its steps take some of the target's weights out of the caches).
 DraftCallCosts time_draft_calls(DraftMethod& method, Model& target, Scratch& target_scratch,
-                                const std::vector<int32_t>& context, int widths, int reps);
+                                const std::vector<int32_t>& context, int widths, int reps,
+                                const SamplingParams& sampling);
 // The method's prefill of a prompt, on a fresh row.
 double time_draft_prefill(DraftMethod& method, const Model& target, const std::vector<int32_t>& prompt, int reps);
 

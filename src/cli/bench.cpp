@@ -74,8 +74,6 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-namespace {
-
 std::string describe(const SamplingOptions& p) {
   if (p.temperature.value_or(0) == 0.0f) return "greedy";
   std::ostringstream s;
@@ -85,6 +83,8 @@ std::string describe(const SamplingOptions& p) {
   if (p.min_p.value_or(0) > 0.0f) s << ", min-p " << *p.min_p;
   return s.str();
 }
+
+namespace {
 
 // Why a plain-table row's decode rate cannot be measured ("" when it can): every row of the run
 // stopped at its first token, so no decode step was timed.

@@ -39,6 +39,8 @@ struct RunMethod {
 // Submits every prompt at once, waits for all; results in submission order.
 RunResult run_batch(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
                     const SamplingOptions& sampling, const RunMethod& method = {});
+// "greedy", or the temperature and the filters that are on.
+std::string describe(const SamplingOptions& p);
 // `tokens` tokens of `text`, starting `offset` tokens in (wrapping around).
 std::vector<int32_t> synthetic_prompt(const Engine& engine, const std::string& text, int tokens, int offset);
 double median(std::vector<double> v);

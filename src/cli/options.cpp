@@ -206,7 +206,8 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   cmd->add_flag("--no-adaptive", f.no_adaptive, "speculative suite: always draft the maximum depth");
   cmd->add_flag("--no-context-lookup", f.no_context_lookup, kNoContextLookupHelp);
   cmd->add_flag("--replay", o.replay,
-                "speculative suite, greedy: replay each request against this machine's measured costs for the default "
+                "speculative suite: replay each request (greedy, or sampled with --seed) against this machine's "
+                "measured costs for the default "
                 "policy, every fixed depth and the best schedule, instead of timing runs");
   cmd->add_option("--replay-window-cost", o.replay_window_cost,
                   "with --replay: what if a verify window's tokens beyond the first cost this many times as much")
@@ -246,8 +247,6 @@ void check_replay_flags(const BenchCommand& o) {
   require(o.replay_repeats >= 1, "--replay-repeats must be at least 1, got ", o.replay_repeats);
   require(o.prefix_tokens >= 0, "--prefix-tokens must not be negative, got ", o.prefix_tokens);
   require(!o.replay || !o.drafts.empty(), "--replay replays speculative decoding: name a method with --draft");
-  require(!o.replay || o.sampling.temperature == 0.0f,
-          "--replay needs greedy decoding: sampled tokens change from run to run");
 }
 
 BenchCommand bench_command(BenchFlags& f) {

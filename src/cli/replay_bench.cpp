@@ -64,12 +64,13 @@ void replay_bench(const BenchCommand& o, Engine& engine, nlohmann::json& report)
   request.window_cost = o.replay_window_cost;
   request.forward_ms = o.replay_forward_ms;
   request.timing_repeats = o.replay_repeats;
+  request.sampling = o.sampling;
   const ReplayReport r = engine.replay(request);
   const auto& f = r.forward_ms;
   std::printf(
-      "\nreplay: %s, greedy; target forward of 1 / 2 / 4 / 8 / 11 / 16 tokens: %.3f / %.3f / %.3f / %.3f / %.3f / %.3f "
+      "\nreplay: %s, %s; target forward of 1 / 2 / 4 / 8 / 11 / 16 tokens: %.3f / %.3f / %.3f / %.3f / %.3f / %.3f "
       "ms\n",
-      engine.device_name().c_str(), f[0], f[1], f[3], f[7], f[10], f[15]);
+      engine.device_name().c_str(), describe(o.sampling).c_str(), f[0], f[1], f[3], f[7], f[10], f[15]);
   nlohmann::json methods = nlohmann::json::array();
   for (size_t i = 0; i < r.methods.size(); ++i) methods.push_back(print_method(o, r.methods[i], o.drafts[i]));
   report["replay"] = {{"forward_ms", r.forward_ms}, {"methods", methods}};

@@ -345,6 +345,44 @@ TEST(Engine, ReplaysThePolicyAgainstTheBestSchedule) {
   EXPECT_THROW(engine.replay(request), std::runtime_error);
 }
 
+// A seeded sampled request's tokens are as fixed as greedy ones (each draw a function of the seed
+// and the position), and so is what the draft model proposes along them: the replay of a fixed
+// depth accepts what the engine's run at that depth accepts. The two count a request's ends
+// alike to within one round (the engine's figures count the prefill's token as a round), as for
+// greedy requests; drafts drawn any other way than with the target's keys would accept far fewer.
+TEST(Engine, ReplaysASampledRequestAsTheEngineRunsIt) {
+  specdec::Engine engine(config({draft_model()}));
+  specdec::ReplayRequest request;
+  const std::string prompt = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n";
+  request.prompts.push_back({"sampled", engine.encode(prompt, false), 96});
+  request.context = engine.encode(fixture().prompts[1], false);
+  request.drafts = {"draft"};
+  request.timing_repeats = 1;
+  request.forward_ms = {1.0, 1.1, 1.2};
+  request.sampling = specdec::SamplingOptions{0.8f, 1.0f, 0, 0.0f, 1.0f};
+  request.sampling.seed = 11;
+  for (int depth : {1, 3}) {
+    request.num_draft_tokens = depth;
+    const specdec::ReplayReport r = engine.replay(request);
+    ASSERT_EQ(r.methods.size(), 1u);
+    const specdec::ReplayPromptReport& p = r.methods[0].prompts.at(0);
+    specdec::GenerationRequest g;
+    g.prompt_tokens = request.prompts[0].tokens;
+    g.max_tokens = request.prompts[0].max_tokens;
+    g.ignore_eos = true;
+    g.sampling = request.sampling;
+    g.speculative.draft = "draft";
+    g.speculative.num_draft_tokens = p.best_fixed_depth;
+    g.speculative.adaptive = false;
+    const specdec::GenerationResult run = engine.wait(engine.submit(std::move(g)));
+    ASSERT_TRUE(run.stats.speculative.has_value());
+    const specdec::SpeculativeStats& s = *run.stats.speculative;
+    EXPECT_GT(s.accepted, 3) << "depth " << p.best_fixed_depth;  // sampled drafts are accepted too
+    EXPECT_NEAR(s.accepted, p.best_fixed.accepted, 1) << "depth " << p.best_fixed_depth;
+    EXPECT_NEAR(s.rounds, p.best_fixed.rounds, 1) << "depth " << p.best_fixed_depth;
+  }
+}
+
 // A seeded rejection-mode request gives the same tokens on every run, alone or among other rows
 // of any mix (plain, exact, rejection with other seeds), on either draft method: its depths may
 // depend on nothing that timing or the batch decides. One test per method, so that a parallel

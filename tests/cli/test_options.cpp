@@ -122,8 +122,6 @@ const std::vector<BadLine> kBadLines = {
      "--replay-forward-ms: every cost must be positive, got 0"},
     {{"bench", "--draft", "ngram", "--replay", "--replay-repeats", "0"}, "--replay-repeats must be at least 1, got 0"},
     {{"bench", "--replay"}, "--replay replays speculative decoding: name a method with --draft"},
-    {{"bench", "--draft", "ngram", "--replay", "--temperature", "0.8"},
-     "--replay needs greedy decoding: sampled tokens change from run to run"},
     {{"bench", "--spec-batch", "0"}, "--spec-batch must be at least 1, got 0"},
     {{"bench", "--num-draft-tokens", "-1"}, "--num-draft-tokens must not be negative, got -1"},
     {{"bench", "--batch-sizes", "4,0"}, "--batch-sizes must be positive, got 0"},
