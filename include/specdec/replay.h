@@ -26,6 +26,7 @@ struct ReplayRequest {
   int num_draft_tokens = 0;         // the most drafts a round asks for; 0 = each method's default
   double window_cost = 1.0;         // what if a window's tokens beyond the first cost this many times as much
   std::vector<double> forward_ms;   // the target forward of 1, 2, ... tokens instead of the measured ones
+  std::vector<double> draft_ms;     // {fixed, per step}: a draft call of depth k instead of the measured one
   int timing_repeats = 15;          // calls timed per measurement (fewer: a quicker, noisier replay)
   // How the requests sample (greedy unless a temperature is set; unset fields as the model's
   // generation defaults give them, as for any request).

@@ -78,7 +78,11 @@ ReplayMethodReport replay_method(Model& target, Scratch& sc, const ReplayMethod&
         time_draft_calls(*m.method, target, sc, request.context, kWidths, request.timing_repeats, sampling);
     costs.draft_fixed = calls.fixed;
     costs.draft_step = calls.step;
-    costs.catch_up = calls.step;  // a catch-up feed costs about one step
+    if (!request.draft_ms.empty()) {
+      costs.draft_fixed = request.draft_ms[0] * 1e-3;
+      costs.draft_step = request.draft_ms[1] * 1e-3;
+    }
+    costs.catch_up = costs.draft_step;  // a catch-up feed costs about one step
     // With given costs, the window after a call keeps what the call's eviction added here.
     for (int w = 2; w <= kWidths; ++w) {
       const size_t i = static_cast<size_t>(w);
@@ -114,6 +118,9 @@ ReplayReport run_replay(Model& target, const std::vector<ReplayMethod>& methods,
                 request.prompts.size(), " prompts");
   SPECDEC_CHECK(request.timing_repeats >= 1, "replay: timing_repeats must be at least 1, got ", request.timing_repeats);
   SPECDEC_CHECK(request.window_cost >= 0, "replay: the window cost must not be negative, got ", request.window_cost);
+  SPECDEC_CHECK(request.draft_ms.empty() || request.draft_ms.size() == 2,
+                "replay: draft_ms holds a call's fixed part and its part per step, got ", request.draft_ms.size(),
+                " figures");
   Scratch sc = scratch(target, request.context, kWidths + 16);
   const TargetCosts t = target_costs(target, sc, request);
   ReplayReport report;

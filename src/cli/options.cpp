@@ -207,14 +207,18 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
   cmd->add_flag("--no-context-lookup", f.no_context_lookup, kNoContextLookupHelp);
   cmd->add_flag("--replay", o.replay,
                 "speculative suite: replay each request (greedy, or sampled with --seed) against this machine's "
-                "measured costs for the default "
-                "policy, every fixed depth and the best schedule, instead of timing runs");
+                "measured costs for the default policy, every fixed depth and the best schedule, instead of timing "
+                "runs");
   cmd->add_option("--replay-window-cost", o.replay_window_cost,
                   "with --replay: what if a verify window's tokens beyond the first cost this many times as much")
       ->capture_default_str();
   cmd->add_option("--replay-forward-ms", o.replay_forward_ms,
                   "with --replay: the target forward of 1, 2, ... tokens in ms (comma-separated) instead of this "
                   "machine's measured ones, so that two builds' policies replay on the same costs")
+      ->delimiter(',');
+  cmd->add_option("--replay-draft-ms", o.replay_draft_ms,
+                  "with --replay: a draft call's fixed part and its part per step in ms (comma-separated) instead of "
+                  "the measured ones, for every method timed")
       ->delimiter(',');
   cmd->add_option("--replay-repeats", o.replay_repeats,
                   "with --replay: calls timed per measurement (fewer: a quicker, noisier replay)")
@@ -245,6 +249,11 @@ void check_replay_flags(const BenchCommand& o) {
   for (double ms : o.replay_forward_ms)
     require(ms > 0 && std::isfinite(ms), "--replay-forward-ms: every cost must be positive, got ", ms);
   require(o.replay_repeats >= 1, "--replay-repeats must be at least 1, got ", o.replay_repeats);
+  require(o.replay_draft_ms.empty() || o.replay_draft_ms.size() == 2,
+          "--replay-draft-ms needs two costs (a call's fixed part and its part per step), got ",
+          o.replay_draft_ms.size());
+  for (double ms : o.replay_draft_ms)
+    require(ms >= 0 && std::isfinite(ms), "--replay-draft-ms: every cost must be at least 0, got ", ms);
   require(o.prefix_tokens >= 0, "--prefix-tokens must not be negative, got ", o.prefix_tokens);
   require(!o.replay || !o.drafts.empty(), "--replay replays speculative decoding: name a method with --draft");
 }

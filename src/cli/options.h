@@ -41,6 +41,7 @@ struct BenchCommand {
   bool replay = false;
   double replay_window_cost = 1.0;        // --replay: scale of a window's cost beyond a plain step
   std::vector<double> replay_forward_ms;  // --replay: target forward of 1, 2, ... tokens instead of measured
+  std::vector<double> replay_draft_ms;    // --replay: a draft call's fixed and per-step cost instead of measured
   int replay_repeats = 15;                // --replay: calls timed per measurement
   int prefix_tokens = 0;                  // --prefix-tokens: the prefix-cache measurement's shared prefix
   std::vector<std::string> modes;         // --modes: GPU kernel modes of the plain table ("fast", "invariant")

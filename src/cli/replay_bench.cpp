@@ -63,6 +63,7 @@ void replay_bench(const BenchCommand& o, Engine& engine, nlohmann::json& report)
   request.num_draft_tokens = o.num_draft;
   request.window_cost = o.replay_window_cost;
   request.forward_ms = o.replay_forward_ms;
+  request.draft_ms = o.replay_draft_ms;
   request.timing_repeats = o.replay_repeats;
   request.sampling = o.sampling;
   const ReplayReport r = engine.replay(request);

@@ -359,12 +359,15 @@ TEST(Engine, ReplaysASampledRequestAsTheEngineRunsIt) {
   request.drafts = {"draft"};
   request.timing_repeats = 1;
   request.forward_ms = {1.0, 1.1, 1.2};
+  request.draft_ms = {0.3, 0.2};  // given, as the forwards are: the replay's choices do not depend on timing
   request.sampling = specdec::SamplingOptions{0.8f, 1.0f, 0, 0.0f, 1.0f};
   request.sampling.seed = 11;
   for (int depth : {1, 3}) {
     request.num_draft_tokens = depth;
     const specdec::ReplayReport r = engine.replay(request);
     ASSERT_EQ(r.methods.size(), 1u);
+    EXPECT_DOUBLE_EQ(r.methods[0].draft_fixed_ms, 0.3);
+    EXPECT_DOUBLE_EQ(r.methods[0].draft_step_ms, 0.2);
     const specdec::ReplayPromptReport& p = r.methods[0].prompts.at(0);
     specdec::GenerationRequest g;
     g.prompt_tokens = request.prompts[0].tokens;
