@@ -83,10 +83,14 @@ ReplayMethodReport replay_method(Model& target, Scratch& sc, const ReplayMethod&
       costs.draft_step = request.draft_ms[1] * 1e-3;
     }
     costs.catch_up = costs.draft_step;  // a catch-up feed costs about one step
-    // With given costs, the window after a call keeps what the call's eviction added here.
-    for (int w = 2; w <= kWidths; ++w) {
-      const size_t i = static_cast<size_t>(w);
-      costs.forward[i] = t.costs.forward[i] + calls.window_after_call[i] - t.timed[i];
+    // With given forward costs, the window after a call keeps what the call's eviction added
+    // here; given draft costs too, nothing measured is left (a replay of a policy's choices
+    // alone, the same on every run).
+    if (request.draft_ms.empty()) {
+      for (int w = 2; w <= kWidths; ++w) {
+        const size_t i = static_cast<size_t>(w);
+        costs.forward[i] = t.costs.forward[i] + calls.window_after_call[i] - t.timed[i];
+      }
     }
     for (size_t i = 0; i < request.prompts.size(); ++i)
       draft_prefill[i] = time_draft_prefill(*m.method, target, request.prompts[i].tokens, 3);

@@ -218,7 +218,7 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
       ->delimiter(',');
   cmd->add_option("--replay-draft-ms", o.replay_draft_ms,
                   "with --replay: a draft call's fixed part and its part per step in ms (comma-separated) instead of "
-                  "the measured ones, for every method timed")
+                  "the measured ones, for every method timed; with --replay-forward-ms, no cost is measured")
       ->delimiter(',');
   cmd->add_option("--replay-repeats", o.replay_repeats,
                   "with --replay: calls timed per measurement (fewer: a quicker, noisier replay)")
