@@ -24,12 +24,6 @@ void check_tokens(std::span<const int32_t> tokens, size_t vocab, const char* wha
   }
 }
 
-std::vector<int32_t> sorted_copy(std::span<const int32_t> tokens) {
-  std::vector<int32_t> out(tokens.begin(), tokens.end());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 }  // namespace
 
 SamplingParams sampling_params(const SampleRow& row) {
@@ -68,19 +62,54 @@ LogitsProcessor::LogitsProcessor(const SamplingParams& params) : params_(params)
   params_.validate();
 }
 
+namespace {
+
+// Per-token counts of a history, in a vocabulary-sized table of the calling thread that is left
+// zeroed: a sampled row with penalties reads its whole history at every position it draws (each
+// position of a verify window too), and sorting that history each time cost more than the draw.
+class TokenCounts {
+ public:
+  explicit TokenCounts(size_t vocab) {
+    if (table().size() < vocab) table().resize(vocab, 0);
+  }
+  ~TokenCounts() {
+    for (int32_t t : seen_) table()[static_cast<size_t>(t)] = 0;
+  }
+  TokenCounts(const TokenCounts&) = delete;
+  TokenCounts& operator=(const TokenCounts&) = delete;
+  void add(std::span<const int32_t> tokens) {
+    for (int32_t t : tokens) {
+      uint32_t& c = table()[static_cast<size_t>(t)];
+      if (c++ == 0) seen_.push_back(t);
+    }
+  }
+  // Distinct tokens, in the order first seen.
+  std::span<const int32_t> seen() const { return seen_; }
+  uint32_t count(int32_t t) const { return table()[static_cast<size_t>(t)]; }
+
+ private:
+  static std::vector<uint32_t>& table() {
+    thread_local std::vector<uint32_t> counts;
+    return counts;
+  }
+  std::vector<int32_t> seen_;
+};
+
+}  // namespace
+
 void LogitsProcessor::apply_penalties(std::span<float> logits, const TokenHistory& history) const {
   if (!params_.uses_history()) return;  // long histories cost nothing when no penalty reads them
   const size_t vocab = logits.size();
   check_tokens(history.prompt, vocab, "prompt");
   check_tokens(history.generated, vocab, "generated");
 
+  // Each distinct token is penalised once, whatever the order it is met in.
   const float rep = params_.repetition_penalty;
   if (rep != 1.0f) {
-    std::vector<int32_t> seen(history.prompt.begin(), history.prompt.end());
-    seen.insert(seen.end(), history.generated.begin(), history.generated.end());
-    std::sort(seen.begin(), seen.end());
-    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-    for (int32_t t : seen) {
+    TokenCounts seen(vocab);
+    seen.add(history.prompt);
+    seen.add(history.generated);
+    for (int32_t t : seen.seen()) {
       float& l = logits[static_cast<size_t>(t)];
       l = l < 0.0f ? l * rep : l / rep;
     }
@@ -88,13 +117,11 @@ void LogitsProcessor::apply_penalties(std::span<float> logits, const TokenHistor
 
   const float presence = params_.presence_penalty, frequency = params_.frequency_penalty;
   if (presence != 0.0f || frequency != 0.0f) {
-    const std::vector<int32_t> gen = sorted_copy(history.generated);
-    for (size_t i = 0; i < gen.size();) {
-      size_t j = i;
-      while (j < gen.size() && gen[j] == gen[i]) ++j;
-      const auto count = static_cast<float>(j - i);
-      logits[static_cast<size_t>(gen[i])] -= presence + frequency * count;
-      i = j;
+    TokenCounts generated(vocab);
+    generated.add(history.generated);
+    for (int32_t t : generated.seen()) {
+      const auto count = static_cast<float>(generated.count(t));
+      logits[static_cast<size_t>(t)] -= presence + frequency * count;
     }
   }
 }

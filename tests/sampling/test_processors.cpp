@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "core/error.h"
@@ -47,6 +48,37 @@ TEST(Processors, PresenceAndFrequencyCountGeneratedTokensOnly) {
   LogitsProcessor(params).apply_penalties(logits, {prompt, generated});
   // token 2: 1 - 0.5 - 2 * 0.25; token 3: 1 - 0.5 - 0.25; token 0 is only in the prompt.
   EXPECT_EQ(logits, (std::vector<float>{1.0f, 1.0f, 0.0f, 0.25f}));
+}
+
+// Long histories on a larger vocabulary against counts kept in a map, call after call: nothing
+// one call counted may remain for the next (another history, a smaller vocabulary).
+TEST(Processors, PenaltiesReadEachCallsHistoryAlone) {
+  SamplingParams params;
+  params.repetition_penalty = 1.3f;
+  params.presence_penalty = 0.4f;
+  params.frequency_penalty = 0.2f;
+  uint32_t state = 7;
+  const auto next = [&state](uint32_t n) {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<int32_t>((state >> 8) % n);
+  };
+  for (size_t vocab : {5000u, 300u, 5000u}) {
+    std::vector<int32_t> prompt(900), generated(400);
+    for (int32_t& t : prompt) t = next(static_cast<uint32_t>(vocab));
+    for (int32_t& t : generated) t = next(static_cast<uint32_t>(vocab / 3));  // many repeats
+    std::vector<float> logits(vocab), expect(vocab);
+    for (size_t i = 0; i < vocab; ++i) logits[i] = expect[i] = 0.01f * static_cast<float>(next(600)) - 3.0f;
+    std::map<int32_t, int> in_history, in_generated;
+    for (int32_t t : prompt) ++in_history[t];
+    for (int32_t t : generated) ++in_history[t], ++in_generated[t];
+    for (const auto& [t, n] : in_history) {
+      float& l = expect[static_cast<size_t>(t)];
+      l = l < 0.0f ? l * 1.3f : l / 1.3f;
+    }
+    for (const auto& [t, n] : in_generated) expect[static_cast<size_t>(t)] -= 0.4f + 0.2f * static_cast<float>(n);
+    LogitsProcessor(params).apply_penalties(logits, {prompt, generated});
+    EXPECT_EQ(logits, expect) << "vocabulary " << vocab;
+  }
 }
 
 TEST(Processors, NegativePresencePenaltyEncouragesRepeats) {
