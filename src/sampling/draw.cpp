@@ -58,26 +58,6 @@ uint64_t masses_scalar(const float* e, size_t n, uint64_t* block_sums) {
   return total;
 }
 
-// The k-th largest value (with multiplicity). A small k keeps a min-heap of the k largest seen,
-// which most values fail to enter at one comparison; a large one selects on a copy.
-float kth_largest(std::span<const float> s, size_t k) {
-  if (k > 512) {
-    std::vector<float> values(s.begin(), s.end());
-    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k - 1), values.end(),
-                     std::greater<float>());
-    return values[k - 1];
-  }
-  std::vector<float> heap(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k));
-  std::make_heap(heap.begin(), heap.end(), std::greater<float>());
-  for (size_t i = k; i < s.size(); ++i) {
-    if (s[i] <= heap.front()) continue;
-    std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
-    heap.back() = s[i];
-    std::push_heap(heap.begin(), heap.end(), std::greater<float>());
-  }
-  return heap.front();
-}
-
 uint32_t key_of(float e) { return std::bit_cast<uint32_t>(e); }  // weights are >= 0: ordered as their bits
 
 // ceil(fraction * total) for a fraction in (0, 1), exactly: the fraction is m * 2^-shift.
@@ -243,6 +223,44 @@ int32_t draw_sampled(std::span<const float> logits, const SamplingParams& params
     }
   }
   fail("sampling: the draw's walk ended below its target (total mass ", total, ")");
+}
+
+// A small k keeps a min-heap of the k largest seen,
+// which most values fail to enter at one comparison; a large one selects on a copy.
+float kth_largest(std::span<const float> s, size_t k) {
+  SPECDEC_CHECK(k >= 1 && k <= s.size(), "sampling: the ", k, "-th largest of ", s.size(), " values");
+  if (k > 512) {
+    std::vector<float> values(s.begin(), s.end());
+    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k - 1), values.end(),
+                     std::greater<float>());
+    return values[k - 1];
+  }
+  std::vector<float> heap(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k));
+  std::make_heap(heap.begin(), heap.end(), std::greater<float>());
+  for (size_t i = k; i < s.size(); ++i) {
+    if (s[i] <= heap.front()) continue;
+    std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+    heap.back() = s[i];
+    std::push_heap(heap.begin(), heap.end(), std::greater<float>());
+  }
+  return heap.front();
+}
+
+double log_sum_exp(std::span<const float> logits) {
+  SPECDEC_CHECK(!logits.empty(), "sampling: empty logits row");
+  SPECDEC_CHECK(logits.size() <= kMaxDrawVocab, "sampling: a row of ", logits.size(), " logits is longer than the ",
+                kMaxDrawVocab, " the sampler sums exactly");
+  thread_local DrawScratch scratch;
+  std::vector<float>& e = scratch.weights;
+  e.resize(logits.size());
+  scratch.block_sums.resize((logits.size() + kDrawBlock - 1) / kDrawBlock);
+  const DrawKernels& kernels = draw_kernels();
+  bool nan = false;
+  const float max = kernels.scale(logits.data(), e.data(), e.size(), 1.0f, &nan);
+  SPECDEC_CHECK(!nan, "sampling: logits contain NaN");
+  SPECDEC_CHECK(std::isfinite(max), "sampling: no token has a finite logit (max is ", max, ")");
+  const uint64_t total = kernels.weigh(e.data(), e.size(), max, scratch.block_sums.data());
+  return static_cast<double>(max) + std::log(static_cast<double>(total)) - kMassBits * std::log(2.0);
 }
 
 std::vector<float> draw_probabilities(std::span<const float> logits, const SamplingParams& params) {

@@ -77,6 +77,12 @@ inline uint64_t draw_mass(float e) {
 // top_p), min-p (weight at least min_p times the largest), then the first token in id order
 // whose cumulative mass exceeds u times the total. Throws on NaN or a row with no finite logit.
 int32_t draw_sampled(std::span<const float> logits, const SamplingParams& params, float u);
+// log(sum_i exp(l_i)) over a row (NaN refused, -inf allowed, some logit finite): the row's
+// maximum plus the log of its weights' exact total, every weight below 2^-40 of the largest
+// counting as 0 (together at most V * 2^-40 of the sum); the same bits on every instruction set.
+double log_sum_exp(std::span<const float> logits);
+// The k-th largest of the values (with multiplicity), 1 <= k <= values.size().
+float kth_largest(std::span<const float> values, size_t k);
 // The distribution draw_sampled draws from: each token's mass over the total, after the same
 // filters (removed tokens and those below the masses' resolution get 0).
 std::vector<float> draw_probabilities(std::span<const float> logits, const SamplingParams& params);

@@ -326,19 +326,17 @@ TokenLogprobs token_logprobs(std::span<const float> logits, const SamplingParams
   SPECDEC_CHECK(token >= 0 && static_cast<size_t>(token) < logits.size(), "sampling: token ", token,
                 " is outside the vocabulary of ", logits.size());
   SPECDEC_CHECK(top >= 0, "sampling: a negative number of top logprobs (", top, ")");
-  const LogitsProcessor processor(params);
-  std::vector<float> l(logits.begin(), logits.end());
-  processor.apply_penalties(l, history);
-  processor.apply_logit_bias(l);
-  float max = kNegInf;
-  for (float v : l) {
-    SPECDEC_CHECK(!std::isnan(v), "sampling: logits contain NaN");
-    max = std::max(max, v);
+  // A copy only where penalties or a bias change the logits.
+  std::vector<float> changed;
+  std::span<const float> l = logits;
+  if (!params.logits_only()) {
+    const LogitsProcessor processor(params);
+    changed.assign(logits.begin(), logits.end());
+    processor.apply_penalties(changed, history);
+    processor.apply_logit_bias(changed);
+    l = changed;
   }
-  SPECDEC_CHECK(std::isfinite(max), "sampling: no token has a finite logit (max is ", max, ")");
-  double sum = 0.0;  // in id order, as softmax_in_place sums
-  for (float v : l) sum += std::exp(static_cast<double>(v) - max);
-  const double log_sum = std::log(sum) + max;
+  const double log_sum = log_sum_exp(l);
   const auto logprob = [&](size_t i) { return static_cast<float>(static_cast<double>(l[i]) - log_sum); };
   TokenLogprobs out;
   out.token = token;
@@ -347,9 +345,12 @@ TokenLogprobs token_logprobs(std::span<const float> logits, const SamplingParams
   out.rank = 1 + static_cast<int>(std::count_if(l.begin(), l.end(), [&](float v) { return v > own; }));
   const size_t k = std::min(static_cast<size_t>(top), l.size());
   if (k == 0) return out;
-  std::vector<int32_t> ids(l.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
+  // The k most likely, ties in id order: those at or above the k-th largest value, sorted.
+  const float kth = kth_largest(l, k);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < l.size(); ++i)
+    if (l[i] >= kth) ids.push_back(static_cast<int32_t>(i));
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
     const float la = l[static_cast<size_t>(a)], lb = l[static_cast<size_t>(b)];
     return la != lb ? la > lb : a < b;
   });

@@ -238,6 +238,54 @@ TEST(DrawSampled, DrawsTheSoftmaxSamplersTokenAwayFromItsBoundaries) {
   EXPECT_LT(near, compared / 2);
 }
 
+// A token's logprob, its rank and the most likely tokens against a reference in double
+// precision over a full sort: rows with ties, masked tokens, and penalties that change the logits.
+TEST(TokenLogprobs, MatchALogSoftmaxInDoubleAndAFullSort) {
+  uint32_t seed = 300;
+  for (size_t n : {1u, 40u, 5000u, 70000u}) {
+    for (LogitShape shape : kLogitShapes) {
+      const std::vector<float> l = shaped_logits(shape, n, seed++);
+      for (bool penalised : {false, true}) {
+        SamplingParams params;
+        params.temperature = 0.7f;  // logprobs are taken before temperature: it changes nothing
+        std::vector<int32_t> generated;
+        if (penalised) {
+          params.repetition_penalty = 1.5f;
+          for (size_t i = 0; i < std::min<size_t>(n, 30); ++i)
+            generated.push_back(static_cast<int32_t>((i * 7919) % n));
+        }
+        std::vector<float> ref = l;
+        LogitsProcessor(params).apply_penalties(ref, {{}, generated});
+        double max = -std::numeric_limits<double>::infinity();
+        for (float v : ref) max = std::max(max, static_cast<double>(v));
+        double sum = 0;
+        for (float v : ref) sum += std::exp(static_cast<double>(v) - max);
+        const double log_sum = max + std::log(sum);
+        std::vector<int32_t> order(n);
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+          return ref[static_cast<size_t>(a)] > ref[static_cast<size_t>(b)];
+        });
+        for (int32_t token : {int32_t{0}, static_cast<int32_t>(n / 2), static_cast<int32_t>(n - 1)}) {
+          const int top = static_cast<int>(std::min<size_t>(n, 20));
+          const TokenLogprobs got = token_logprobs(l, params, {{}, generated}, token, top);
+          const float own = ref[static_cast<size_t>(token)];
+          SCOPED_TRACE(::testing::Message() << "n=" << n << " shape=" << static_cast<int>(shape) << " token " << token);
+          if (std::isfinite(own)) {
+            EXPECT_NEAR(got.logprob, own - log_sum, 1e-5);
+          }
+          EXPECT_EQ(got.rank, 1 + std::count_if(ref.begin(), ref.end(), [&](float v) { return v > own; }));
+          ASSERT_EQ(got.top.size(), static_cast<size_t>(top));
+          for (size_t j = 0; j < got.top.size(); ++j) {
+            EXPECT_EQ(got.top[j].first, order[j]) << "place " << j;
+            EXPECT_NEAR(got.top[j].second, ref[static_cast<size_t>(order[j])] - log_sum, 1e-5) << "place " << j;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(DrawSampled, RefusesWhatItCannotDraw) {
   SamplingParams params;
   params.temperature = 0.8f;

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   }
   // Penalties read the whole history at every draw: a repetition penalty over a history of
   // 4,000 tokens (the same table as above has no baseline for it; the draw's time alone).
-  std::printf("\n%-8s %-28s %12s\n", "vocab", "params", "draw us");
+  std::printf("\n%-8s %-28s %12s\n", "vocab", "params", "us");
   json += "],\"penalties\":[";
   first = true;
   for (size_t vocab : {32000u, 151936u}) {
@@ -108,6 +108,21 @@ int main(int argc, char** argv) {
     std::printf("%-8zu %-28s %12.1f\n", vocab, "T=0.8 repetition 1.1, 4,200", us);
     char row[128];
     std::snprintf(row, sizeof(row), "%s{\"vocab\":%zu,\"history\":4200,\"draw_us\":%.2f}", first ? "" : ",", vocab, us);
+    json += row;
+    first = false;
+  }
+  // A token's logprob with its 20 most likely alternatives (a logprobs request, prompt logprobs).
+  json += "],\"logprobs\":[";
+  first = true;
+  for (size_t vocab : {8192u, 151936u}) {
+    const std::vector<float> l = lm_logits(vocab, static_cast<uint32_t>(vocab) + 2);
+    SamplingParams p;
+    const double us = median_us(draws, [&](int i) {
+      (void)token_logprobs(l, p, {}, static_cast<int32_t>(static_cast<size_t>(i) % vocab), 20);
+    });
+    std::printf("%-8zu %-28s %12.1f\n", vocab, "logprobs, top 20", us);
+    char row[128];
+    std::snprintf(row, sizeof(row), "%s{\"vocab\":%zu,\"top\":20,\"us\":%.2f}", first ? "" : ",", vocab, us);
     json += row;
     first = false;
   }
