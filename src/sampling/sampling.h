@@ -57,6 +57,9 @@ struct TokenHistory {
 
 // The pipeline, in the order Hugging Face and vLLM apply it. Every stage works in place on one
 // row of logits; filters set removed tokens to -infinity. The constructor validates the params.
+// The sampler applies the penalties and the bias from here; its temperature and filters run in
+// draw.h's passes, of which these stages (a softmax summed in double, sorts) are the plain
+// statement the tests hold them to.
 class LogitsProcessor {
  public:
   explicit LogitsProcessor(const SamplingParams& params);
