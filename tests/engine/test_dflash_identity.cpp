@@ -178,6 +178,29 @@ TEST(DflashEngine, RowsTheContextContinuesProposeItsContinuation) {
       << "tokens a round: " << tokens_a_round[0] << " own, " << tokens_a_round[1] << " with the context";
 }
 
+TEST(DflashEngine, SampledExactRowsProposeTheContextsContinuationTooAndRejectionRowsDoNot) {
+  // A sampled exact-mode row's draft is accepted where it equals the target's draw, whatever
+  // proposed it; on text that loops the draw follows the loop. A rejection-mode row's drafts must
+  // be its own draws from q. Output identical to plain in exact mode.
+  Methods m;
+  auto engine = make_dflash_engine(7, &m);
+  const auto prompt = encode(kLoopingPrompt);
+  const auto want = plain(prompt, 96, 0.8f, 5);
+  Request r = make_request(prompt, 96, 0.8f, 5);
+  r.spec.method = "dflash-fixed";
+  r.spec.adaptive = false;
+  EXPECT_EQ(run_one(*engine, std::move(r)).tokens, want);
+  const DflashStats sampled = m.fixed->stats();
+  EXPECT_GT(sampled.lookup.looked_up, 0);
+  EXPECT_GT(sampled.lookup.scored, 0);
+  Request rejection = make_request(prompt, 96, 0.8f, 5);
+  rejection.spec.method = "dflash-fixed";
+  rejection.spec.adaptive = false;
+  rejection.spec.mode = SpecMode::rejection;
+  (void)run_one(*engine, std::move(rejection));
+  EXPECT_EQ(m.fixed->stats().lookup.looked_up, sampled.lookup.looked_up);
+}
+
 TEST(DflashEngine, RejectionModeAtTemperatureZeroIsExact) {
   const auto prompt = encode(prompts()[0]);
   const auto want = plain(prompt, 40, 0, 0);

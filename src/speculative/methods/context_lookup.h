@@ -1,7 +1,7 @@
 // Drafts the request's own text continues. Where the text repeats itself (code that loops through
 // the same arguments, an edit that copies its source, a quote), what followed the drafts'
 // trailing tokens earlier in the text is often the target's next token where a block drafter's
-// later rows, which do not see the rows before them, have lost the thread. A greedy row's drafts
+// later rows, which do not see the rows before them, have lost the thread. An exact-mode row's drafts
 // are checked against that continuation one by one; where they differ, the continuation is
 // proposed instead while it has been right at least as often as the drafter (SwapScore, scored
 // per request at every such row a verified round reaches, since it is the request's text that

@@ -571,7 +571,10 @@ class DflashRows final : public DraftRows {
       r.cut_logits.clear();
       r.repeats.clear();
       const bool greedy = ask.sampling->selects_argmax() && !ask.want_q;
-      const bool lookup = greedy && lookup_;
+      // A sampled exact-mode row may propose any token: it is accepted where it equals the
+      // target's draw, and on text that copies itself that draw follows the copy as a greedy
+      // token does. A rejection-mode row's drafts must be its own draws from q.
+      const bool lookup = !ask.want_q && lookup_;
       if (lookup) r.lookup.begin(r.known, ask.pending);
       int32_t previous_top = -1;  // the row before's argmax, as the drafter gave it
       double alive = 1.0;
@@ -754,7 +757,7 @@ class DflashRows final : public DraftRows {
   std::string ns_;
   int max_draft_;
   bool cut_;
-  bool lookup_;                 // greedy rows may propose the context's continuation
+  bool lookup_;                 // exact-mode rows may propose the context's continuation
   CutCalibration calibration_;  // the cut's calibration corrected by its rounds' outcomes
   SwapScore repeats_{kRunnerHeadStart};  // whether a greedy row that repeats the row before proposes its runner-up
   std::shared_ptr<DflashStats> stats_;

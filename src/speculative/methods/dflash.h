@@ -24,8 +24,9 @@ struct DflashOptions {
   // Whether a calibrated checkpoint's confidence cut shortens the proposals (off: the depth
   // policy's depth stands, as for an uncalibrated checkpoint).
   bool confidence_cut = true;
-  // Whether a greedy row may propose what followed its drafts' trailing tokens earlier in the
-  // request's text instead of its own argmax (context_lookup.h).
+  // Whether an exact-mode row (greedy, or sampled with the target's keys) may propose what
+  // followed its drafts' trailing tokens earlier in the request's text instead of its own token
+  // (context_lookup.h).
   bool context_lookup = true;
   int kv_blocks = 0;  // 0 = the engine's rows at the drafter's context, within kv_memory
   size_t kv_memory = 256ull << 20;
@@ -42,7 +43,7 @@ struct DflashStats {
   // runner-up; and of those a verified round reached, where the repeat and where the runner-up
   // was the target's token.
   int64_t swapped = 0, scored = 0, repeat_right = 0, runner_right = 0;
-  LookupStats lookup;  // greedy rows checked against the request's text (context_lookup.h)
+  LookupStats lookup;  // exact-mode rows checked against the request's text (context_lookup.h)
 };
 
 class DflashMethod : public DraftMethod {
