@@ -329,6 +329,7 @@ TokenLogprobs token_logprobs(std::span<const float> logits, const SamplingParams
   // A copy only where penalties or a bias change the logits.
   std::vector<float> changed;
   std::span<const float> l = logits;
+  params.validate();
   if (!params.logits_only()) {
     const LogitsProcessor processor(params);
     changed.assign(logits.begin(), logits.end());
