@@ -31,6 +31,7 @@ RunResult run_batch(Engine& engine, const std::vector<std::vector<int32_t>>& pro
     r.speculative.draft = method.draft;
     r.speculative.num_draft_tokens = method.num_draft;
     r.speculative.adaptive = method.adaptive;
+    r.speculative.mode = method.mode;
     requests.push_back(std::move(r));
   }
   const EngineStats before = engine.stats();
@@ -323,7 +324,7 @@ nlohmann::json prompt_row(const SuitePrompt& sp, const Pair& m) {
 }
 
 nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const std::string& draft, size_t index) {
-  const RunMethod method{draft_id(o.engine.drafts.at(index)), o.num_draft, o.adaptive};
+  const RunMethod method{draft_id(o.engine.drafts.at(index)), o.num_draft, o.adaptive, o.mode};
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& p : o.suite) prompts.push_back(engine.encode(p.text, false));
   std::vector<std::vector<int32_t>> batch;
@@ -334,7 +335,8 @@ nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const st
     max_len = std::max(max_len, o.suite[p].max_tokens);
   }
   warm_up_suite(o, engine, method);
-  std::printf("\nspeculative: %s, batch 1, %s, %s\n", draft.c_str(), describe(o.sampling).c_str(),
+  std::printf("\nspeculative: %s, batch 1, %s%s, %s\n", draft.c_str(), describe(o.sampling).c_str(),
+              o.mode == VerifyMode::rejection ? ", rejection sampling (outputs need not equal plain)" : "",
               engine.device_name().c_str());
   // Generation tokens/s (after each row's first token), as the plain table's decode tok/s and
   // as other servers report their generation rate: what speculation speeds up. TTFT (the
@@ -357,6 +359,7 @@ nlohmann::json spec_method_bench(const BenchCommand& o, Engine& engine, const st
               m.plain.max_ttft * 1e3, decode_rate(m.plain), decode_rate(m.spec), m.decode_speedup,
               pair_range(m).c_str(), m.speedup, tel.acceptance_rate(), tel.mean_accepted_length(), same ? "yes" : "NO");
   return {{"method", draft},
+          {"verify", o.mode == VerifyMode::rejection ? "rejection" : "exact"},
           {"batch1", per_prompt},
           {"batch",
            {{"rows", o.spec_batch},

@@ -34,6 +34,7 @@ struct RunMethod {
   std::string draft;
   int num_draft = 0;
   bool adaptive = true;
+  VerifyMode mode = VerifyMode::exact;
 };
 
 // Submits every prompt at once, waits for all; results in submission order.

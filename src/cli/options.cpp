@@ -120,7 +120,7 @@ struct BenchFlags {
   std::string suite = std::string(SPECDEC_SOURCE_DIR) + "/bench/prompts.json";
   float temperature = 0, top_p = 1, min_p = 0;
   int top_k = 0;
-  std::string seed = "0";
+  std::string seed = "0", spec_mode = "exact";
   bool no_adaptive = false, no_context_lookup = false;
 };
 
@@ -197,6 +197,9 @@ CLI::App* add_bench(CLI::App& app, BenchFlags& f) {
       "--draft", o.drafts,
       "draft method(s): 'ngram', or the folder of a draft model, an EAGLE-3 head or a DFlash drafter (repeatable)");
   cmd->add_option("--num-draft-tokens", o.num_draft, "maximum draft depth (default: the method's)");
+  cmd->add_option("--spec-mode", f.spec_mode,
+                  "speculative suite: exact (identical output, checked) or rejection (the same distribution)")
+      ->capture_default_str();
   cmd->add_option("--batch-sizes", o.batches, "plain decoding batch sizes")->delimiter(',')->capture_default_str();
   cmd->add_option("--prompt-tokens", o.prompt_tokens, "plain benchmark prompt length")->capture_default_str();
   cmd->add_option("--new-tokens", o.gen_tokens, "plain benchmark tokens to generate")->capture_default_str();
@@ -268,6 +271,11 @@ BenchCommand bench_command(BenchFlags& f) {
   o.sampling.min_p = f.min_p;
   o.sampling.repetition_penalty = 1.0f;
   o.sampling.seed = parse_seed(f.seed);
+  const std::optional<VerifyMode> mode = parse_verify_mode(f.spec_mode);
+  require(mode.has_value(), "unknown --spec-mode '", f.spec_mode, "' (expected exact or rejection)");
+  o.mode = *mode;
+  require(!o.replay || o.mode == VerifyMode::exact,
+          "--replay replays exact verification: a rejection-mode round's outcome is a draw of its own");
   require(o.repeats >= 1, "--repeats must be at least 1");
   check_replay_flags(o);
   require(o.spec_batch >= 1, "--spec-batch must be at least 1, got ", o.spec_batch);

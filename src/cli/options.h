@@ -38,6 +38,7 @@ struct BenchCommand {
   bool skip_plain = false;
   int repeats = 5;
   bool adaptive = true;
+  VerifyMode mode = VerifyMode::exact;  // --spec-mode: how the speculative runs verify
   bool replay = false;
   double replay_window_cost = 1.0;        // --replay: scale of a window's cost beyond a plain step
   std::vector<double> replay_forward_ms;  // --replay: target forward of 1, 2, ... tokens instead of measured

@@ -126,6 +126,9 @@ const std::vector<BadLine> kBadLines = {
     {{"bench", "--draft", "ngram", "--replay", "--replay-draft-ms", "0.1,-1"},
      "--replay-draft-ms: every cost must be at least 0, got -1"},
     {{"bench", "--replay"}, "--replay replays speculative decoding: name a method with --draft"},
+    {{"bench", "--spec-mode", "fast"}, "unknown --spec-mode 'fast' (expected exact or rejection)"},
+    {{"bench", "--draft", "ngram", "--replay", "--spec-mode", "rejection"},
+     "--replay replays exact verification: a rejection-mode round's outcome is a draw of its own"},
     {{"bench", "--spec-batch", "0"}, "--spec-batch must be at least 1, got 0"},
     {{"bench", "--num-draft-tokens", "-1"}, "--num-draft-tokens must not be negative, got -1"},
     {{"bench", "--batch-sizes", "4,0"}, "--batch-sizes must be positive, got 0"},
@@ -201,6 +204,13 @@ TEST_F(Suite, AGoodBenchLineCarriesTheSuiteAndTheMethods) {
   EXPECT_EQ(b.sampling.top_p, 1.0f);
   EXPECT_EQ(b.sampling.top_k, 0);
   EXPECT_EQ(b.sampling.repetition_penalty, 1.0f);
+  EXPECT_EQ(b.mode, specdec::VerifyMode::exact);  // exact verification unless --spec-mode
+}
+
+TEST(Options, BenchTakesTheVerificationMode) {
+  const CommandLine line = parse_command_line({"bench", "--draft", "ngram", "--spec-mode", "rejection"});
+  ASSERT_TRUE(line.command.has_value()) << line.err;
+  EXPECT_EQ(std::get<specdec::cli::BenchCommand>(*line.command).mode, specdec::VerifyMode::rejection);
 }
 
 TEST(Options, AGenerateLineBecomesTypedOptions) {
