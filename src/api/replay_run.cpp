@@ -74,24 +74,23 @@ ReplayMethodReport replay_method(Model& target, Scratch& sc, const ReplayMethod&
   // that a replay on given forward costs comes out the same on every run.
   report.timed_draft_calls = m.kind != DraftKind::ngram;
   if (report.timed_draft_calls) {
-    const DraftCallCosts calls =
-        time_draft_calls(*m.method, target, sc, request.context, kWidths, request.timing_repeats, sampling);
-    costs.draft_fixed = calls.fixed;
-    costs.draft_step = calls.step;
-    if (!request.draft_ms.empty()) {
-      costs.draft_fixed = request.draft_ms[0] * 1e-3;
-      costs.draft_step = request.draft_ms[1] * 1e-3;
-    }
-    costs.catch_up = costs.draft_step;  // a catch-up feed costs about one step
-    // With given forward costs, the window after a call keeps what the call's eviction added
-    // here; given draft costs too, nothing measured is left (a replay of a policy's choices
-    // alone, the same on every run).
     if (request.draft_ms.empty()) {
+      const DraftCallCosts calls =
+          time_draft_calls(*m.method, target, sc, request.context, kWidths, request.timing_repeats, sampling);
+      costs.draft_fixed = calls.fixed;
+      costs.draft_step = calls.step;
+      // With given forward costs, the window after a call keeps what the call's eviction added here.
       for (int w = 2; w <= kWidths; ++w) {
         const size_t i = static_cast<size_t>(w);
         costs.forward[i] = t.costs.forward[i] + calls.window_after_call[i] - t.timed[i];
       }
+    } else {
+      // Given draft costs: no call is timed, and with given forward costs too nothing measured
+      // is left (a replay of a policy's choices alone, the same on every run).
+      costs.draft_fixed = request.draft_ms[0] * 1e-3;
+      costs.draft_step = request.draft_ms[1] * 1e-3;
     }
+    costs.catch_up = costs.draft_step;  // a catch-up feed costs about one step
     for (size_t i = 0; i < request.prompts.size(); ++i)
       draft_prefill[i] = time_draft_prefill(*m.method, target, request.prompts[i].tokens, 3);
   }

@@ -24,6 +24,8 @@ void add_common(CLI::App& cmd, CommonFlags& f);
 EngineConfig engine_config(const CommonFlags& f);
 // "ngram", or a draft model folder.
 DraftSpec draft_spec(const std::string& draft, int num_draft, bool context_lookup = true);
+// --spec-mode's value; throws std::runtime_error naming it when it is neither mode.
+VerifyMode spec_mode(const std::string& name);
 inline constexpr const char* kNoContextLookupHelp =
     "block drafters (DFlash): propose their own drafts only, never the text's continuation where it differs";
 

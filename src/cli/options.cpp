@@ -93,6 +93,12 @@ void check_temperature(float temperature, const char* flag) {
 }
 }  // namespace
 
+VerifyMode spec_mode(const std::string& name) {
+  const std::optional<VerifyMode> mode = parse_verify_mode(name);
+  require(mode.has_value(), "unknown --spec-mode '", name, "' (expected exact or rejection)");
+  return *mode;
+}
+
 DraftSpec draft_spec(const std::string& draft, int num_draft, bool context_lookup) {
   DraftSpec spec = draft == "ngram" ? DraftSpec::ngram({}, num_draft) : DraftSpec::model(draft, {}, num_draft);
   spec.context_lookup = context_lookup;
@@ -172,13 +178,12 @@ GenerateCommand generate_command(GenerateFlags& f) {
   if (f.temperature_opt->count()) check_temperature(f.temperature, "--temperature");
   require(c.request.max_tokens >= 1, "max_tokens must be at least 1, got ", c.request.max_tokens);
   require(f.num_draft >= 0, "--num-draft-tokens must not be negative, got ", f.num_draft);
-  const std::optional<VerifyMode> mode = parse_verify_mode(f.spec_mode);
-  require(mode.has_value(), "unknown --spec-mode '", f.spec_mode, "' (expected exact or rejection)");
+  const VerifyMode mode = spec_mode(f.spec_mode);
   // Speculation flags without a method would be ignored silently.
   for (const CLI::Option* o : {f.num_draft_opt, f.spec_mode_opt, f.no_adaptive_opt, f.no_context_lookup_opt})
     require(o->count() == 0 || !f.draft.empty(), o->get_name(), " needs --draft (ngram or a draft model folder)");
   SpeculativeOptions& spec = c.request.speculative;
-  spec.mode = *mode;
+  spec.mode = mode;
   spec.adaptive = !f.no_adaptive;
   spec.num_draft_tokens = f.num_draft;
   if (!f.draft.empty()) {
@@ -271,9 +276,7 @@ BenchCommand bench_command(BenchFlags& f) {
   o.sampling.min_p = f.min_p;
   o.sampling.repetition_penalty = 1.0f;
   o.sampling.seed = parse_seed(f.seed);
-  const std::optional<VerifyMode> mode = parse_verify_mode(f.spec_mode);
-  require(mode.has_value(), "unknown --spec-mode '", f.spec_mode, "' (expected exact or rejection)");
-  o.mode = *mode;
+  o.mode = spec_mode(f.spec_mode);
   require(!o.replay || o.mode == VerifyMode::exact,
           "--replay replays exact verification: a rejection-mode round's outcome is a draw of its own");
   require(o.repeats >= 1, "--repeats must be at least 1");

@@ -52,9 +52,7 @@ ServeCommand ServeFlags::command() const {
   require(s.max_body_bytes >= 1024, "--max-body-bytes must be at least 1024, got ", s.max_body_bytes);
   require(s.http_threads >= 0, "--http-threads must not be negative, got ", s.http_threads);
   require(s.num_draft_tokens >= 0, "--num-draft-tokens must not be negative, got ", s.num_draft_tokens);
-  const std::optional<VerifyMode> mode = parse_verify_mode(v_->spec_mode);
-  require(mode.has_value(), "unknown --spec-mode '", v_->spec_mode, "' (expected exact or rejection)");
-  s.spec_mode = *mode;
+  s.spec_mode = spec_mode(v_->spec_mode);
   s.adaptive = !v_->no_adaptive;
   s.max_rows = c.engine.max_rows;
   c.engine.max_queue = s.max_queue;  // the engine bounds its waiting queue; the server answers 429

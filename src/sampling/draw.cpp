@@ -33,20 +33,6 @@ float scale_scalar(const float* l, float* s, size_t n, float temperature, bool* 
   return max;
 }
 
-uint64_t weigh_scalar(float* s, size_t n, float max, uint64_t* block_sums) {
-  uint64_t total = 0;
-  for (size_t b = 0; b * kDrawBlock < n; ++b) {
-    uint64_t sum = 0;
-    for (size_t i = b * kDrawBlock; i < std::min(n, (b + 1) * kDrawBlock); ++i) {
-      s[i] = draw_weight(s[i] - max);
-      sum += draw_mass(s[i]);
-    }
-    block_sums[b] = sum;
-    total += sum;
-  }
-  return total;
-}
-
 uint64_t masses_scalar(const float* e, size_t n, uint64_t* block_sums) {
   uint64_t total = 0;
   for (size_t b = 0; b * kDrawBlock < n; ++b) {
@@ -56,6 +42,12 @@ uint64_t masses_scalar(const float* e, size_t n, uint64_t* block_sums) {
     total += sum;
   }
   return total;
+}
+
+uint64_t weigh_scalar(float* s, size_t n, float max, uint64_t* block_sums) {
+  // The fallback for CPUs without AVX2: weights, then their masses, in two passes.
+  for (size_t i = 0; i < n; ++i) s[i] = draw_weight(s[i] - max);
+  return masses_scalar(s, n, block_sums);
 }
 
 uint32_t key_of(float e) { return std::bit_cast<uint32_t>(e); }  // weights are >= 0: ordered as their bits
@@ -170,34 +162,39 @@ const DrawKernels& draw_kernels() {
 
 namespace {
 
-// The row's weights after every filter, with their block sums (in the scratch) and total.
-uint64_t filtered_weights(std::span<const float> logits, const SamplingParams& params, DrawScratch& scratch) {
+// The row divided by the temperature into the scratch's weights (sized, with the block sums, for
+// the row); returns its largest value. Refuses what no draw can use.
+float scale_row(std::span<const float> logits, float temperature, DrawScratch& scratch) {
   const size_t n = logits.size();
   SPECDEC_CHECK(n > 0, "sampling: empty logits row");
   SPECDEC_CHECK(n <= kMaxDrawVocab, "sampling: a row of ", n, " logits is longer than the ", kMaxDrawVocab,
                 " the sampler sums exactly");
-  SPECDEC_CHECK(params.temperature > 0.0f, "sampling: a sampled draw needs a temperature above 0");
-  std::vector<float>& e = scratch.weights;
-  std::vector<uint64_t>& sums = scratch.block_sums;
-  e.resize(n);
-  sums.resize((n + kDrawBlock - 1) / kDrawBlock);
-  const DrawKernels& kernels = draw_kernels();
-
+  scratch.weights.resize(n);
+  scratch.block_sums.resize((n + kDrawBlock - 1) / kDrawBlock);
   bool nan = false;
-  const float max = kernels.scale(logits.data(), e.data(), n, params.temperature, &nan);
+  const float max = draw_kernels().scale(logits.data(), scratch.weights.data(), n, temperature, &nan);
   SPECDEC_CHECK(!nan, "sampling: logits contain NaN");
   SPECDEC_CHECK(std::isfinite(max), "sampling: no token has a finite logit (max is ", max, ")");
-  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < n) {
+  return max;
+}
+
+// The row's weights after every filter, with their block sums (in the scratch) and total.
+uint64_t filtered_weights(std::span<const float> logits, const SamplingParams& params, DrawScratch& scratch) {
+  SPECDEC_CHECK(params.temperature > 0.0f, "sampling: a sampled draw needs a temperature above 0");
+  const float max = scale_row(logits, params.temperature, scratch);
+  std::vector<float>& e = scratch.weights;
+  const DrawKernels& kernels = draw_kernels();
+  if (params.top_k > 0 && static_cast<size_t>(params.top_k) < e.size()) {
     const float kth = kth_largest(e, static_cast<size_t>(params.top_k));
     for (float& s : e) s = s < kth ? kNegInf : s;
   }
-  uint64_t total = kernels.weigh(e.data(), n, max, sums.data());
+  uint64_t total = kernels.weigh(e.data(), e.size(), max, scratch.block_sums.data());
   // The most likely token weighs exp(0) = 1 and survives every filter, so the total stays above 0.
   if (params.top_p < 1.0f) keep_top_p(e, params.top_p, total, scratch.in_play);
   if (params.min_p > 0.0f) {
     for (float& w : e) w = w < params.min_p ? 0.0f : w;  // the largest weight is 1
   }
-  if (params.top_p < 1.0f || params.min_p > 0.0f) total = kernels.masses(e.data(), n, sums.data());
+  if (params.top_p < 1.0f || params.min_p > 0.0f) total = kernels.masses(e.data(), e.size(), scratch.block_sums.data());
   return total;
 }
 
@@ -247,19 +244,10 @@ float kth_largest(std::span<const float> s, size_t k) {
 }
 
 double log_sum_exp(std::span<const float> logits) {
-  SPECDEC_CHECK(!logits.empty(), "sampling: empty logits row");
-  SPECDEC_CHECK(logits.size() <= kMaxDrawVocab, "sampling: a row of ", logits.size(), " logits is longer than the ",
-                kMaxDrawVocab, " the sampler sums exactly");
   thread_local DrawScratch scratch;
-  std::vector<float>& e = scratch.weights;
-  e.resize(logits.size());
-  scratch.block_sums.resize((logits.size() + kDrawBlock - 1) / kDrawBlock);
-  const DrawKernels& kernels = draw_kernels();
-  bool nan = false;
-  const float max = kernels.scale(logits.data(), e.data(), e.size(), 1.0f, &nan);
-  SPECDEC_CHECK(!nan, "sampling: logits contain NaN");
-  SPECDEC_CHECK(std::isfinite(max), "sampling: no token has a finite logit (max is ", max, ")");
-  const uint64_t total = kernels.weigh(e.data(), e.size(), max, scratch.block_sums.data());
+  const float max = scale_row(logits, 1.0f, scratch);
+  const uint64_t total =
+      draw_kernels().weigh(scratch.weights.data(), scratch.weights.size(), max, scratch.block_sums.data());
   return static_cast<double>(max) + std::log(static_cast<double>(total)) - kMassBits * std::log(2.0);
 }
 

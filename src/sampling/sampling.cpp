@@ -280,14 +280,26 @@ int32_t sample_from_weights(std::span<const float> weights, float u) {
   return last;
 }
 
+namespace {
+
+// A copy of the logits after the params' penalties (over `history`) and logit bias: the row
+// every distribution, draw and logprob starts from. Validates the params.
+std::vector<float> penalised_logits(std::span<const float> logits, const SamplingParams& params,
+                                    const TokenHistory& history) {
+  const LogitsProcessor processor(params);
+  std::vector<float> l(logits.begin(), logits.end());
+  processor.apply_penalties(l, history);
+  processor.apply_logit_bias(l);
+  return l;
+}
+
+}  // namespace
+
 std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params,
                                  std::span<const int32_t> prompt,
                                  std::span<const int32_t> generated) {
   SPECDEC_CHECK(!logits.empty(), "sampling: empty logits row");
-  const LogitsProcessor processor(params);
-  std::vector<float> p(logits.begin(), logits.end());
-  processor.apply_penalties(p, TokenHistory{prompt, generated});
-  processor.apply_logit_bias(p);
+  std::vector<float> p = penalised_logits(logits, params, TokenHistory{prompt, generated});
   if (params.greedy()) {
     const int32_t best = argmax(p);
     std::fill(p.begin(), p.end(), 0.0f);
@@ -307,17 +319,15 @@ int32_t sample(std::span<const float> logits, const SamplingParams& params,
     SPECDEC_CHECK(!logits.empty(), "sampling: empty logits row");
     return argmax(logits);
   }
-  if (params.greedy()) return argmax(probabilities(logits, params, prompt, generated));
+  SPECDEC_CHECK(!logits.empty(), "sampling: empty logits row");
+  const TokenHistory history{prompt, generated};
+  if (params.greedy()) return argmax(penalised_logits(logits, params, history));
   const float u = uniform01(params.seed, position, static_cast<uint32_t>(RandomStream::token));
   if (params.logits_only()) {
     params.validate();
     return draw_sampled(logits, params, u);
   }
-  const LogitsProcessor processor(params);
-  std::vector<float> l(logits.begin(), logits.end());
-  processor.apply_penalties(l, TokenHistory{prompt, generated});
-  processor.apply_logit_bias(l);
-  return draw_sampled(l, params, u);
+  return draw_sampled(penalised_logits(logits, params, history), params, u);
 }
 
 TokenLogprobs token_logprobs(std::span<const float> logits, const SamplingParams& params, const TokenHistory& history,
@@ -331,10 +341,7 @@ TokenLogprobs token_logprobs(std::span<const float> logits, const SamplingParams
   std::span<const float> l = logits;
   params.validate();
   if (!params.logits_only()) {
-    const LogitsProcessor processor(params);
-    changed.assign(logits.begin(), logits.end());
-    processor.apply_penalties(changed, history);
-    processor.apply_logit_bias(changed);
+    changed = penalised_logits(logits, params, history);
     l = changed;
   }
   const double log_sum = log_sum_exp(l);
