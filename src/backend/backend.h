@@ -99,6 +99,10 @@ class Backend {
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // out[i, :] = x[indices[i], :]. x [T, H], indices [n], out [n, H].
   virtual void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) = 0;
+  // out[i, :] = fill, then out[i, index[c]] = x[i, c] for every column c whose index lies in
+  // [0, V): a reduced vocabulary's logits laid out over the whole one. x [n, C] f32, index [C]
+  // i32, out [n, V] f32. Columns sharing a target must hold equal values (any one is written).
+  virtual void scatter_columns(const Tensor& x, const Tensor& index, float fill, const Tensor& out) = 0;
 
   // Writes k, v [T, kv_heads, head_dim] (f32) into the pools at batch.slots.
   // Pools are [num_blocks, block_size, kv_heads, head_dim] of kv_dtype().

@@ -62,6 +62,9 @@ class RecordingBackend : public Backend {
   void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
     call([=, this] { inner_->gather_rows(x, indices, out); });
   }
+  void scatter_columns(const Tensor& x, const Tensor& index, float fill, const Tensor& out) override {
+    call([=, this] { inner_->scatter_columns(x, index, fill, out); });
+  }
   void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
                 const AttentionBatch& batch) override {
     call([=, this] { inner_->kv_write(k, v, k_pool, v_pool, batch); });

@@ -63,6 +63,10 @@ class CountingBackend final : public Backend {
     ++calls;
     in_.gather_rows(x, indices, out);
   }
+  void scatter_columns(const Tensor& x, const Tensor& index, float fill, const Tensor& out) override {
+    ++calls;
+    in_.scatter_columns(x, index, fill, out);
+  }
   void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
                 const AttentionBatch& batch) override {
     ++calls;

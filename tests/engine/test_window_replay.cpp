@@ -268,9 +268,9 @@ TEST(WindowReplay, ReplayedDflashBlocksGiveThePlainTokens) {
 }
 
 TEST(WindowReplay, ReplayedEagle3ChainsGiveThePlainTokens) {
-  // The EAGLE-3 head's greedy rows chain their drafts on the device: step 0 (each row's fed
-  // positions padded to one width) and the chained steps recorded together per shape and
-  // replayed; sampled rows keep the host path beside them.
+  // The EAGLE-3 head's rows chain their drafts on the device: step 0 (each row's fed positions
+  // padded to one width) and the chained steps recorded together per shape and replayed, the
+  // sampled rows' draws in the recording too.
   Bundled& m = Recorded::get().models;
   auto engine = make_engine(7, {}, m);
   const std::shared_ptr<Eagle3Head> head = Eagle3Head::load(source_path("models/eagle3"), *m.backend);
@@ -281,6 +281,7 @@ TEST(WindowReplay, ReplayedEagle3ChainsGiveThePlainTokens) {
   expect_plain_tokens(*engine, {{kClass, "eagle3", 6, 0}}, 48);
   expect_plain_tokens(*engine, {{kCopy, "eagle3", 6, 0}, {kLoop, "eagle3", 3, 0}, {kClass, "eagle3", 6, 0}}, 48);
   expect_plain_tokens(*engine, {{kLoop, "eagle3", 1, 0}}, 24);
+  expect_plain_tokens(*engine, {{kClass, "eagle3", 6, 0.8f}, {kCopy, "eagle3", 4, 0}}, 48);
   const Eagle3Head::ChainStats st = head->chain_stats();
   report("window_replay.eagle3_chains", static_cast<double>(st.chains));
   report("window_replay.eagle3_replayed", static_cast<double>(st.replayed));

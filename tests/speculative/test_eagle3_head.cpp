@@ -13,10 +13,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "sampling/sampling.h"
 #include "speculative/methods/eagle3_head.h"
 #include "test_device.h"
 
@@ -229,6 +231,108 @@ TEST_P(ContextRows, TokensOutsideTheDraftVocabularyTakeTheTargetsRows) {
 
 INSTANTIATE_TEST_SUITE_P(TargetTypes, ContextRows, ::testing::Values(DType::f32, DType::bf16, DType::f16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(Eagle3Head, ChainedDrawsAreTheHostsDraws) {
+  // A chain drawn on the backend (Backend::sample over the target vocabulary, the tokens no logit
+  // column holds at zero probability) proposes what drawing each step's copied logits on the
+  // host proposes at the same keys: two sampled rows and a greedy one beside them, with context
+  // rows holding target tokens outside the draft vocabulary.
+  const auto ref = reference();
+  auto head = Eagle3Head::load(fixture_dir() / "head", backend());
+  const int V = head->config().layer.vocab_size, H = head->config().layer.hidden_size;
+  const auto d2t = ref["draft_to_target"].get<std::vector<int32_t>>();
+  std::vector<float> table(static_cast<size_t>(V * H));
+  uint64_t seed = 3;
+  for (float& x : table) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(static_cast<int64_t>(seed >> 40) % 2001 - 1000) * 1e-3f;
+  }
+  Buffer buffer = backend().allocate(table.size() * sizeof(float));
+  const Tensor device_table = buffer.view(DType::f32, {V, H});
+  backend().copy(Tensor(table.data(), DType::f32, {V, H}), device_table);
+  const Weight lm_head(device_table);
+  head->use_target_rows(lm_head, 4);
+  std::vector<int32_t> outside;
+  for (int32_t t = 0; t < V && outside.size() < 3; ++t)
+    if (std::find(d2t.begin(), d2t.end(), t) == d2t.end()) outside.push_back(t);
+  head->note_context(outside, lm_head);
+  ASSERT_EQ(head->context_rows_used(), 3);
+
+  const auto tokens = ref["tokens"].get<std::vector<int32_t>>();
+  const auto fused = ref["fused"].get<std::vector<float>>();
+  const size_t width = fused.size() / tokens.size();
+  const std::vector<size_t> lengths = {tokens.size(), 3, 5};
+  const int R = static_cast<int>(lengths.size()), depth = 5;
+  std::vector<SampleRow> draws(static_cast<size_t>(depth * R));
+  for (int k = 0; k < depth; ++k)
+    for (int j = 0; j < R; ++j) {
+      SampleRow& d = draws[static_cast<size_t>(k * R + j)];
+      d.temperature = j == 0 ? 0.8f : j == 1 ? 1.5f : 0.0f;
+      d.top_p = j == 1 ? 0.9f : 1.0f;
+      d.seed = 11 + static_cast<uint64_t>(j);
+      d.position = 100 * static_cast<uint64_t>(j) + static_cast<uint64_t>(k);
+    }
+  const auto make_rows = [&](KvCache& cache) {
+    std::vector<Eagle3Head::Row> rows;
+    for (const size_t n : lengths) {
+      const auto seq = cache.create();
+      EXPECT_TRUE(cache.reserve(seq, static_cast<int>(n) + depth));
+      rows.push_back(
+          {seq, {tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n)}, {static_cast<int32_t>(n) - 1}});
+    }
+    return rows;
+  };
+  // Each row's fused taps, one after another, or padded to the chain's step-0 width (the last
+  // position repeated) where the backend records step 0 with the chain.
+  const auto inputs_of = [&](size_t pad) {
+    std::vector<float> in;
+    for (const size_t n : lengths)
+      for (size_t t = 0; t < std::max(n, pad); ++t) {
+        const auto from = fused.begin() + static_cast<std::ptrdiff_t>(std::min(t, n - 1) * width);
+        in.insert(in.end(), from, from + static_cast<std::ptrdiff_t>(width));
+      }
+    return in;
+  };
+
+  auto chain_cache = head->make_cache(16);
+  const std::vector<Eagle3Head::Row> chain_rows = make_rows(*chain_cache);
+  std::vector<float> padded = inputs_of(static_cast<size_t>(head->step0_width(chain_rows)));
+  const Tensor padded_inputs(padded.data(), DType::f32,
+                             {static_cast<int64_t>(padded.size() / width), static_cast<int64_t>(width)});
+  const Eagle3Head::Drafts chained = head->draft_chain(chain_rows, padded_inputs, depth, nullptr, *chain_cache, draws);
+
+  auto host_cache = head->make_cache(16);
+  std::vector<Eagle3Head::Row> rows = make_rows(*host_cache);
+  Eagle3Head::Output out = head->forward(rows, inputs_of(0), true, nullptr, *host_cache);
+  std::vector<int32_t> drawn;
+  int left_argmax = 0;  // sampled draws that are not the step's argmax
+  const std::span<const int32_t> columns = head->draft_to_target();
+  for (int k = 0; k < depth; ++k) {
+    for (int j = 0; j < R; ++j) {
+      std::vector<float> full(static_cast<size_t>(V), -std::numeric_limits<float>::infinity());
+      for (size_t c = 0; c < columns.size(); ++c)
+        full[static_cast<size_t>(columns[c])] = out.logits[j * columns.size() + c];
+      drawn.push_back(sample(full, draws[static_cast<size_t>(k * R + j)]));
+      left_argmax += drawn.back() != argmax(full);
+      rows[static_cast<size_t>(j)].tokens = {drawn.back()};
+      rows[static_cast<size_t>(j)].outputs_at = {0};
+    }
+    if (k + 1 < depth) out = head->forward(rows, out.hidden, false, nullptr, *host_cache);
+  }
+  ASSERT_EQ(chained.ids.size(), drawn.size());
+  // On a GPU the chain's logits come from the fast kernels and its draws from the device sampler,
+  // whose sums round otherwise: a draw within rounding of a boundary may go the other way.
+  int same = 0;
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    same += chained.ids[i] == drawn[i];
+    if (!test_on_gpu()) {
+      EXPECT_EQ(chained.ids[i], drawn[i]) << "draft " << i / R << " of row " << i % R;
+    }
+  }
+  EXPECT_GE(same, static_cast<int>(drawn.size()) * 4 / 5);
+  // The sampled rows are no greedy chains in disguise.
+  EXPECT_GT(left_argmax, 0);
+}
 
 // A copy of the fixture head in a temporary folder, its safetensors header and bytes editable.
 class BrokenHead : public ::testing::Test {

@@ -126,6 +126,9 @@ class CpuBackend final : public Backend {
   void gather_rows(const Tensor& x, const Tensor& indices, const Tensor& out) override {
     cpu::gather_rows(pool_, x, indices, out);
   }
+  void scatter_columns(const Tensor& x, const Tensor& index, float fill, const Tensor& out) override {
+    cpu::scatter_columns(pool_, x, index, fill, out);
+  }
   void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
                 const AttentionBatch& batch) override {
     cpu::kv_write(k, v, k_pool, v_pool, batch);

@@ -319,6 +319,28 @@ void gather_rows(ThreadPool& pool, const Tensor& x, const Tensor& indices, const
   });
 }
 
+void scatter_columns(ThreadPool& pool, const Tensor& x, const Tensor& index, float fill, const Tensor& out) {
+  check_host(x, "scatter_columns", "x");
+  check_dtype(x, DType::f32, "scatter_columns", "x");
+  check_dtype(index, DType::i32, "scatter_columns", "index");
+  check_dtype(out, DType::f32, "scatter_columns", "out");
+  const int64_t C = x.dim(-1), n = C == 0 ? 0 : x.numel() / C, V = out.dim(-1);
+  SPECDEC_CHECK(index.numel() == C, "scatter_columns: index ", index.shape_string(),
+                " must have one entry per column of x ", x.shape_string());
+  SPECDEC_CHECK(out.numel() == n * V, "scatter_columns: out ", out.shape_string(), " must hold ", n, " rows");
+  SPECDEC_CHECK(!overlaps(x, out) || n == 0, "scatter_columns: out must not alias x");
+  const int32_t* idx = index.ptr<int32_t>();
+  for_rows(pool, n, V, [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) {
+      const float* src = x.ptr<float>() + static_cast<int64_t>(i) * C;
+      float* dst = out.ptr<float>() + static_cast<int64_t>(i) * V;
+      std::fill(dst, dst + V, fill);
+      for (int64_t c = 0; c < C; ++c)
+        if (idx[c] >= 0 && idx[c] < V) dst[idx[c]] = src[c];
+    }
+  });
+}
+
 void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out) {
   check_dtype(logits, DType::f32, "argmax", "logits");
   check_dtype(out, DType::i32, "argmax", "out");

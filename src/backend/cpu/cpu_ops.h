@@ -59,6 +59,7 @@ void rope(ThreadPool& pool, const Tensor& x, const Tensor& positions, const Tens
 void silu_mul(ThreadPool& pool, const Kernels& k, const Tensor& gate, const Tensor& up, const Tensor& out);
 void add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tensor& out);
 void gather_rows(ThreadPool& pool, const Tensor& x, const Tensor& indices, const Tensor& out);
+void scatter_columns(ThreadPool& pool, const Tensor& x, const Tensor& index, float fill, const Tensor& out);
 void argmax(ThreadPool& pool, const Tensor& logits, const Tensor& out);
 void top_logprob(ThreadPool& pool, const Kernels& k, const Tensor& logits, const Tensor& out);
 // Backend::sample: specdec::sample on every row, rows spread over the pool.

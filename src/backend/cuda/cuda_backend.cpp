@@ -416,6 +416,22 @@ class CudaBackend final : public Backend {
     check_launch(op, n, " rows of ", row_elems);
   }
 
+  void scatter_columns(const Tensor& x, const Tensor& index, float fill, const Tensor& out) override {
+    const char* op = "scatter_columns";
+    expect_cuda(x, op, "x");
+    expect_cuda(out, op, "out");
+    expect_dtype(x, DType::f32, op, "x");
+    expect_dtype(index, DType::i32, op, "index");
+    expect_dtype(out, DType::f32, op, "out");
+    const int64_t C = x.dim(-1), n = C == 0 ? 0 : x.numel() / C, V = out.dim(-1);
+    SPECDEC_CHECK(index.numel() == C, op, ": index ", index.shape_string(), " must have one entry per column of x ",
+                  x.shape_string());
+    SPECDEC_CHECK(out.numel() == n * V, op, ": out ", out.shape_string(), " must hold ", n, " rows");
+    cuda::launch_scatter_columns(x.ptr<float>(), index.ptr<int>(), fill, out.ptr<float>(), to_int(n, op, "rows"),
+                                 to_int(C, op, "columns"), to_int(V, op, "vocab"), ctx_);
+    check_launch(op, n, " rows of ", C);
+  }
+
   void kv_write(const Tensor& k, const Tensor& v, const Tensor& k_pool, const Tensor& v_pool,
                 const AttentionBatch& batch) override {
     const char* op = "kv_write";

@@ -136,6 +136,22 @@ __global__ void gather_kernel(const U* __restrict__ x, const int* __restrict__ i
   for (int64_t e = threadIdx.x; e < row_elems; e += blockDim.x) d[e] = valid ? s[e] : U(0);
 }
 
+// One block a row: the fill first, then (after the block's barrier, so no fill lands on a
+// scattered value) the columns at their targets.
+__global__ void scatter_columns_kernel(const float* __restrict__ x, const int* __restrict__ index, float fill,
+                                       float* __restrict__ out, int columns, int vocab) {
+  enter_kernel();
+  const int64_t r = blockIdx.x;
+  float* dst = out + r * vocab;
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) dst[v] = fill;
+  __syncthreads();
+  const float* src = x + r * columns;
+  for (int c = threadIdx.x; c < columns; c += blockDim.x) {
+    const int t = index[c];
+    if (t >= 0 && t < vocab) dst[t] = src[c];
+  }
+}
+
 // Keeps (value, index) with the larger value, the lower index on ties; NaN never wins.
 __device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi) {
   if (ov > v || (ov == v && oi < i)) {
@@ -330,6 +346,12 @@ void launch_gather_rows(const void* x, const int* indices, void* out, int count,
     launch(gather_kernel<uint8_t>, count, 256, 0, ctx, static_cast<const uint8_t*>(x), indices,
            static_cast<uint8_t*>(out), row_bytes, x_rows);
   }
+}
+
+void launch_scatter_columns(const float* x, const int* index, float fill, float* out, int rows, int columns, int vocab,
+                            const Context& ctx) {
+  if (rows == 0) return;
+  launch(scatter_columns_kernel, rows, 1024, 0, ctx, x, index, fill, out, columns, vocab);
 }
 
 void launch_argmax(const float* logits, int* out, int rows, int vocab, const Context& ctx) {

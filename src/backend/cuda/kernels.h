@@ -57,6 +57,9 @@ void launch_rope_kv_write(float* q, float* k, const float* v, const int* positio
 // out[i, :] = x[indices[i], :] for rows of row_bytes bytes; indices outside [0, x_rows) give zeros.
 void launch_gather_rows(const void* x, const int* indices, void* out, int count, int64_t row_bytes, int x_rows,
                         const Context& ctx);
+// out[i, :] = fill, then out[i, index[c]] = x[i, c] where index[c] lies in [0, vocab); one block a row.
+void launch_scatter_columns(const float* x, const int* index, float fill, float* out, int rows, int columns, int vocab,
+                            const Context& ctx);
 // out[i] = lowest index of the maximum of logits[i, :].
 void launch_argmax(const float* logits, int* out, int rows, int vocab, const Context& ctx);
 void launch_top_logprob(const float* logits, float* out, int rows, int vocab, const Context& ctx);

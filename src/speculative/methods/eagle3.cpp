@@ -231,9 +231,20 @@ class Eagle3Rows : public DraftRows {
     if (live.empty()) return out;
     if (const int deepest = chain_depth(asks, live); chain_on_device(asks, live, counts, deepest)) {
       const Tensor inputs = fuse(feeding, counts, head_->step0_width(step_rows));
-      const Eagle3Head::Drafts d = head_->draft_argmax(step_rows, inputs, deepest, embedding_, *cache_);
-      const std::span<const int32_t> to_target = head_->draft_to_target();
       const size_t R = live.size();
+      // Sampled rows draw their drafts in the chain, at the keys the host draw would use; a greedy
+      // row beside them takes the argmax there too (a SampleRow of temperature 0).
+      draws_.clear();
+      if (std::any_of(live.begin(), live.end(), [&](size_t i) { return !asks[i].sampling->selects_argmax(); })) {
+        draws_.resize(static_cast<size_t>(deepest) * R);
+        for (int k = 0; k < deepest; ++k)
+          for (size_t j = 0; j < R; ++j) {
+            const DraftRequestRow& ask = asks[live[j]];
+            const uint64_t position = static_cast<uint64_t>(ask.position) + 1 + static_cast<uint64_t>(k);
+            draws_[static_cast<size_t>(k) * R + j] = sample_row(*ask.sampling, position);
+          }
+      }
+      const Eagle3Head::Drafts d = head_->draft_chain(step_rows, inputs, deepest, embedding_, *cache_, draws_);
       for (size_t j = 0; j < R; ++j) {
         const size_t i = live[j];
         auto& r = rows_[static_cast<size_t>(asks[i].row)];
@@ -243,7 +254,7 @@ class Eagle3Rows : public DraftRows {
         for (int k = 0; k < asks[i].depth; ++k) {
           const int32_t id = d.ids[static_cast<size_t>(k) * R + j];
           if (id < 0) break;  // a NaN logit: no drafts from there on
-          out[i].tokens.push_back(to_target[static_cast<size_t>(id)]);
+          out[i].tokens.push_back(id);
         }
         out[i].one_off = d.one_off;
       }
@@ -291,7 +302,7 @@ class Eagle3Rows : public DraftRows {
     return out;
   }
 
-  // The depth a greedy chain runs to: the deepest row's, and where chains are recorded, rounded
+  // The depth a chain on the device runs to: the deepest row's, and where chains are recorded, rounded
   // up to a power of two (at most the method's depth). A chain is recorded per depth, and every
   // shape pays a few calls one by one before it replays; the policy's depths wander from round
   // to round, so fewer depths mean fewer such calls, for a step or two more of a head whose step
@@ -303,13 +314,14 @@ class Eagle3Rows : public DraftRows {
     return std::max(deepest, std::min(ReplayCache::pow2(deepest), max_draft_));
   }
 
-  // Whether the live rows draft their whole chain on the device: every one takes its argmax and
-  // wants no distributions (the host has nothing to draw), and each one's head KV takes the
+  // Whether the live rows draft their whole chain on the device: every one draws from its logits
+  // alone (no penalty reads the history, no bias: Backend::sample draws it) and wants no
+  // distributions (rejection mode weighs them on the host), and each one's head KV takes the
   // chain of `deepest` (the shallower rows run the extra steps, and drop what they bring).
   bool chain_on_device(std::span<const DraftRequestRow> asks, std::span<const size_t> live,
                        std::span<const int64_t> counts, int deepest) {
     for (const size_t i : live)
-      if (!asks[i].sampling->selects_argmax() || asks[i].want_q) return false;
+      if (!draws_on_backend(*asks[i].sampling, asks[i].want_q)) return false;
     const int64_t max_position = head_->config().layer.max_position;
     for (size_t j = 0; j < live.size(); ++j) {
       const auto& r = rows_[static_cast<size_t>(asks[live[j]].row)];
@@ -352,6 +364,7 @@ class Eagle3Rows : public DraftRows {
   size_t vocab_ = 0;
   int max_draft_;  // the deepest a round may ask
   std::vector<float> full_;
+  std::vector<SampleRow> draws_;  // a sampled chain's keys, [depth][rows] (kept: a round allocates nothing for them)
   std::vector<int32_t> verified_;      // a commit's verified tokens (kept: a round allocates nothing for them)
   std::vector<int32_t> gather_index_;  // host side of the last fuse()'s gather (the copy reads it at once)
   Buffer gather_buffer_;               // that gather's index and fused inputs, in the backend's memory

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -482,15 +483,19 @@ int Eagle3Head::step0_width(std::span<const Row> rows) const {
   return fits ? width : 0;
 }
 
-Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Tensor& fused_inputs, int depth,
-                                            const Tensor* embedding, KvCache& cache) {
+Eagle3Head::Drafts Eagle3Head::draft_chain(std::span<const Row> rows, const Tensor& fused_inputs, int depth,
+                                           const Tensor* embedding, KvCache& cache, std::span<const SampleRow> draws) {
   const ModelConfig& l = config_.layer;
-  SPECDEC_CHECK(depth >= 1, "EAGLE-3 head: a greedy chain of depth ", depth);
+  SPECDEC_CHECK(depth >= 1, "EAGLE-3 head: a chain of depth ", depth);
   const Tensor& embed = has_embedding() ? own_embed_ : (embedding ? *embedding : own_embed_);
   SPECDEC_CHECK(!embed.empty(), "the EAGLE-3 head has no embed_tokens and was given no target embedding");
   const int64_t R = static_cast<int64_t>(rows.size()), H = l.hidden_size, Vd = logit_columns();
+  const int64_t V = l.vocab_size;
   const int64_t fused_width = 3 * int64_t{config_.target_hidden};
   const int steps = depth - 1;
+  const bool sampled = !draws.empty();
+  SPECDEC_CHECK(!sampled || static_cast<int64_t>(draws.size()) == int64_t{depth} * R, "EAGLE-3 head: ", draws.size(),
+                " draws for a chain of ", depth, " over ", R, " rows");
   Drafts out;
   if (R == 0) return out;
   // Step 0 writes each row's positions [start, len); chained step j (1..steps) writes position
@@ -503,7 +508,7 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   int longest = 0, widest = 1;
   for (int64_t r = 0; r < R; ++r) {
     const Row& row = rows[static_cast<size_t>(r)];
-    SPECDEC_CHECK(row.outputs_at.size() == 1, "EAGLE-3 head: a greedy chain returns one position a row");
+    SPECDEC_CHECK(row.outputs_at.size() == 1, "EAGLE-3 head: a chain returns one position a row");
     SPECDEC_CHECK(
         !row.tokens.empty() && row.outputs_at[0] >= 0 && row.outputs_at[0] < static_cast<int32_t>(row.tokens.size()),
         "EAGLE-3 head: a chain row returns position ", row.outputs_at[0], " of its ", row.tokens.size(), " tokens");
@@ -522,8 +527,9 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   const int mb = bounds.max_blocks;
 
   // The i32 arrays of a step: positions, slots, row starts, row lengths, block tables; for a
-  // padded step 0 also token ids, the returned position of each row and its cat order. Every
-  // step's arrays are staged on the host and uploaded in one copy.
+  // padded step 0 also token ids, the returned position of each row and its cat order; a
+  // sampled chain's SampleRows. Every step's arrays are staged on the host and uploaded in one
+  // copy.
   struct StepMeta {
     Tensor positions, slots, row_starts, row_lens, table, ids, out_index, cat;
   };
@@ -536,7 +542,7 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
     t.table = m.take(DType::i32, {R, mb});
     return t;
   };
-  const auto meta_of = [&](Carver& m, StepMeta& first, std::vector<StepMeta>& per_step, Tensor& cat) {
+  const auto meta_of = [&](Carver& m, StepMeta& first, std::vector<StepMeta>& per_step, Tensor& cat, Tensor& keys) {
     if (width > 0) {
       first = step_meta(m, T0);
       first.ids = m.take(DType::i32, {T0});
@@ -546,12 +552,13 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
     per_step.clear();
     for (int j = 1; j <= steps; ++j) per_step.push_back(step_meta(m, R));
     cat = m.take(DType::i32, {2 * R});
+    if (sampled) keys = m.take(DType::i32, {int64_t{depth} * R, kSampleRowWords});
   };
   StepMeta host_first, dev_first;
   std::vector<StepMeta> host_steps, dev_steps;
-  Tensor host_cat, dev_cat;
+  Tensor host_cat, dev_cat, host_keys, dev_keys;
   Carver measure = Carver::measure();
-  meta_of(measure, host_first, host_steps, host_cat);
+  meta_of(measure, host_first, host_steps, host_cat, host_keys);
   const auto grow = [&](Buffer& buffer, size_t bytes) {
     if (buffer.bytes() >= bytes && buffer.data()) return false;
     buffer = Buffer();
@@ -563,7 +570,7 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   bool one_off = grow(chain_meta_, measure.size());
   std::vector<int32_t> staging(measure.size() / sizeof(int32_t), 0);  // this chain's bytes only
   Carver host_carver(staging.data(), staging.size() * sizeof(int32_t), Device::cpu);
-  meta_of(host_carver, host_first, host_steps, host_cat);
+  meta_of(host_carver, host_first, host_steps, host_cat, host_keys);
   const auto slot_of = [&](const std::vector<int>& table, int p) {
     return table.at(static_cast<size_t>(p / bs)) * bs + p % bs;
   };
@@ -608,17 +615,19 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
     h.row_starts.ptr<int32_t>()[R] = static_cast<int32_t>(R);
   }
   put_cat_index(host_cat, R);
+  if (sampled) std::memcpy(host_keys.data, draws.data(), draws.size_bytes());
   Carver dev_carver = Carver::of(chain_meta_);
-  meta_of(dev_carver, dev_first, dev_steps, dev_cat);
+  meta_of(dev_carver, dev_first, dev_steps, dev_cat, dev_keys);
   const int64_t words = static_cast<int64_t>(staging.size());
   backend_.copy(Tensor(staging.data(), DType::i32, {words}),
                 Tensor(chain_meta_.data(), DType::i32, {words}, chain_meta_.device()));
 
   // The chain's activations: the hidden carried from step to step, the layer's scratch, the
   // normed hidden and logits, and the drafts (draft ids) with their target ids (the next inputs);
-  // for a padded step 0 its fused inputs, hiddens and scratch.
+  // for a sampled chain the logits over the target vocabulary; for a padded step 0 its fused
+  // inputs, hiddens and scratch.
   struct Acts {
-    Tensor x, normed, logits, drafts, inputs, input0, x0;
+    Tensor x, normed, logits, full, drafts, inputs, input0, x0;
     Scratch layer, layer0;
   };
   const auto acts_of = [&](Carver& a) {
@@ -626,6 +635,7 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
     s.x = a.take(DType::f32, {R, H});
     s.normed = a.take(DType::f32, {R, H});
     s.logits = a.take(DType::f32, {R, Vd});
+    if (sampled) s.full = a.take(DType::f32, {R, V});
     s.drafts = a.take(DType::i32, {depth, R});
     s.inputs = a.take(DType::i32, {depth, R});
     s.layer = scratch_of(a, config_, R);
@@ -642,9 +652,9 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   Carver acts_carver = Carver::of(chain_acts_);
   const Acts s = acts_of(acts_carver);
   const float eps = l.rms_norm_eps;
-  // Greedy drafts decide only how many tokens a round verifies: what the chain computes and no row
-  // keeps (every step's logits, the chained steps' KV, cut back after the round) may run on a
-  // backend's fast kernels. Step 0's KV, at the verified positions, stays batch invariant.
+  // Exact-mode drafts decide only how many tokens a round verifies: what the chain computes and
+  // no row keeps (every step's logits, the chained steps' KV, cut back after the round) may run
+  // on a backend's fast kernels. Step 0's KV, at the verified positions, stays batch invariant.
   const auto logits_of_x = [&] {
     const FastKernelScope fast(backend_, true);
     const std::array<Projection, 1> head = {Projection{lm_head_, {}, s.logits}};
@@ -672,17 +682,29 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
     backend_.gather_rows(s.x0, dev_first.out_index, s.x);
     logits_of_x();
   };
+  // Draft k of every row: a sampled chain's target ids into inputs row k, a greedy one's draft
+  // ids into drafts row k (and their target ids into inputs row k when a step follows).
+  const auto choose = [&](int k) {
+    const Tensor ids = s.inputs.rows(k, 1).reshape({R});
+    if (sampled) {
+      backend_.scatter_columns(s.logits, draft_to_target_device_, -std::numeric_limits<float>::infinity(), s.full);
+      backend_.sample(s.full, dev_keys.rows(k * R, R), ids);
+      return;
+    }
+    const Tensor drafted = s.drafts.rows(k, 1).reshape({R});
+    backend_.argmax(s.logits, drafted);
+    if (k < steps) backend_.gather_rows(draft_to_target_device_, drafted, ids.reshape({R, 1}));
+  };
   const auto chain = [&] {
     const FastKernelScope fast(backend_, true);
     for (int j = 1; j <= steps; ++j) {
       const StepMeta& m = dev_steps[static_cast<size_t>(j - 1)];
-      const Tensor drafted = s.drafts.rows(j - 1, 1).reshape({R}), ids = s.inputs.rows(j - 1, 1).reshape({R});
-      backend_.argmax(s.logits, drafted);
-      backend_.gather_rows(draft_to_target_device_, drafted, ids.reshape({R, 1}));
-      layer(embed, ids, s.x, m.positions, dev_cat, batch_of(m, R, 1), s.layer, R, cache);
+      choose(j - 1);
+      layer(embed, s.inputs.rows(j - 1, 1).reshape({R}), s.x, m.positions, dev_cat, batch_of(m, R, 1), s.layer, R,
+            cache);
       logits_of_x();
     }
-    backend_.argmax(s.logits, s.drafts.rows(steps, 1).reshape({R}));
+    choose(steps);
   };
   ReplayKey key;
   key.rows = static_cast<int>(R);
@@ -691,6 +713,7 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   key.max_blocks = mb;
   key.max_row_len = bounds.max_row_len;
   key.outputs = depth;
+  key.selection = sampled ? Selection::sample : Selection::argmax;
   key.pool_blocks = cache.total_blocks();
   key.pools = {cache.k_pool(0).data, cache.v_pool(0).data};
   key.fast_kernels = true;
@@ -720,7 +743,10 @@ Eagle3Head::Drafts Eagle3Head::draft_argmax(std::span<const Row> rows, const Ten
   chain_stats_.chains += 1;
   chain_stats_.replayed += replayed ? 1 : 0;
   out.ids.resize(static_cast<size_t>(depth * R));
-  backend_.copy(s.drafts, Tensor(out.ids.data(), DType::i32, {depth, R}));
+  backend_.copy(sampled ? s.inputs : s.drafts, Tensor(out.ids.data(), DType::i32, {depth, R}));
+  if (!sampled)
+    for (int32_t& id : out.ids)
+      if (id >= 0) id = draft_to_target_[static_cast<size_t>(id)];
   for (int64_t r = 0; r < R; ++r)
     cache.set_length(rows[static_cast<size_t>(r)].seq, len[static_cast<size_t>(r)] + steps);
   out.one_off = one_off;

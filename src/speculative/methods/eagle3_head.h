@@ -102,29 +102,32 @@ class Eagle3Head {
                  KvCache& cache);
 
   struct Drafts {
-    std::vector<int32_t> ids;  // [depth][rows] draft-vocabulary ids, -1 where a logit was NaN
+    std::vector<int32_t> ids;  // [depth][rows] target ids, -1 where a logit was NaN
     bool one_off = false;      // the chain ran call by call on a backend that records (a new shape)
   };
-  // The width each row's step-0 positions are padded to when draft_argmax records step 0 with
+  // The width each row's step-0 positions are padded to when draft_chain records step 0 with
   // the chain: the most positions a row feeds, rounded up to a power of two. 0 when step 0 runs
   // call by call: on a backend that records nothing, or past the tile attention's 16 positions
   // a row (a prompt caught up on) or ReplayCache::kMaxPaddedWindowTokens in all.
   int step0_width(std::span<const Row> rows) const;
-  // Whether greedy chains are recorded and replayed (false once the backend has shown it records
+  // Whether chains are recorded and replayed (false once the backend has shown it records
   // nothing).
   bool replays_chains() const { return chain_replays_.available() && whole_replays_.available(); }
-  // Greedy drafts without the host between steps: step 0 is forward() of `rows` (fused taps,
-  // each row returning one position), then depth - 1 chained steps, each row's next token the
-  // argmax of its previous step's logits (through d2t) and its next hidden input that step's
-  // output, all queued on the backend. On one that records, the whole chain (step 0 too when
-  // step0_width(rows) > 0) is recorded per shape (rows, width, depth, rounded attention bounds,
+  // Drafts without the host between steps: step 0 is forward() of `rows` (fused taps, each row
+  // returning one position), then depth - 1 chained steps, each row's next token chosen from its
+  // previous step's logits and its next hidden input that step's output, all queued on the
+  // backend. With `draws` empty each token is the argmax over the draft vocabulary (through d2t);
+  // otherwise draws[k * rows + r] is row r's draw of draft k (Backend::sample) over the target's
+  // vocabulary, every token the logit columns do not hold at zero probability: the host draw's
+  // distribution. On a backend that records, the whole chain (step 0 too when step0_width(rows)
+  // > 0) is recorded per shape (rows, width, depth, argmax or draws, rounded attention bounds,
   // cache) and replayed. fused_inputs: with a width, [rows * width, 3 * target_hidden], row r's
   // positions from r * width with its last repeated into the padding; else the rows' positions
   // one after another. Each row's KV must be reserved for its tokens plus depth - 1 positions;
   // afterwards it holds them all.
-  Drafts draft_argmax(std::span<const Row> rows, const Tensor& fused_inputs, int depth, const Tensor* embedding,
-                      KvCache& cache);
-  // Greedy chains so far, and how many of them were replays (step 0 included or not).
+  Drafts draft_chain(std::span<const Row> rows, const Tensor& fused_inputs, int depth, const Tensor* embedding,
+                     KvCache& cache, std::span<const SampleRow> draws = {});
+  // Chains so far, and how many of them were replays (step 0 included or not).
   struct ChainStats {
     int64_t chains = 0, replayed = 0, step0_replayed = 0;
   };
@@ -173,7 +176,7 @@ class Eagle3Head {
   float attn_scale_ = 1.0f;
   Buffer meta_, activations_;  // reused across forwards, grown as needed
   Tensor draft_to_target_device_;   // d2t applied, [draft_vocab, 1] i32: the chain's input ids
-  Buffer chain_meta_, chain_acts_;  // the greedy chain's arrays and activations (their recordings point here)
+  Buffer chain_meta_, chain_acts_;  // the chain's arrays and activations (their recordings point here)
   // Chains whose step 0 runs call by call, and chains recorded with their step 0.
   ReplayCache chain_replays_{backend_}, whole_replays_{backend_};
   ChainStats chain_stats_;
