@@ -151,6 +151,51 @@ class NeedsTapBeyondTheModel : public NeedsTargetKv {
   }
 };
 
+TEST(DraftInstances, SampledDraftsDrawnOnTheBackendAreTheHostsDraws) {
+  // A sampled row whose draw reads nothing but its logits draws its drafts where the drafter ran
+  // (Backend::sample: in EAGLE-3's chain, after DFlash's block). A logit bias of 0 on one token
+  // keeps the distribution and sends every draw through the host instead. On the CPU both are
+  // specdec::sample of the same logits at the same keys: the rounds match draft for draft. (On a
+  // GPU the device sampler's sums round otherwise, so only the tokens are compared there.)
+  for (const std::string method : {"eagle3", "dflash"}) {
+    for (size_t p = 0; p < 2; ++p) {
+      const auto prompt = encode(texts()[p]);
+      std::vector<RequestResult> runs;
+      for (const bool host : {false, true}) {
+        auto engine = bare_engine();
+        if (method == "eagle3") {
+          // A head of its own: the context rows a head keeps are what its earlier rows saw.
+          Eagle3Options o;
+          o.kv_blocks = 1024;
+          engine->add_method(method, std::make_shared<Eagle3Method>(
+                                         Eagle3Head::load(source_path("models/eagle3"), *Bundled::get().backend),
+                                         "bundled-eagle3", Bundled::get().target->config().num_layers, o));
+        } else {
+          DflashOptions o;
+          o.kv_blocks = 1024;
+          o.confidence_cut = false;  // the cut weighs measured times: the rounds would differ by timing
+          engine->add_method(method, bundled_dflash(o));
+        }
+        Request r = make_request(prompt, 40, 0.8f, 21 + p);
+        r.spec.method = method;
+        r.spec.adaptive = false;
+        if (host) r.sampling.logit_bias = {{prompt[0], 0.0f}};
+        runs.push_back(run_one(*engine, std::move(r)));
+      }
+      const std::string what = method + " prompt " + std::to_string(p);
+      EXPECT_EQ(runs[0].tokens, plain(prompt, 40, 0.8f, 21 + p)) << what;
+      EXPECT_EQ(runs[1].tokens, runs[0].tokens) << what;
+      const SpecTelemetry &device = runs[0].stats.speculative, &host = runs[1].stats.speculative;
+      EXPECT_GT(device.accepted, 0) << what;
+      if (!test_on_gpu()) {
+        EXPECT_EQ(device.rounds, host.rounds) << what;
+        EXPECT_EQ(device.drafted, host.drafted) << what;
+        EXPECT_EQ(device.accepted, host.accepted) << what;
+      }
+    }
+  }
+}
+
 TEST(DraftInstances, MissingPortsAreRefusedAtRegistration) {
   auto engine = bare_engine();
   try {

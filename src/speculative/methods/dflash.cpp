@@ -468,10 +468,15 @@ class DflashRows final : public DraftRows {
           c.take(DType::f32, {n_out, V})};
       return s;
     };
-    // Rows that draft their argmax take their tokens from the device; a sampled row, or one asked
-    // for its distributions, needs the logits on the host.
-    bool device_tokens = true;
-    for (const size_t a : live) device_tokens = device_tokens && asks[a].sampling->selects_argmax() && !asks[a].want_q;
+    // Rows whose draws read nothing but the logits take their tokens from the device (the argmax,
+    // or Backend::sample at the keys the host draw would use); a row whose penalties read the
+    // history, or one asked for its distributions, needs the logits on the host.
+    bool device_tokens = true, argmax_only = true;
+    for (const size_t a : live) {
+      device_tokens = device_tokens && draws_on_backend(*asks[a].sampling, asks[a].want_q);
+      argmax_only = argmax_only && asks[a].sampling->selects_argmax();
+    }
+    const bool device_draws = device_tokens && !argmax_only;
     // The block's K/V lies past the context and is overwritten next round; without rejection rows
     // (which read the drafts' distributions) its results only choose drafts and their number, so
     // the block may run on the backend's fast kernels.
@@ -488,7 +493,7 @@ class DflashRows final : public DraftRows {
     layout(measure);
     const size_t before = scratch_.bytes();
     Carver c = scratch(measure.size() + static_cast<size_t>(8 * T + n_out + 8 * R + 64) * 4 + 16 * 256 +
-                       draft_arrays_.table.size() * 4);
+                       draft_arrays_.table.size() * 4 + static_cast<size_t>(n_out * kSampleRowWords) * 4);
     one_off = one_off || scratch_.bytes() != before;
     const auto s = layout(c);
     const Tensor sel = s.back.rows(0, n_out * H).reshape({n_out, H});
@@ -501,6 +506,20 @@ class DflashRows final : public DraftRows {
     const Tensor out_t = upload(c, draft_out_index_).rows(0, n_out);
     Tensor rope_pos;
     const AttentionBatch batch = upload_batch(c, draft_arrays_, gamma, &rope_pos);
+    Tensor keys;  // each returned row's SampleRow: draft j of a row draws with the target's key at its position
+    if (device_draws) {
+      draw_keys_.assign(static_cast<size_t>(n_out * kSampleRowWords), 0);
+      for (int64_t i = 0; i < R; ++i) {
+        const DraftRequestRow& ask = asks[live[static_cast<size_t>(i)]];
+        const int returned = (i + 1 < R ? first_out[static_cast<size_t>(i + 1)] : static_cast<int>(n_out)) -
+                             first_out[static_cast<size_t>(i)];
+        for (int j = 0; j < returned; ++j) {
+          const SampleRow key = sample_row(*ask.sampling, static_cast<uint64_t>(ask.position) + 1 + j);
+          std::memcpy(draw_keys_.data() + (first_out[static_cast<size_t>(i)] + j) * kSampleRowWords, &key, sizeof key);
+        }
+      }
+      keys = upload(c, draw_keys_).reshape({n_out, kSampleRowWords});
+    }
 
     const float eps = c_.rms_norm_eps;
     const auto calls = [&] {
@@ -526,7 +545,11 @@ class DflashRows final : public DraftRows {
       if (n_out > 0) {
         backend_.gather_rows(s.x, out_t, sel);
         backend_.linear(sel, lm_head_, nullptr, s.logits);
-        if (device_tokens) backend_.argmax(s.logits, tokens);
+        if (device_draws) {
+          backend_.sample(s.logits, keys, tokens);
+        } else if (device_tokens) {
+          backend_.argmax(s.logits, tokens);
+        }
         if (scores) backend_.top_logprob(s.logits, top_logprobs);
       }
     };
@@ -534,7 +557,7 @@ class DflashRows final : public DraftRows {
       // The block's shape: rows, the padded bounds, and how many of its rows come back.
       ReplayKey key = key_of(batch);
       key.outputs = static_cast<int>(n_out);
-      key.selection = device_tokens ? Selection::argmax : Selection::logits;
+      key.selection = device_draws ? Selection::sample : device_tokens ? Selection::argmax : Selection::logits;
       key.fast_kernels = fast;
       key.scores = scores;
       one_off = draft_replays_.replay_or_run(key, calls) || one_off;
@@ -772,6 +795,7 @@ class DflashRows final : public DraftRows {
   ReplayCache catch_up_replays_{backend_}, draft_replays_{backend_};
   BatchArrays append_arrays_, draft_arrays_;
   std::vector<int32_t> draft_ids_, draft_out_index_;
+  std::vector<int32_t> draw_keys_;  // a block's SampleRows when the device draws sampled rows' drafts
   std::vector<float> host_logits_, host_back_;
 };
 
