@@ -1,7 +1,9 @@
 // CUDA backend vs the scalar CPU backend for the row-wise kernels: embedding, rms_norm, rope,
-// silu_mul, add, gather_rows, argmax, top_logprob, and copies. f32 results must agree to 1e-5
+// silu_mul, add, gather_rows, scatter_columns, argmax, top_logprob, and copies. f32 results must agree to 1e-5
 // relative.
 #include "gpu/gpu_test_util.h"
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 namespace specdec::gpu_test {
@@ -116,6 +118,33 @@ TEST_F(GpuKernels, GatherRowsMatchesCpu) {
   }
   EXPECT_EQ(results[1], results[0]);
   EXPECT_EQ(results[1][0], x[8 * H]);
+}
+
+TEST_F(GpuKernels, ScatterColumnsMatchesCpu) {
+  // A reduced vocabulary of 5 columns laid over 4,100 target ids (more than a block's threads):
+  // the rest at -inf, an index outside the vocabulary dropped, two columns on one id with equal
+  // values.
+  const int n = 3, C = 6, V = 4100;
+  auto x = random_floats(static_cast<size_t>(n) * C, 12);
+  for (int r = 0; r < n; ++r) x[static_cast<size_t>(r * C + 5)] = x[static_cast<size_t>(r * C + 1)];
+  const std::vector<int32_t> index = {4099, 17, 0, 2048, V, 17};
+  std::vector<std::vector<float>> results;
+  for (Backend* be : {b_.cpu.get(), b_.gpu.get()}) {
+    Owned xt = upload(*be, x, DType::f32, {n, C});
+    Owned i = upload_i32(*be, index, {C});
+    Owned o = empty(*be, DType::f32, {n, V});
+    be->scatter_columns(xt.tensor, i.tensor, -std::numeric_limits<float>::infinity(), o.tensor);
+    results.push_back(download(*be, o.tensor));
+  }
+  EXPECT_EQ(results[1], results[0]);
+  for (int r = 0; r < n; ++r) {
+    const float* row = results[1].data() + static_cast<size_t>(r) * V;
+    EXPECT_EQ(row[4099], x[static_cast<size_t>(r * C)]);
+    EXPECT_EQ(row[17], x[static_cast<size_t>(r * C + 1)]);
+    EXPECT_EQ(row[0], x[static_cast<size_t>(r * C + 2)]);
+    EXPECT_EQ(row[2048], x[static_cast<size_t>(r * C + 3)]);
+    EXPECT_EQ(std::count_if(row, row + V, [](float v) { return std::isinf(v); }), V - 4);
+  }
 }
 
 TEST_F(GpuKernels, ArgmaxTakesLowestIndexOnTies) {
