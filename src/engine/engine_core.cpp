@@ -158,9 +158,9 @@ int64_t EngineCore::submit(Request request) {
     // In exact mode the depth never changes the output, so it may follow measured costs. In
     // rejection mode a position's token depends on whether it was drafted, so a depth chosen by
     // timing (or by the batch's other rows) would make a seeded request differ from run to run:
-    // such a row drafts at its fixed depth, capped only by the tokens and context it has left.
-    const bool adaptive = row->req.spec.adaptive && row->req.spec.mode == SpecMode::exact;
-    row->spec.policy.emplace(depth, adaptive);
+    // such a row's policy prices depths at fixed figures instead (Coordinator::fixed_costs_),
+    // from its own rounds' outcomes alone.
+    row->spec.policy.emplace(depth, row->req.spec.adaptive);
   }
   const int64_t id = row->id;
   scheduler_.add(std::move(row));

@@ -50,6 +50,7 @@ struct Coordinator::Group {
   std::unique_ptr<DraftRows> rows;
   std::vector<SpecRow*> members;  // in the group's row order
   DraftCost draft_cost;           // seconds of this group's draft calls
+  DraftCost fixed_draft_cost;     // what its rejection-mode rows price them at (fixed_costs_' units)
   int forced_probes_left = 0;     // this round's probes against the measured costs
   int probe_gap_left = 0;         // iterations before one of its paused rows may probe again
   int probe_spacing = 0;          // the wait set after the latest probe let go
@@ -96,8 +97,10 @@ void Coordinator::add_method(const std::string& id, std::shared_ptr<DraftMethod>
   auto group = std::make_unique<Group>();
   group->tap_layers = needs.tap_layers;
   group->resume_taps = std::max(1, needs.resume_taps);
-  group->draft_cost =
-      DraftCost(method->drafts_in_one_forward() ? DraftCost::Shape::per_block : DraftCost::Shape::per_draft);
+  const bool block = method->drafts_in_one_forward();
+  group->draft_cost = DraftCost(block ? DraftCost::Shape::per_block : DraftCost::Shape::per_draft);
+  group->fixed_draft_cost = block ? DraftCost::fixed(DraftCost::Shape::per_block, kFixedBlock, 0.0)
+                                  : DraftCost::fixed(DraftCost::Shape::per_draft, kFixedDraftStep, kFixedDraftStep);
   group->rows = method->open(target_);
   group->method = std::move(method);
   groups_[id] = std::move(group);
@@ -183,7 +186,12 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     if (!row.joined) continue;
     Group& g = group_of(row);
     const bool blind = row.untapped && !g.tap_layers.empty();  // the round before this one was not tapped
-    int depth = row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
+    // A rejection-mode row decides alone, on fixed prices, as if it were the only row: what the
+    // batch does and how long it takes must not move its depths.
+    const bool reproducible = row.mode == SpecMode::rejection;
+    int depth = reproducible
+                    ? row.policy->next_depth(fixed_costs_, g.fixed_draft_cost, 1)
+                    : row.policy->next_depth(costs, g.draft_cost, std::max(1, decoding), &g.forced_probes_left);
     // In a batch a group's paused rows probe one at a time, spaced so that probes take at most
     // kProbeBudget of the batch's time; a row whose probe must wait is paused until then, its
     // back-off unchanged. Waiting rows take turns, each given its own later turn one probe's wait
@@ -194,16 +202,20 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     // positions just before it: one whose taps were spared (a pause that the costs were to renew,
     // or a probe that was to be put off) but that comes all the same waits a round, holding the
     // group's turn.
+    //
+    // A rejection-mode row takes no turns (it probes when its own policy says), only the tapped
+    // round before a probe.
+    const bool shares = decoding > 1 && !reproducible;
     if (depth > 0 && row.policy->probing()) {
-      if (decoding > 1 && (g.prober || g.probe_gap_left > 0)) {
+      if (shares && (g.prober || g.probe_gap_left > 0)) {
         g.queue_end = std::max({1, g.probe_gap_left, g.queue_end + g.probe_spacing});
         row.policy->defer_probe(g.queue_end);
         depth = 0;
       } else if (blind) {
         row.policy->defer_probe(1);
         depth = 0;
-        if (decoding > 1) g.probe_gap_left = std::max(g.probe_gap_left, 1);
-      } else if (decoding > 1) {
+        if (shares) g.probe_gap_left = std::max(g.probe_gap_left, 1);
+      } else if (shares) {
         g.prober = &row;
         const double measured = g.probe_seconds > 0 && plain_seconds_ > 0 ? g.probe_seconds - plain_seconds_ : 0.0;
         g.probe_gap_left = probe_gap(costs, g.draft_cost, decoding, depth, measured);
@@ -221,7 +233,7 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     // in a probe put off again: no taps for it either.
     const int lead = !row.policy->cannot_pay() ? g.resume_taps : row.policy->probe_forced() ? 1 : 0;
     const int ahead = row.policy->rounds_to_draft();
-    const bool put_off = decoding > 1 && depth == 0 && g.probe_gap_left > ahead;
+    const bool put_off = shares && depth == 0 && g.probe_gap_left > ahead;
     row.untapped = !g.tap_layers.empty() && (ahead > lead || put_off);
     depth = std::min(depth, a.limit);
     if (depth <= 0) continue;

@@ -110,6 +110,13 @@ class Coordinator {
   size_t last_asks_ = 0;
   Group* probe_only_ = nullptr;
   double plain_seconds_ = 0;  // moving average of decode iterations without drafts
+  // What a rejection-mode row's policy prices its depths by: fixed figures in plain steps, not
+  // the measured costs. Its tokens depend on which positions it drafted, so its depths may depend
+  // only on its own rounds' outcomes for a seeded request to repeat (in a batch too).
+  CostModel fixed_costs_ = CostModel::fixed(kFixedWindowToken);
+  static constexpr double kFixedWindowToken = 0.1;  // a verify window's token beyond the first
+  static constexpr double kFixedDraftStep = 0.1;    // a chained drafter's step (and its call's fixed part)
+  static constexpr double kFixedBlock = 0.3;        // a block drafter's call
 };
 
 }  // namespace specdec

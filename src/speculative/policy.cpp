@@ -91,6 +91,22 @@ void CostModel::observe_forward(int tokens, double seconds) {
   }
 }
 
+CostModel CostModel::fixed(double per_token) {
+  // Every count's first forwards at its price: the table and the fit then hold exactly these
+  // prices, and the machine's speed stays 1.
+  CostModel m;
+  for (int round = 0; round < kWarm; ++round)
+    for (int t = 1; t <= kTable; ++t) m.observe_forward(t, 1.0 + per_token * (t - 1));
+  return m;
+}
+
+DraftCost DraftCost::fixed(Shape shape, double fixed, double per_step) {
+  DraftCost d(shape);
+  for (int round = 0; round < 2; ++round)
+    for (int k = 1; k <= 8; ++k) d.observe(k, fixed + per_step * k);
+  return d;
+}
+
 void DraftCost::observe(int depth, double seconds, double speed) {
   if (depth <= 0) return;
   // Kept in the speed of the machine's first forwards (cost() prices at the speed of the moment).

@@ -43,6 +43,11 @@ class CostModel {
  public:
   static constexpr int kTable = 64;
 
+  // A model that prices a forward of T tokens at 1 + per_token * (T - 1) plain steps, whatever the
+  // machine does: for rows whose depths may not depend on timing (a seeded rejection-mode row's
+  // tokens depend on which positions it drafted).
+  static CostModel fixed(double per_token);
+
   void observe_forward(int tokens, double seconds);
   // Cost of one row's window of `width` tokens in an iteration of `rows` rows: its share of an
   // iteration in which every row has a window that wide. The rows of a batch decide alike and
@@ -93,6 +98,9 @@ class DraftCost {
   // one forward for the whole block whatever the depth (a block drafter).
   enum class Shape { per_draft, per_block };
   explicit DraftCost(Shape shape = Shape::per_draft) : shape_(shape) {}
+  // Calls priced at fixed + per_step * depth whatever the machine does (CostModel::fixed's
+  // companion).
+  static DraftCost fixed(Shape shape, double fixed, double per_step);
   // One call that drafted up to `depth` tokens a row; `seconds` is one row's share of its time.
   // Its rows draft in parallel: a call of eight rows costs more than one of a single row but far
   // less than eight of them, so the share is measured at the batch the engine runs. `speed` is

@@ -251,6 +251,45 @@ TEST(EngineRejection, GreedyEqualsPlainAndSampledRunsStayValid) {
   EXPECT_EQ(t.emitted, t.accepted + t.rounds);
 }
 
+TEST(EngineRejection, TheDefaultPolicyRepeatsASeededRequestAloneAndInABatch) {
+  // A rejection-mode row's depths follow its own rounds' outcomes on fixed prices, never timing
+  // or the rows beside it: the same seeded request gives the same tokens and rounds alone, again
+  // on a new engine, and beside rows of other methods joining while it runs.
+  const auto prompt = encode(prompts()[1]);
+  for (const std::string method : {"ngram", "draft", "eagle3", "dflash"}) {
+    const auto run = [&](bool crowded) {
+      auto engine = make_engine();
+      Eagle3Options e;
+      e.kv_blocks = 1024;
+      engine->add_method("eagle3", bundled_eagle3(e));
+      DflashOptions d;
+      d.kv_blocks = 1024;
+      engine->add_method("dflash", bundled_dflash(d));
+      Request r = make_request(prompt, 48, 0.8f, 17);
+      r.spec.method = method;
+      r.spec.mode = SpecMode::rejection;
+      const int64_t id = engine->submit(std::move(r));
+      for (int i = 0; crowded && i < 3; ++i) {
+        engine->step();
+        engine->step();
+        Request o = make_request(encode(prompts()[static_cast<size_t>(i)]), 24 + 8 * i, i == 1 ? 0.8f : 0.0f, 3 + i);
+        o.spec.method = i == 0 ? "draft" : i == 1 ? "dflash" : "";
+        engine->submit(std::move(o));
+      }
+      engine->run();
+      return *engine->take_result(id);
+    };
+    const RequestResult alone = run(false), again = run(false), crowded = run(true);
+    EXPECT_EQ(again.tokens, alone.tokens) << method;
+    EXPECT_EQ(crowded.tokens, alone.tokens) << method;
+    const SpecTelemetry &a = alone.stats.speculative, &c = crowded.stats.speculative;
+    EXPECT_EQ(c.rounds, a.rounds) << method;
+    EXPECT_EQ(c.drafted, a.drafted) << method;
+    EXPECT_GT(a.drafted, 0) << method;
+    report("rejection_policy." + method + "_drafted_per_round", static_cast<double>(a.drafted) / a.rounds);
+  }
+}
+
 TEST(EngineRequests, BadRequestsAreRefusedAndHarmNothing) {
   auto engine = make_engine();
   const auto prompt = encode(prompts()[0]);

@@ -158,6 +158,43 @@ TEST(CostModel, AWidthNoLongerMeasuredFollowsTheMachinesSpeed) {
   EXPECT_NEAR(costs.row_cost(1, 1), kneed(1), 0.05 * kneed(1));
 }
 
+TEST(CostModel, FixedPricesAreWhatTheyWereGiven) {
+  const CostModel costs = CostModel::fixed(0.1);
+  EXPECT_TRUE(costs.calibrated());
+  EXPECT_TRUE(costs.slope_known());
+  EXPECT_DOUBLE_EQ(costs.speed(), 1.0);
+  for (const int w : {1, 2, 5, 9, 64}) EXPECT_NEAR(costs.row_cost(w, 1), 1.0 + 0.1 * (w - 1), 1e-9) << w;
+  const DraftCost chained = DraftCost::fixed(DraftCost::Shape::per_draft, 0.1, 0.1);
+  const DraftCost block = DraftCost::fixed(DraftCost::Shape::per_block, 0.3, 0.0);
+  for (const int k : {1, 3, 7}) {
+    EXPECT_NEAR(chained.cost(k), 0.1 + 0.1 * k, 1e-9) << k;
+    EXPECT_NEAR(block.cost(k), 0.3, 1e-9) << k;
+  }
+}
+
+TEST(DepthPolicy, OnFixedPricesTheDepthFollowsTheRowsOwnOutcomes) {
+  // The prices a rejection-mode row decides by: the same outcomes give the same depths, deep
+  // where every draft is accepted, paused where none is.
+  const CostModel costs = CostModel::fixed(0.1);
+  const DraftCost draft = DraftCost::fixed(DraftCost::Shape::per_draft, 0.1, 0.1);
+  const auto depths = [&](bool accepted) {
+    DepthPolicy policy(6, true);
+    std::vector<int> out;
+    for (int round = 0; round < 40; ++round) {
+      const int k = policy.next_depth(costs, draft, 1);
+      out.push_back(k);
+      policy.observe(k, accepted ? k : 0);
+    }
+    return out;
+  };
+  const std::vector<int> accepted = depths(true), rejected = depths(false);
+  EXPECT_EQ(depths(true), accepted);
+  EXPECT_EQ(depths(false), rejected);
+  EXPECT_EQ(accepted.back(), 6);
+  // Paused for most of the rounds: only probes draft once the estimates have fallen.
+  EXPECT_LE(std::count_if(rejected.begin() + 10, rejected.end(), [](int k) { return k > 0; }), 4);
+}
+
 TEST(DepthPolicy, DraftsOneTokenWhereAWindowOfTwoCostsAsMuchAsOne) {
   // Drafts accepted a quarter of the time: one more token in a window that costs nothing extra
   // pays; five do not (a straight line through these costs charges the second token 0.1 ms and
