@@ -36,7 +36,8 @@ struct SamplingOptions {
 struct SpeculativeOptions {
   std::string draft;         // id of a draft method of the engine; empty = plain decoding
   int num_draft_tokens = 0;  // most drafts per round; 0 = the method's default
-  bool adaptive = true;      // adapt the depth to measured acceptance and cost; false = always the most
+  bool adaptive = true;      // adapt the depth to measured acceptance and cost (in rejection mode, to
+                             // acceptance at fixed prices, so seeded requests repeat); false = always the most
   VerifyMode mode = VerifyMode::exact;
 };
 

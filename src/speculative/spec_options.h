@@ -11,7 +11,7 @@ enum class SpecMode { exact, rejection };
 struct SpecOptions {
   std::string method;     // registered draft method id; empty = plain decoding
   int max_depth = 0;      // 0 = the method's default
-  bool adaptive = true;   // adapt the depth to measured acceptance and cost; pause when it does not pay
+  bool adaptive = true;   // adapt the depth (rejection mode: on fixed prices); pause where it does not pay
   SpecMode mode = SpecMode::exact;
 };
 
