@@ -116,17 +116,20 @@ struct DraftRequestRow {
   int32_t pending = 0;
   int depth = 0;
   int64_t position = 0;
-  const SamplingParams* sampling = nullptr;  // the request's params; draft i samples at key position+1+i
+  const SamplingParams* sampling = nullptr;  // the request's params; draft i samples at key_position(i)
   bool want_q = false;                       // rejection mode: also return the draft distributions
-  // The row's depth policy chose `depth` from the measured costs and the row's acceptance: a
-  // method's own shortening of the proposal then stands aside (the policy prices every depth).
+  // The row's depth policy chose `depth` from its costs and the row's acceptance: a method's own
+  // shortening of the proposal then stands aside (the policy prices every depth).
   bool adaptive = false;
   // The price of the row's verify window this round, from the engine's measured costs (empty
-  // until they are measured): window_seconds[w - 1] is a window of w tokens, w = 1..depth + 1,
-  // and draft_seconds the row's share of a draft call of this depth. A method that shortens its
-  // proposal per row (a block drafter's confidence cut) weighs its drafts against them.
+  // until they are measured, and for a rejection-mode row, whose depths may not depend on them): window_seconds[w - 1]
+  // is a window of w tokens, w = 1..depth + 1, and draft_seconds the row's share of a draft call of this depth. A
+  // method that shortens its proposal per row (a block drafter's confidence cut) weighs its drafts against them.
   std::vector<double> window_seconds = {};
   double draft_seconds = 0;
+
+  // The key position of draft i's coupled draw: the target's own key for the token it stands for.
+  uint64_t key_position(int draft) const { return static_cast<uint64_t>(position) + 1 + static_cast<uint64_t>(draft); }
 };
 
 struct DraftProposal {

@@ -514,7 +514,7 @@ class DflashRows final : public DraftRows {
         const int returned = (i + 1 < R ? first_out[static_cast<size_t>(i + 1)] : static_cast<int>(n_out)) -
                              first_out[static_cast<size_t>(i)];
         for (int j = 0; j < returned; ++j) {
-          const SampleRow key = sample_row(*ask.sampling, static_cast<uint64_t>(ask.position) + 1 + j);
+          const SampleRow key = sample_row(*ask.sampling, ask.key_position(j));
           std::memcpy(draw_keys_.data() + (first_out[static_cast<size_t>(i)] + j) * kSampleRowWords, &key, sizeof key);
         }
       }
@@ -611,7 +611,7 @@ class DflashRows final : public DraftRows {
           const std::span<const float> row(logits + o * V, static_cast<size_t>(V));
           const SamplingParams& params = *ask.sampling;
           // The coupled draw: draft j samples with the key the target uses at its position.
-          token = sample(row, params, r.known, p.tokens, static_cast<uint64_t>(ask.position) + 1 + j);
+          token = sample(row, params, r.known, p.tokens, ask.key_position(j));
           if (ask.want_q) p.q.push_back(probabilities(row, params, r.known, p.tokens));
         }
         if (greedy) {

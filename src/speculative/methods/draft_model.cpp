@@ -96,9 +96,6 @@ class DraftModelRows : public DraftRows {
     // need nothing but their logits (and no q) are drawn by the backend, as the target's are.
     const bool on_backend = std::all_of(
         asks.begin(), asks.end(), [](const DraftRequestRow& a) { return draws_on_backend(*a.sampling, a.want_q); });
-    const auto position_of = [&](size_t i, int step) {
-      return static_cast<uint64_t>(asks[i].position) + 1 + static_cast<uint64_t>(step);
-    };
     for (int step = 0; !live.empty(); ++step) {
       // Rows the cache cannot take one more step of stop with the drafts they have.
       std::erase_if(live, [&](size_t i) {
@@ -114,7 +111,7 @@ class DraftModelRows : public DraftRows {
         in.tokens = feeds[i];
         in.logits_at = {static_cast<int32_t>(feeds[i].size()) - 1};
         req.rows.push_back(std::move(in));
-        if (on_backend) req.sampling.push_back(sample_row(*asks[i].sampling, position_of(i, step)));
+        if (on_backend) req.sampling.push_back(sample_row(*asks[i].sampling, asks[i].key_position(step)));
       }
       ForwardResult res = model_->forward(req, *cache_);
       std::vector<size_t> next;
@@ -130,7 +127,7 @@ class DraftModelRows : public DraftRows {
           std::span<const float> logits(res.logits_row(res.row_offsets[j]), static_cast<size_t>(res.vocab));
           const SamplingParams& params = *asks[i].sampling;
           std::span<const int32_t> generated(out[i].tokens);
-          token = sample(logits, params, r.known, generated, position_of(i, step));
+          token = sample(logits, params, r.known, generated, asks[i].key_position(step));
           if (asks[i].want_q) out[i].q.push_back(probabilities(logits, params, r.known, generated));
         }
         out[i].tokens.push_back(token);

@@ -240,8 +240,7 @@ class Eagle3Rows : public DraftRows {
         for (int k = 0; k < deepest; ++k)
           for (size_t j = 0; j < R; ++j) {
             const DraftRequestRow& ask = asks[live[j]];
-            const uint64_t position = static_cast<uint64_t>(ask.position) + 1 + static_cast<uint64_t>(k);
-            draws_[static_cast<size_t>(k) * R + j] = sample_row(*ask.sampling, position);
+            draws_[static_cast<size_t>(k) * R + j] = sample_row(*ask.sampling, ask.key_position(k));
           }
       }
       const Eagle3Head::Drafts d = head_->draft_chain(step_rows, inputs, deepest, embedding_, *cache_, draws_);
@@ -348,8 +347,7 @@ class Eagle3Rows : public DraftRows {
     full_.assign(vocab_, -std::numeric_limits<float>::infinity());
     for (size_t d = 0; d < draft_logits.size(); ++d) full_[static_cast<size_t>(to_target[d])] = draft_logits[d];
     const std::span<const int32_t> generated(out.tokens);
-    const uint64_t position = static_cast<uint64_t>(ask.position) + 1 + static_cast<uint64_t>(step);
-    const int32_t token = sample(full_, params, r.known, generated, position);
+    const int32_t token = sample(full_, params, r.known, generated, ask.key_position(step));
     if (ask.want_q) out.q.push_back(probabilities(full_, params, r.known, generated));
     return token;
   }
