@@ -1,8 +1,7 @@
 // Backend::sample on the CUDA backend against the host sampler (specdec::sample) on the same
 // logits: greedy and T in {0.5, 1, 1.5} with top-k, top-p, min-p and their combinations, logits
-// of several shapes, V from 7 to 128256, many rows in one call. A device token may differ from
-// the host's only where the host finds the draw within rounding of a boundary, and rarely; rows
-// of equal logits, whose sums are exact on both sides, must match always. Also: batch invariance
+// of several shapes, V from 7 to 128256, many rows in one call. The device computes the host's
+// weights and integer masses, so every row draws the host's token. Also: batch invariance
 // and determinism (also across the several launches of a call with many rows), the distribution
 // of many draws against probabilities(), the rows the host refuses, and a recorded call reading
 // rows written before its replay.
@@ -62,7 +61,7 @@ std::vector<int32_t> device_sample(Backend& g, std::span<const float> logits, st
 
 std::vector<int32_t> device_sample(Backend& g, const Batch& b) { return device_sample(g, b.logits, b.rows, b.V); }
 
-TEST(GpuSample, MatchesTheHostSamplerExceptWithinRounding) {
+TEST(GpuSample, DrawsTheHostSamplersTokenOnEveryRow) {
   SPECDEC_REQUIRE_GPU();
   // Rows of 2,048 logits or more are drawn by a cluster of blocks, each holding a part of the
   // row (2,049 and 4,099: a last part shorter than the others); both kernels are checked.
@@ -75,23 +74,12 @@ TEST(GpuSample, MatchesTheHostSamplerExceptWithinRounding) {
     for (const auto& [V, copies] : sizes) {
       const Batch batch = grid_batch(V, copies);
       const std::vector<int32_t> got = device_sample(*gpu, batch);
-      int mismatches = 0;
       for (size_t r = 0; r < batch.size(); ++r) {
         const SampleRow& p = batch.rows[r];
-        const int32_t want = sample(batch.row(r), p);
-        if (got[r] == want) continue;
-        ++mismatches;
-        const bool exact = p.temperature == 0.0f || batch.shapes[r] == LogitShape::equal;
-        EXPECT_TRUE(!exact && specdec::testing::near_a_boundary(batch.row(r), p))
-            << "cluster " << cluster << " V " << V << " row " << r << ": device " << got[r] << ", host " << want
-            << " (T " << p.temperature << ", top_k " << p.top_k << ", top_p " << p.top_p << ", min_p " << p.min_p
-            << ", shape " << static_cast<int>(batch.shapes[r]) << ")";
+        EXPECT_EQ(got[r], sample(batch.row(r), p))
+            << "cluster " << cluster << " V " << V << " row " << r << " (T " << p.temperature << ", top_k " << p.top_k
+            << ", top_p " << p.top_p << ", min_p " << p.min_p << ", shape " << static_cast<int>(batch.shapes[r]) << ")";
       }
-      EXPECT_LE(mismatches, std::max<int>(2, static_cast<int>(batch.size()) / 100))
-          << "cluster " << cluster << " V " << V;
-      const std::string tag = (cluster ? "_cluster_V" : "_block_V") + std::to_string(V);
-      specdec::testing::report("gpu_sample_rows" + tag, static_cast<double>(batch.size()));
-      specdec::testing::report("gpu_sample_mismatches" + tag, mismatches);
     }
   }
 }

@@ -1,10 +1,11 @@
-// Token sampling on the device (Backend::sample): the host pipeline of sampling.cpp —
+// Token sampling on the device (Backend::sample): the host's draw (sampling/draw.h) —
 // temperature, top-k, top-p, min-p, then the inverse CDF in token-id order at the row's Philox
-// uniform — without sorting. The thresholds of top-k and top-p come from a search over the
-// order-preserving bits of the values, a fixed number of passes over the row; masses are summed in
-// 2^-56 fixed point, so their sums are exact whatever the order. Every float sum has a fixed order
-// for the launch's shape, and a row's blocks read only that row: the token is deterministic and
-// batch invariant.
+// uniform — without sorting. Each token's weight is the host's own exp polynomial (fused
+// multiply-adds, so the same bits here), its mass that weight in 2^-40 units, and every decision
+// compares integer sums of masses, exact in any order: the device draws the host's token for the
+// same logits, bit for bit, and a row's token does not depend on the batch or the launch. The
+// thresholds of top-k and top-p come from a search over the order-preserving bits of the values,
+// a fixed number of passes over the row.
 //
 // Speed: the pipeline is a dozen or so passes over the row, each short, so a pass is bound by
 // how long one block waits for its loads. A row of 2,048 logits or more is therefore cut into
@@ -22,6 +23,7 @@
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "sampling/draw_constants.h"
 #include "sampling/philox.h"
 
 namespace specdec::cuda {
@@ -38,9 +40,6 @@ constexpr int kChunkLanes = kThreads / 32;  // chunk sums each lane of warp 0 sc
 // a pass is bound by the bytes in flight (the row comes from L2), not by arithmetic.
 constexpr int kBatch = 16;
 constexpr uint32_t kFull = 0xffffffffu;
-// Masses in fixed point: p * 2^56, so a whole distribution (sum ~1) stays far below 2^64 and a
-// probability keeps ~2^-56 absolute precision (float gives p about 2^-24 relative).
-constexpr double kFixedScale = 72057594037927936.0;  // 2^56
 
 // An order-preserving map of floats to uint32 (larger value, larger key). -0 maps with +0: the
 // host compares values, to which the two are equal. NaN never reaches it.
@@ -52,18 +51,67 @@ __device__ __forceinline__ float from_order_key(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-__device__ __forceinline__ unsigned long long to_fixed(float p) {
-  return __double2ull_rz(static_cast<double>(p) * kFixedScale);
+// The host's draw_weight: exp(x) for x <= 0, 0 below e^-28. Each step is one correctly rounded
+// operation (the intrinsics keep the compiler from fusing or reordering any of them), so the
+// bits equal the host's.
+constexpr float kWeightC0 = draw_exp::kC[0], kWeightC1 = draw_exp::kC[1], kWeightC2 = draw_exp::kC[2],
+                kWeightC3 = draw_exp::kC[3], kWeightC4 = draw_exp::kC[4], kWeightC5 = draw_exp::kC[5],
+                kWeightC6 = draw_exp::kC[6], kWeightC7 = draw_exp::kC[7];
+__device__ __forceinline__ float draw_weight(float x) {
+  using namespace draw_exp;
+  if (!(x >= kMinExponent)) return 0.0f;
+  const float shifted = __fmaf_rn(x, kLog2e, kRound);
+  const float n = __fsub_rn(shifted, kRound);
+  float r = __fmaf_rn(-n, kLn2Hi, x);
+  r = __fmaf_rn(-n, kLn2Lo, r);
+  float p = kWeightC7;
+  p = __fmaf_rn(p, r, kWeightC6);
+  p = __fmaf_rn(p, r, kWeightC5);
+  p = __fmaf_rn(p, r, kWeightC4);
+  p = __fmaf_rn(p, r, kWeightC3);
+  p = __fmaf_rn(p, r, kWeightC2);
+  p = __fmaf_rn(p, r, kWeightC1);
+  p = __fmaf_rn(p, r, kWeightC0);
+  const int exponent = __float_as_int(shifted) - __float_as_int(kRound);
+  return __int_as_float(__float_as_int(p) + exponent * (1 << 23));
 }
-// to_fixed(p) from p's bits, in integer arithmetic, for a finite 0 <= p < 256: p * 2^56 is exact
-// in double, so rounding toward zero is a shift of the significand.
-__device__ __forceinline__ unsigned long long fixed_from_bits(uint32_t b) {
-  const int e = static_cast<int>(b >> 23);
-  if (e == 0) return 0;  // zero or subnormal: below 2^-126
-  const unsigned long long m = (b & 0x7fffffu) | 0x800000u;
-  const int shift = e - 94;  // p = m * 2^(e - 150), so p * 2^56 = m * 2^(e - 94)
-  if (shift >= 0) return m << shift;
-  return shift > -24 ? m >> -shift : 0;
+
+// The host's draw_mass from a weight's bits: floor(e * 2^40), the significand shifted by the
+// exponent's distance from 2^-40's.
+__device__ __forceinline__ unsigned long long mass_from_bits(uint32_t b) {
+  const int shift = static_cast<int>(b >> 23) - (127 + 23 - kMassBits);
+  const unsigned long long significand = (b & 0x7fffffu) | 0x800000u;
+  if (shift >= 0) return significand << shift;
+  return shift > -24 ? significand >> -shift : 0;
+}
+__device__ __forceinline__ unsigned long long mass_of(float e) { return mass_from_bits(__float_as_uint(e)); }
+
+// (a * b) >> shift for shift in [0, 128), the product taken in 128 bits; *exact says whether the
+// bits shifted out were all zero.
+__device__ __forceinline__ unsigned long long mul_shift(unsigned long long a, unsigned long long b, int shift,
+                                                        bool* exact) {
+  const unsigned long long lo = a * b, hi = __umul64hi(a, b);
+  if (shift == 0) {
+    *exact = true;
+    return lo;
+  }
+  if (shift < 64) {
+    *exact = (lo << (64 - shift)) == 0;
+    return (hi << (64 - shift)) | (lo >> shift);
+  }
+  *exact = lo == 0 && (shift == 64 || (hi << (128 - shift)) == 0);
+  return shift == 64 ? hi : hi >> (shift - 64);
+}
+
+// The host's ceil_share: ceil(fraction * total) exactly, for a fraction in (0, 1) taken as its
+// 24-bit significand times 2^-shift.
+__device__ __forceinline__ unsigned long long ceil_share(float fraction, unsigned long long total) {
+  const uint32_t bits = __float_as_uint(fraction);
+  const int shift = 150 - static_cast<int>(bits >> 23);
+  if (shift >= 88) return 1;  // also every subnormal fraction, as the host's frexp finds
+  bool exact = false;
+  const unsigned long long floor = mul_shift((bits & 0x7fffffu) | 0x800000u, total, shift, &exact);
+  return floor + (exact ? 0 : 1);
 }
 
 // f(j, a[j]) for this thread's local indices j = tid, tid + kThreads, ... of a[0, n) in increasing
@@ -90,7 +138,7 @@ __device__ __forceinline__ void for_each_strided(const float* a, int n, const F&
 // Scalars of one search or reduction, shared by the block; x_*: what the blocks of a cluster
 // exchange (two of each, used in turn: see ClusterRow).
 struct Shared {
-  double sum_scratch[kWarps];
+  unsigned long long sum_scratch[kWarps];
   unsigned long long bucket[kBuckets];
   uint32_t u32_scratch[3][kWarps];
   uint32_t lo, hi;
@@ -99,24 +147,24 @@ struct Shared {
   int token;
   float best_value[kWarps];
   int best_index[kWarps];
-  double chunk[kThreads];   // each thread's sum over its chunk of the final weights
-  double incl[kThreads];    // the inclusive CDF at the end of each chunk
-  double group[32], base[33];
-  double x_sum[2];
+  unsigned long long chunk[kThreads];  // each thread's sum over its chunk of the final masses
+  unsigned long long incl[kThreads];   // the inclusive CDF at the end of each chunk
+  unsigned long long group[32], base[33];
+  unsigned long long x_sum[2];
   unsigned long long x_bucket[2][kBuckets];
   uint32_t x_u32[2][3];
   float x_best_value[2];
   int x_best_index[2];
 };
 
-// Sum over the block in a fixed order: a butterfly in each warp (all lanes end equal), then the
-// warp sums in warp order. All threads return it.
-__device__ double block_sum(double v, Shared& sh) {
+// Sum over the block: a butterfly in each warp (all lanes end equal), then the warp sums. All
+// threads return it.
+__device__ unsigned long long block_sum(unsigned long long v, Shared& sh) {
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
   __syncthreads();  // the scratch may still be read by a previous call
   if (threadIdx.x % 32 == 0) sh.sum_scratch[threadIdx.x / 32] = v;
   __syncthreads();
-  double total = 0.0;
+  unsigned long long total = 0;
   for (int w = 0; w < kWarps; ++w) total += sh.sum_scratch[w];
   return total;
 }
@@ -155,15 +203,16 @@ __device__ __forceinline__ void argmax_merge(float& v, int& i, float ov, int oi)
 // result and takes the same branches. All threads of every block call each combination.
 struct WholeRow {
   __device__ bool first() const { return true; }
-  __device__ double sum(double block_total, Shared&) { return block_total; }
+  __device__ unsigned long long sum(unsigned long long block_total, Shared&) { return block_total; }
   __device__ void max_min_or(uint32_t&, uint32_t&, uint32_t&, Shared&) {}
   // sh.bucket holds the block's bucket totals; afterwards the row's.
   __device__ void buckets(Shared&) {}
   // The row's first maximum (value, index) and whether any block saw a NaN.
   __device__ void argmax(float&, int&, uint32_t&, Shared&) {}
   // The CDF before this block's part (base) and after it (next), and the row's total.
-  __device__ void prefix(double block_total, double& base, double& next, double& total, Shared&) {
-    base = 0.0;
+  __device__ void prefix(unsigned long long block_total, unsigned long long& base, unsigned long long& next,
+                         unsigned long long& total, Shared&) {
+    base = 0;
     next = total = block_total;
   }
   __device__ void finish() {}
@@ -184,10 +233,10 @@ struct ClusterRow {
   __device__ const T& at(const T* p, int rank) const {
     return *cluster.map_shared_rank(const_cast<T*>(p), rank);
   }
-  __device__ double sum(double block_total, Shared& sh) {
+  __device__ unsigned long long sum(unsigned long long block_total, Shared& sh) {
     if (threadIdx.x == 0) sh.x_sum[parity] = block_total;
     cluster.sync();
-    double total = 0.0;
+    unsigned long long total = 0;
     for (int r = 0; r < kClusterBlocks; ++r) total += at(&sh.x_sum[parity], r);
     parity ^= 1;
     return total;
@@ -233,11 +282,12 @@ struct ClusterRow {
     }
     parity ^= 1;
   }
-  __device__ void prefix(double block_total, double& base, double& next, double& total, Shared& sh) {
+  __device__ void prefix(unsigned long long block_total, unsigned long long& base, unsigned long long& next,
+                         unsigned long long& total, Shared& sh) {
     if (threadIdx.x == 0) sh.x_sum[parity] = block_total;
     cluster.sync();
     const int me = static_cast<int>(cluster.block_rank());
-    double acc = 0.0;
+    unsigned long long acc = 0;
     for (int r = 0; r < kClusterBlocks; ++r) {
       if (r == me) base = acc;
       acc += at(&sh.x_sum[parity], r);
@@ -365,120 +415,96 @@ __device__ Threshold threshold_search(const Part& part, const Visit& visit, cons
   }
 }
 
-// One row's pipeline state after top-k: its work values, which by then hold each token's e1 =
-// exp(scaled - max) (0 for the tokens top-k drops), and each later filter's outcome, so any pass
-// can tell whether a token is still in.
+// One row's pipeline state after top-k: its work values, which by then hold each token's weight
+// e = exp(scaled - max) (0 for the tokens top-k drops), and each later filter's outcome, so any
+// pass can tell whether a token is still in.
 struct Row {
-  Part e1;             // the work values
-  bool top_p = false;  // top-p ran: keeps p1 > p_level, and p1 == p_level up to id p_last
-  float inv1 = 0.0f;   // 1 / the softmax sum after top-k (p1 = e1 * inv1)
-  float p_level = 0.0f;
-  int p_last = 0;
-  bool min_p = false;  // min-p ran: keeps e1 * inv2 >= min_scaled
-  float inv2 = 0.0f;
-  float min_scaled = 0.0f;
+  Part e;              // the work values
+  bool top_p = false;  // top-p ran: keeps e > e_level, and e == e_level up to id e_last
+  float e_level = 0.0f;
+  int e_last = 0;
+  float min_p = 0.0f;  // min-p keeps e >= min_p (the largest weight is exp(0) = 1)
 
   __device__ bool top_p_keeps(int i, float e) const {
     if (!top_p) return true;
-    const float p1 = e * inv1;
-    return p1 > p_level || (p1 == p_level && i <= p_last);
+    return e > e_level || (e == e_level && i <= e_last);
   }
-  // e = e1 of token i if it is still in after every filter, else 0.
+  // e of token i if it is still in after every filter, else 0.
   __device__ float final_of(int i, float e) const {
     if (e == 0.0f || !top_p_keeps(i, e)) return 0.0f;
-    if (min_p && e * inv2 < min_scaled) return 0.0f;
-    return e;
+    return e < min_p ? 0.0f : e;
   }
 };
 
-// Sum over the row, in a fixed order, of f(id, value) (a float).
+// Sum over the row of the masses of f(id, value) (a weight).
 template <typename Scope, typename F>
-__device__ double sum_of(const Part& part, const F& f, Scope& scope, Shared& sh) {
-  double acc = 0.0;
-  for_each_strided(part.data, part.n, [&](int j, float v) { acc += static_cast<double>(f(part.base + j, v)); });
+__device__ unsigned long long mass_sum(const Part& part, const F& f, Scope& scope, Shared& sh) {
+  unsigned long long acc = 0;
+  for_each_strided(part.data, part.n, [&](int j, float v) { acc += mass_of(f(part.base + j, v)); });
   return scope.sum(block_sum(acc, sh), sh);
 }
 
 __device__ __forceinline__ unsigned long long one_each(uint32_t) { return 1; }
 
-// sampling.cpp's top-p over p1 = e1 * inv1: the boundary level (the largest p whose tokens,
-// with every more probable one, reach top_p), then how many of the tokens tied at it stay,
-// lowest ids first, as the host's walk in (p desc, id asc) order keeps them.
+// The host's top-p over the weights' masses (`total` of them): the boundary level (the largest
+// weight whose tokens, with every heavier one, reach ceil(top_p * total)), then how many of the
+// tokens tied at it stay, lowest ids first, as the host keeps them while the mass before each is
+// below that share.
 template <typename Scope>
-__device__ void find_top_p(Row& r, float top_p, int vocab, unsigned long long (*hist)[kThreads], Scope& scope,
-                           Shared& sh) {
-  const float inv1 = r.inv1;
-  const auto mass = [&](int, float e, uint32_t& key) {
-    const float p1 = e * inv1;
-    key = __float_as_uint(p1);
-    return p1 > 0.0f;  // the host's order holds only positive probabilities
+__device__ void find_top_p(Row& r, float top_p, unsigned long long total, int vocab,
+                           unsigned long long (*hist)[kThreads], Scope& scope, Shared& sh) {
+  const auto mass = [](int, float e, uint32_t& key) {
+    key = __float_as_uint(e);  // weights are >= 0: ordered as their bits
+    return e > 0.0f;
   };
-  // The key is p1's bits, and p1 is far below 256 (e1 = exp(scaled - max) is at most about 1, and
-  // inv1 at most 1 since the sum holds the maximum's exp(0)): its weight is to_fixed(p1).
-  const auto fixed = [](uint32_t key) { return fixed_from_bits(key); };
-  const auto target = static_cast<unsigned long long>(ceil(static_cast<double>(top_p) * kFixedScale));
-  const Threshold level = threshold_search(r.e1, mass, fixed, 1u, 0x7f800000u, target, hist, scope, sh);
+  const unsigned long long need = ceil_share(top_p, total);
+  const Threshold level = threshold_search(
+      r.e, mass, [](uint32_t key) { return mass_from_bits(key); }, 1u, 0x7f800000u, need, hist, scope, sh);
   r.top_p = true;
-  r.p_last = vocab - 1;
-  if (!level.found) {  // rounding left the whole mass below top_p: every positive token stays
-    r.p_level = __uint_as_float(1u);
+  r.e_last = vocab - 1;
+  const unsigned long long each = level.found ? mass_from_bits(level.key) : 0;
+  if (each == 0) {  // cannot happen (the heaviest token alone weighs 2^40): keep every token
+    r.e_level = __uint_as_float(1u);
     return;
   }
-  r.p_level = __uint_as_float(level.key);
-  // Tied tokens each added the same fixed-point mass, so the tie count is a quotient.
-  unsigned long long tied;
-  const unsigned long long one = to_fixed(r.p_level);
-  const float pl = r.p_level;
-  if (one > 0) {
-    tied = level.at / one;
-  } else {  // a level below 2^-56: count it
-    const auto at_level = [&](int, float e) { return e * inv1 == pl ? 1.0f : 0.0f; };
-    tied = static_cast<unsigned long long>(sum_of(r.e1, at_level, scope, sh));
-  }
-  // The host keeps a tied token while the mass before it is below top_p: c of them, where
-  // above + c * level first reaches top_p.
-  const double room = static_cast<double>(top_p) - static_cast<double>(level.above) / kFixedScale;
-  const double need = room / static_cast<double>(r.p_level);
-  unsigned long long keep = tied;
-  if (need < static_cast<double>(tied)) keep = need <= 1.0 ? 1 : static_cast<unsigned long long>(ceil(need));
+  r.e_level = __uint_as_float(level.key);
+  // Tied tokens each added the same mass, so the tie count is a quotient.
+  const unsigned long long tied = level.at / each;
+  const unsigned long long keep = (need - level.above + each - 1) / each;
   if (keep >= tied) return;
   // The keep-th lowest id among the tied tokens: the largest key vocab-1-id with keep at or above.
+  const float el = r.e_level;
   const auto tie = [&](int i, float e, uint32_t& key) {
     key = static_cast<uint32_t>(vocab - 1 - i);
-    return e * inv1 == pl;
+    return e == el;
   };
   const Threshold cut =
-      threshold_search(r.e1, tie, one_each, 0u, static_cast<uint32_t>(vocab - 1), keep, hist, scope, sh);
-  r.p_last = vocab - 1 - static_cast<int>(cut.key);
+      threshold_search(r.e, tie, one_each, 0u, static_cast<uint32_t>(vocab - 1), keep, hist, scope, sh);
+  r.e_last = vocab - 1 - static_cast<int>(cut.key);
 }
 
 // Returned by a block of a cluster whose part does not hold the row's token.
 constexpr int kElsewhere = INT_MIN;
 
-// The inverse CDF over the final weights w = final e1 * inv3 in token-id order, at u * total.
-// Thread t sums the weights of its contiguous chunk of the block's part; warp 0 turns the chunk
-// sums into an inclusive CDF (lane l adds its kChunkLanes chunks in order, lane 0 adds the lanes'
-// totals in order); the scope places the part's CDF in the row's; the thread whose chunk holds
-// the crossing walks it. The CDF is non-decreasing and ends exactly at the part's total, so some
-// chunk with weight holds the crossing and the walk returns a token of positive weight (its own
-// last one, should rounding keep the walk below the target).
+// The inverse CDF over the final masses in token-id order: the first token whose cumulative
+// mass exceeds target = floor(u * total), u being k / 2^24. Thread t sums the masses of its
+// contiguous chunk of the block's part; warp 0 turns the chunk sums into an inclusive CDF; the
+// scope places the part's CDF in the row's; the thread whose chunk holds the crossing walks it.
+// Integer sums: the CDF is the host's, exactly.
 template <typename Scope>
-__device__ int inverse_cdf(const Row& r, float inv3, float u, Scope& scope, Shared& sh) {
+__device__ int inverse_cdf(const Row& r, float u, Scope& scope, Shared& sh) {
   const int tid = threadIdx.x, lane = tid % 32;
-  const Part& part = r.e1;
+  const Part& part = r.e;
   const int chunk = (part.n + kThreads - 1) / kThreads;
   const int begin = min(part.n, tid * chunk), end = min(part.n, begin + chunk);
-  double own = 0.0;
-  for (int j = begin; j < end; ++j) {
-    const float w = r.final_of(part.base + j, part.data[j]) * inv3;
-    if (w > 0.0f) own += static_cast<double>(w);
-  }
+  unsigned long long own = 0;
+  for (int j = begin; j < end; ++j) own += mass_of(r.final_of(part.base + j, part.data[j]));
   sh.chunk[tid] = own;
   if (tid == 0) sh.token = kElsewhere;
   __syncthreads();
   if (tid < 32) {
-    double local[kChunkLanes];
-    double acc = 0.0;
+    unsigned long long local[kChunkLanes];
+    unsigned long long acc = 0;
     for (int j = 0; j < kChunkLanes; ++j) {
       acc += sh.chunk[lane * kChunkLanes + j];
       local[j] = acc;
@@ -486,7 +512,7 @@ __device__ int inverse_cdf(const Row& r, float inv3, float u, Scope& scope, Shar
     sh.group[lane] = acc;
     __syncwarp();
     if (lane == 0) {
-      double b = 0.0;
+      unsigned long long b = 0;
       for (int g = 0; g < 32; ++g) {
         sh.base[g] = b;
         b += sh.group[g];
@@ -497,29 +523,28 @@ __device__ int inverse_cdf(const Row& r, float inv3, float u, Scope& scope, Shar
     for (int j = 0; j < kChunkLanes; ++j) sh.incl[lane * kChunkLanes + j] = sh.base[lane] + local[j];
   }
   __syncthreads();
-  const double part_total = sh.base[32];
-  double base = 0.0, next = 0.0, total = 0.0;
+  const unsigned long long part_total = sh.base[32];
+  unsigned long long base = 0, next = 0, total = 0;
   scope.prefix(part_total, base, next, total, sh);
-  if (!(total > 0.0)) return scope.first() ? -1 : kElsewhere;
-  const double target = static_cast<double>(u) * total;
-  // Exactly one part holds the crossing: the parts' ranges [base, next) tile [0, total) and
-  // target < total. Within it, the target lies below the part's own total (rounding of the
-  // subtraction aside, which the clamp takes care of).
+  if (total == 0) return scope.first() ? -1 : kElsewhere;
+  bool exact = false;
+  const unsigned long long target = mul_shift(static_cast<unsigned long long>(u * 16777216.0f), total, 24, &exact);
+  // Exactly one part holds the crossing: the parts' ranges [base, next) tile [0, total), and
+  // target < total since u < 1.
   if (!(base <= target && target < next)) return kElsewhere;
-  double t = target - base;
-  if (!(t < part_total)) t = nextafter(part_total, 0.0);
-  const double before = tid == 0 ? 0.0 : sh.incl[tid - 1];
+  const unsigned long long t = target - base;
+  const unsigned long long before = tid == 0 ? 0 : sh.incl[tid - 1];
   if (sh.incl[tid] > t && before <= t) {
-    double cum = before;
-    int last = -1;
+    unsigned long long cum = before;
+    int token = -1;
     for (int j = begin; j < end; ++j) {
-      const float w = r.final_of(part.base + j, part.data[j]) * inv3;
-      if (!(w > 0.0f)) continue;
-      cum += static_cast<double>(w);
-      last = part.base + j;
-      if (cum > t) break;
+      cum += mass_of(r.final_of(part.base + j, part.data[j]));
+      if (cum > t) {
+        token = part.base + j;
+        break;
+      }
     }
-    sh.token = last;
+    sh.token = token;
   }
   __syncthreads();
   return sh.token;
@@ -540,7 +565,7 @@ __device__ int sample_row(const float* __restrict__ row, float* work, int base, 
     return scope.first() ? best : kElsewhere;
   }
 
-  // The part's work values: the scaled logits, then their weights e1. Until the inverse CDF each
+  // The part's work values: the scaled logits, then their weights e. Until the inverse CDF each
   // thread reads only the elements it wrote itself (for_each_strided's indices); the block sums
   // between order the writes before the inverse CDF reads other threads' chunks.
   const float temperature = p.temperature;
@@ -577,34 +602,20 @@ __device__ int sample_row(const float* __restrict__ row, float* work, int base, 
             .key;
   }
 
-  // e1 = exp(scaled - max) of the tokens top-k keeps, else 0 (the host's exp(-inf)), replaces
-  // the scaled logit; its sum is the softmax's. Each filter's softmax is over the tokens still
-  // in; the maximum never leaves, so it stays.
-  double acc = 0.0;
+  // e = exp(scaled - max) of the tokens top-k keeps, else 0 (the host's weight of -inf),
+  // replaces the scaled logit. The maximum weighs exp(0) = 1 and survives every filter.
+  unsigned long long acc = 0;
   for_each_strided(work, n, [&](int j, float s) {
-    const float e = order_key(s) >= top_k_key ? expf(s - max_scaled) : 0.0f;
+    const float e = order_key(s) >= top_k_key ? draw_weight(__fsub_rn(s, max_scaled)) : 0.0f;
     work[j] = e;
-    acc += static_cast<double>(e);
+    acc += mass_of(e);
   });
-  double sum = scope.sum(block_sum(acc, sh), sh);
+  const unsigned long long total = scope.sum(block_sum(acc, sh), sh);
   Row r{part};
-  if (p.top_p < 1.0f) {
-    r.inv1 = static_cast<float>(1.0 / sum);
-    find_top_p(r, p.top_p, vocab, hist, scope, sh);
-    const auto in_top_p = [&](int i, float e) { return e != 0.0f && r.top_p_keeps(i, e) ? e : 0.0f; };
-    sum = sum_of(part, in_top_p, scope, sh);
-  }
-  if (p.min_p > 0.0f) {
-    // The largest probability is the maximum's, exp(0) * inv2 = inv2.
-    r.inv2 = static_cast<float>(1.0 / sum);
-    r.min_scaled = p.min_p * r.inv2;
-    r.min_p = true;
-    const auto in_min_p = [&](int i, float e) { return r.final_of(i, e); };
-    sum = sum_of(part, in_min_p, scope, sh);
-  }
-  const float inv3 = static_cast<float>(1.0 / sum);
+  if (p.top_p < 1.0f) find_top_p(r, p.top_p, total, vocab, hist, scope, sh);
+  r.min_p = p.min_p;
   const float u = uniform01(p.seed, p.position, 0);  // stream 0: RandomStream::token
-  return inverse_cdf(r, inv3, u, scope, sh);
+  return inverse_cdf(r, u, scope, sh);
 }
 
 // One block a row; the work values in the scratch rows.
