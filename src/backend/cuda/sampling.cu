@@ -436,14 +436,6 @@ struct Row {
   }
 };
 
-// Sum over the row of the masses of f(id, value) (a weight).
-template <typename Scope, typename F>
-__device__ unsigned long long mass_sum(const Part& part, const F& f, Scope& scope, Shared& sh) {
-  unsigned long long acc = 0;
-  for_each_strided(part.data, part.n, [&](int j, float v) { acc += mass_of(f(part.base + j, v)); });
-  return scope.sum(block_sum(acc, sh), sh);
-}
-
 __device__ __forceinline__ unsigned long long one_each(uint32_t) { return 1; }
 
 // The host's top-p over the weights' masses (`total` of them): the boundary level (the largest
