@@ -52,19 +52,6 @@ uint64_t weigh_scalar(float* s, size_t n, float max, uint64_t* block_sums) {
 
 uint32_t key_of(float e) { return std::bit_cast<uint32_t>(e); }  // weights are >= 0: ordered as their bits
 
-// ceil(fraction * total) for a fraction in (0, 1), exactly: the fraction is m * 2^-shift.
-uint64_t ceil_share(float fraction, uint64_t total) {
-  int exponent = 0;
-  const float mantissa = std::frexp(fraction, &exponent);  // fraction = mantissa * 2^exponent, mantissa in [0.5, 1)
-  const auto m = static_cast<uint64_t>(std::ldexp(mantissa, 24));
-  const int shift = 24 - exponent;  // fraction = m * 2^-shift, shift > 24
-  if (shift >= 88) return 1;        // fraction * total < 2^63 * 2^-64: below one unit
-  const unsigned __int128 product = static_cast<unsigned __int128>(m) * total;
-  const unsigned __int128 floor = product >> shift;
-  const bool exact = (floor << shift) == product;
-  return static_cast<uint64_t>(floor) + (exact ? 0 : 1);
-}
-
 // The digit of `key` at bits [shift, shift + 10) chosen by a radix pass: walking the digits' masses
 // from the top, the first at which the mass at or above reaches `need`; `above` gathers the mass
 // of the digits passed over.
@@ -134,21 +121,6 @@ struct DrawScratch {
 
 }  // namespace
 
-float draw_weight(float x) {
-  if (!(x >= kMinExponent)) return 0.0f;  // also -inf
-  // x = n ln 2 + r with n = round(x / ln 2); exp(x) = 2^n exp(r). Every multiply-add is fused,
-  // so each step rounds once on every instruction set.
-  const float shifted = std::fma(x, kLog2e, kRound);
-  const float n = shifted - kRound;
-  float r = std::fma(-n, kLn2Hi, x);
-  r = std::fma(-n, kLn2Lo, r);
-  float p = kC[7];
-  for (int i = 6; i >= 0; --i) p = std::fma(p, r, kC[i]);
-  // p is in [0.7, 1.42] and n in [-41, 0]: adding n to the exponent field cannot leave the normal range.
-  const int32_t exponent = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRound);
-  return std::bit_cast<float>(std::bit_cast<int32_t>(p) + exponent * (1 << 23));
-}
-
 const DrawKernels& draw_kernels_scalar() { return kScalar; }
 
 const DrawKernels& draw_kernels() {
@@ -206,8 +178,7 @@ int32_t draw_sampled(std::span<const float> logits, const SamplingParams& params
   const std::vector<float>& e = scratch.weights;
   const std::vector<uint64_t>& sums = scratch.block_sums;
   // The first token whose cumulative mass exceeds u * total, with u = k / 2^24.
-  const auto k = static_cast<uint64_t>(u * 16777216.0f);
-  const auto target = static_cast<uint64_t>((static_cast<unsigned __int128>(k) * total) >> 24);
+  const uint64_t target = draw_target(u, total);
   uint64_t cum = 0;
   for (size_t b = 0; b < sums.size(); ++b) {
     if (cum + sums[b] <= target) {

@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include "sampling/draw_constants.h"
+#include "sampling/draw_math.h"
 #include "sampling/sampling.h"
 
 namespace specdec {
@@ -38,18 +38,6 @@ const DrawKernels* draw_kernels_avx2();
 const DrawKernels* draw_kernels_avx512();
 // The fastest set this CPU runs.
 const DrawKernels& draw_kernels();
-
-// The weight exp(x) for x <= 0 as every kernel set computes it (the scalar definition).
-float draw_weight(float x);
-// floor(e * 2^40) for a weight e in [0, 2), from its bits: the significand shifted by the
-// exponent's distance from 2^-40's.
-inline uint64_t draw_mass(float e) {
-  const uint32_t bits = std::bit_cast<uint32_t>(e);
-  const int shift = static_cast<int>(bits >> 23) - (127 + 23 - kMassBits);
-  const uint64_t significand = (bits & 0x7fffffu) | 0x800000u;
-  if (shift >= 0) return significand << shift;
-  return shift > -24 ? significand >> -shift : 0;
-}
 
 // The token a sampled (temperature > 0) row draws at uniform u (a multiple of 2^-24 in [0, 1),
 // uniform01's values), after its penalties and logit bias: temperature, top-k (ties with the k-th

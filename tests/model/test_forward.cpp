@@ -16,7 +16,6 @@
 #include "model/model.h"
 #include "model/weights.h"
 #include "sampling/sampling.h"
-#include "sampling_reference.h"
 #include "forward_util.h"
 #include "test_device.h"
 

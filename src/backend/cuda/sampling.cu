@@ -23,7 +23,7 @@
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
-#include "sampling/draw_constants.h"
+#include "sampling/draw_math.h"
 #include "sampling/philox.h"
 
 namespace specdec::cuda {
@@ -49,69 +49,6 @@ __device__ __forceinline__ uint32_t order_key(float x) {
 }
 __device__ __forceinline__ float from_order_key(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
-
-// The host's draw_weight: exp(x) for x <= 0, 0 below e^-28. Each step is one correctly rounded
-// operation (the intrinsics keep the compiler from fusing or reordering any of them), so the
-// bits equal the host's.
-constexpr float kWeightC0 = draw_exp::kC[0], kWeightC1 = draw_exp::kC[1], kWeightC2 = draw_exp::kC[2],
-                kWeightC3 = draw_exp::kC[3], kWeightC4 = draw_exp::kC[4], kWeightC5 = draw_exp::kC[5],
-                kWeightC6 = draw_exp::kC[6], kWeightC7 = draw_exp::kC[7];
-__device__ __forceinline__ float draw_weight(float x) {
-  using namespace draw_exp;
-  if (!(x >= kMinExponent)) return 0.0f;
-  const float shifted = __fmaf_rn(x, kLog2e, kRound);
-  const float n = __fsub_rn(shifted, kRound);
-  float r = __fmaf_rn(-n, kLn2Hi, x);
-  r = __fmaf_rn(-n, kLn2Lo, r);
-  float p = kWeightC7;
-  p = __fmaf_rn(p, r, kWeightC6);
-  p = __fmaf_rn(p, r, kWeightC5);
-  p = __fmaf_rn(p, r, kWeightC4);
-  p = __fmaf_rn(p, r, kWeightC3);
-  p = __fmaf_rn(p, r, kWeightC2);
-  p = __fmaf_rn(p, r, kWeightC1);
-  p = __fmaf_rn(p, r, kWeightC0);
-  const int exponent = __float_as_int(shifted) - __float_as_int(kRound);
-  return __int_as_float(__float_as_int(p) + exponent * (1 << 23));
-}
-
-// The host's draw_mass from a weight's bits: floor(e * 2^40), the significand shifted by the
-// exponent's distance from 2^-40's.
-__device__ __forceinline__ unsigned long long mass_from_bits(uint32_t b) {
-  const int shift = static_cast<int>(b >> 23) - (127 + 23 - kMassBits);
-  const unsigned long long significand = (b & 0x7fffffu) | 0x800000u;
-  if (shift >= 0) return significand << shift;
-  return shift > -24 ? significand >> -shift : 0;
-}
-__device__ __forceinline__ unsigned long long mass_of(float e) { return mass_from_bits(__float_as_uint(e)); }
-
-// (a * b) >> shift for shift in [0, 128), the product taken in 128 bits; *exact says whether the
-// bits shifted out were all zero.
-__device__ __forceinline__ unsigned long long mul_shift(unsigned long long a, unsigned long long b, int shift,
-                                                        bool* exact) {
-  const unsigned long long lo = a * b, hi = __umul64hi(a, b);
-  if (shift == 0) {
-    *exact = true;
-    return lo;
-  }
-  if (shift < 64) {
-    *exact = (lo << (64 - shift)) == 0;
-    return (hi << (64 - shift)) | (lo >> shift);
-  }
-  *exact = lo == 0 && (shift == 64 || (hi << (128 - shift)) == 0);
-  return shift == 64 ? hi : hi >> (shift - 64);
-}
-
-// The host's ceil_share: ceil(fraction * total) exactly, for a fraction in (0, 1) taken as its
-// 24-bit significand times 2^-shift.
-__device__ __forceinline__ unsigned long long ceil_share(float fraction, unsigned long long total) {
-  const uint32_t bits = __float_as_uint(fraction);
-  const int shift = 150 - static_cast<int>(bits >> 23);
-  if (shift >= 88) return 1;  // also every subnormal fraction, as the host's frexp finds
-  bool exact = false;
-  const unsigned long long floor = mul_shift((bits & 0x7fffffu) | 0x800000u, total, shift, &exact);
-  return floor + (exact ? 0 : 1);
 }
 
 // f(j, a[j]) for this thread's local indices j = tid, tid + kThreads, ... of a[0, n) in increasing
@@ -451,10 +388,11 @@ __device__ void find_top_p(Row& r, float top_p, unsigned long long total, int vo
   };
   const unsigned long long need = ceil_share(top_p, total);
   const Threshold level = threshold_search(
-      r.e, mass, [](uint32_t key) { return mass_from_bits(key); }, 1u, 0x7f800000u, need, hist, scope, sh);
+      r.e, mass, [](uint32_t key) { return draw_mass(draw_bits::to_float(key)); }, 1u, 0x7f800000u, need, hist, scope,
+      sh);
   r.top_p = true;
   r.e_last = vocab - 1;
-  const unsigned long long each = level.found ? mass_from_bits(level.key) : 0;
+  const unsigned long long each = level.found ? draw_mass(draw_bits::to_float(level.key)) : 0;
   if (each == 0) {  // cannot happen (the heaviest token alone weighs 2^40): keep every token
     r.e_level = __uint_as_float(1u);
     return;
@@ -490,7 +428,7 @@ __device__ int inverse_cdf(const Row& r, float u, Scope& scope, Shared& sh) {
   const int chunk = (part.n + kThreads - 1) / kThreads;
   const int begin = min(part.n, tid * chunk), end = min(part.n, begin + chunk);
   unsigned long long own = 0;
-  for (int j = begin; j < end; ++j) own += mass_of(r.final_of(part.base + j, part.data[j]));
+  for (int j = begin; j < end; ++j) own += draw_mass(r.final_of(part.base + j, part.data[j]));
   sh.chunk[tid] = own;
   if (tid == 0) sh.token = kElsewhere;
   __syncthreads();
@@ -519,8 +457,7 @@ __device__ int inverse_cdf(const Row& r, float u, Scope& scope, Shared& sh) {
   unsigned long long base = 0, next = 0, total = 0;
   scope.prefix(part_total, base, next, total, sh);
   if (total == 0) return scope.first() ? -1 : kElsewhere;
-  bool exact = false;
-  const unsigned long long target = mul_shift(static_cast<unsigned long long>(u * 16777216.0f), total, 24, &exact);
+  const unsigned long long target = draw_target(u, total);
   // Exactly one part holds the crossing: the parts' ranges [base, next) tile [0, total), and
   // target < total since u < 1.
   if (!(base <= target && target < next)) return kElsewhere;
@@ -530,7 +467,7 @@ __device__ int inverse_cdf(const Row& r, float u, Scope& scope, Shared& sh) {
     unsigned long long cum = before;
     int token = -1;
     for (int j = begin; j < end; ++j) {
-      cum += mass_of(r.final_of(part.base + j, part.data[j]));
+      cum += draw_mass(r.final_of(part.base + j, part.data[j]));
       if (cum > t) {
         token = part.base + j;
         break;
@@ -600,7 +537,7 @@ __device__ int sample_row(const float* __restrict__ row, float* work, int base, 
   for_each_strided(work, n, [&](int j, float s) {
     const float e = order_key(s) >= top_k_key ? draw_weight(__fsub_rn(s, max_scaled)) : 0.0f;
     work[j] = e;
-    acc += mass_of(e);
+    acc += draw_mass(e);
   });
   const unsigned long long total = scope.sum(block_sum(acc, sh), sh);
   Row r{part};
