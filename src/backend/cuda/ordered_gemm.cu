@@ -4,26 +4,21 @@
 // taking m16n8k16 MMAs in increasing k, each MMA over 16 consecutive k from a multiple of 16
 // (tools/gpu/mma_bits_probe.cu checks the claim; so do the GPU tests, against cuBLASLt at larger
 // M). That order allows neither a split of K over warps nor the fast mode's skinny kernel's
-// permuted k: each 8-column tile is one chain of K / 16 dependent MMAs, and a 4,096-wide
-// projection has only 512 such chains. So the chains must never wait on a load they issued:
-// - a block is kConsumers warps, one 8-column tile each (for silu_gate a gate tile and its up
-//   tile), and one producer warp that streams the block's weight rows and the M rows of x, kKc k
-//   at a time, into a ring of shared-memory stages by bulk asynchronous copies (one per row and
-//   stage, each lane its own row), each stage's arrival counted by an mbarrier;
-// - a consumer waits only for a stage to be full, reads its B fragments (weights) and A fragments
-//   (x) by ldmatrix from rows padded to a 16-byte bank shift, runs the stage's MMAs, and releases
-//   the stage to the producer by a second mbarrier;
-// - the ring holds about 96 KB (two blocks an SM): enough bytes in flight for an SM's share of
-//   the memory bandwidth with the producer running a whole ring ahead of the chains.
+// permuted k, so the kernel keeps its many weight loads in flight another way:
+// - one warp per 8 output columns (the weights as the MMA's B operand, x as A), each walking all
+//   of K: 512 warps for a 4,096-wide projection, a few KB of loads in flight each;
+// - each lane loads 16 bytes of its weight row (k 8t .. 8t+7 of row g) straight into registers,
+//   bypassing L1, U chunks of 32 k ahead of the MMAs; the four lanes of a row then exchange
+//   32-bit words (a 4 x 4 transpose in four shuffles) so that lane t holds k pairs 2t and 2t + 8
+//   of both 16-k halves, the B fragment's layout, with no shared memory on the way;
+// - x (a few rows, L1-resident) is read as the A fragment's 32-bit pairs directly.
 // The epilogues are the skinny kernel's (SkinnyEpilogue): columns to up to three outputs, the
 // residual add, or silu(gate) * up of stacked gate/up rows, each with the values cuBLASLt's GEMM
 // followed by the separate pass would produce.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cstdlib>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -31,137 +26,80 @@
 namespace specdec::cuda {
 namespace {
 
-constexpr int kConsumers = 4;  // consumer warps a block, one column tile (or gate/up pair) each
-constexpr int kMaxStages = 16;
-constexpr int kRingBytes = 96 * 1024;  // the ring's target size: two blocks fit an SM
-constexpr int kBarrierBytes = 2 * kMaxStages * 8;
+constexpr int kOrderedWarps = 4;  // warps a block, each with its own columns
+constexpr int kChunk = 32;        // k a lane group loads at once: 4 lanes x 8 elements
 
 std::atomic<uint64_t> launches{0};
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void barrier_expect(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-// bytes (a multiple of 16) from global src to shared dst, both 16-byte aligned; completion is
-// counted on bar's transaction count.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-// 16 bytes from global src to shared dst (kept in L2 only: weights are read once).
-__device__ __forceinline__ void copy_16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
-}
-// An arrival on bar once every copy_16 this thread has issued so far has landed; counts as one of
-// the arrivals bar was initialised with.
-__device__ __forceinline__ void arrive_when_copied(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+// Lane t of a quad holds words v[j] = w[t][j] (row t of a 4 x 4 matrix of 32-bit words); returns
+// column t: {w[0][t], w[1][t], w[2][t], w[3][t]}. Two butterfly stages of two shuffles each.
+__device__ __forceinline__ uint4 quad_transpose(uint4 v, int t) {
+  const bool odd = t & 1, high = t & 2;
+  // Stage 1, partners t ^ 1: keep the words whose column has t's parity, trade the others.
+  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, odd ? v.x : v.y, 1);
+  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, odd ? v.z : v.w, 1);
+  const uint32_t keep0 = odd ? v.y : v.x, keep1 = odd ? v.w : v.z;
+  // Column (t & 1) and column 2 + (t & 1), each from rows t & ~1 (lo) and t | 1 (hi).
+  const uint32_t a_lo = odd ? got0 : keep0, a_hi = odd ? keep0 : got0;
+  const uint32_t b_lo = odd ? got1 : keep1, b_hi = odd ? keep1 : got1;
+  // Stage 2, partners t ^ 2: lanes 0-1 keep column t (a) and trade column t + 2 (b); 2-3 the reverse.
+  const uint32_t r_lo = __shfl_xor_sync(0xffffffffu, high ? a_lo : b_lo, 2);
+  const uint32_t r_hi = __shfl_xor_sync(0xffffffffu, high ? a_hi : b_hi, 2);
+  return high ? make_uint4(r_lo, r_hi, b_lo, b_hi) : make_uint4(a_lo, a_hi, r_lo, r_hi);
 }
 
-// Stage layout: T * 8 * kConsumers weight rows (tile f's rows at f * 8 * kConsumers), then the M
-// rows of x, kPitch bytes each.
-__host__ __device__ constexpr int stage_rows(int T, int M) { return T * 8 * kConsumers + M; }
-
-// T 8-column tiles a consumer (two for silu_gate: the gate's and the up's columns).
-template <typename W, int T, SkinnyEpilogue E, bool kBulk, bool kMma = true, bool kStagger = false, int KC = 128>
-__global__ void __launch_bounds__((kConsumers + 1) * 32) ordered_kernel(SkinnyArgs a, int stages) {
+// T 8-column tiles a warp (two for silu_gate: the gate's and the up's columns), U chunks of 32 k a
+// pipeline step, X2: rows 8-15 of x present (M > 8).
+template <typename W, int T, int U, bool X2, SkinnyEpilogue E>
+__global__ void __launch_bounds__(kOrderedWarps * 32) ordered_kernel(SkinnyArgs a) {
   static_assert(E != SkinnyEpilogue::silu_gate || T == 2, "silu_gate pairs a gate tile with an up tile");
-  constexpr int kTileRows = 8 * kConsumers;  // weight rows a tile index f spans in a stage
-  extern __shared__ __align__(128) unsigned char smem[];
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem);
-  uint64_t* empty = full + kMaxStages;
-  unsigned char* ring = smem + kBarrierBytes;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
   const int M = a.M, K = a.K;
   const int cols = E == SkinnyEpilogue::silu_gate ? a.N / 2 : a.N;  // output columns
-  const int rows = stage_rows(T, M);
-  const int stage_bytes = rows * (KC * 2 + 16);
-  const int chunks = (K + KC - 1) / KC;
+  const int col0 = (blockIdx.x * kOrderedWarps + warp) * 8;
+  if (col0 >= cols) return;                      // a whole warp past the last column (no shuffle partners left behind)
+  const int chunks = (K + kChunk - 1) / kChunk;  // the last one half full where K % 32 == 16
+  const W* w = static_cast<const W*>(a.w);
+  const W* x = static_cast<const W*>(a.x);
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      barrier_init(&full[s], kBulk ? 1 : 32);
-      barrier_init(&empty[s], kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  const W* wrow[T];
+  bool wok[T];
+#pragma unroll
+  for (int f = 0; f < T; ++f) {
+    const int col = col0 + g;
+    wok[f] = col < cols;
+    wrow[f] = w + static_cast<int64_t>(wok[f] ? col + f * cols : 0) * K + 8 * t;
   }
-  __syncthreads();
+  // x rows g and g + 8 as 32-bit pairs: k (2t, 2t + 1) of each 8-k group.
+  const uint32_t* xrow[2];
+  bool xok[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = g + 8 * h;
+    xok[h] = row < M && (h == 0 || X2);
+    xrow[h] = reinterpret_cast<const uint32_t*>(x + static_cast<int64_t>(xok[h] ? row : 0) * K) + t;
+  }
 
-  if (warp == kConsumers) {  // the producer
-    // Launched after the previous kernel has finished (see launch_config), so this wait is for
-    // form's sake; x is only read after it.
-    grid_dependency_wait();
-    const W* w = static_cast<const W*>(a.w);
-    const W* x = static_cast<const W*>(a.x);
-    for (int c = 0; c < chunks; ++c) {
-      const int slot = c % stages, round = c / stages;
-      if (round > 0) barrier_wait(&empty[slot], (round - 1) & 1);
-      const int k0 = (kStagger ? (c + blockIdx.x * 5) % chunks : c) * KC;
-      const unsigned bytes = static_cast<unsigned>(min(KC, K - k0)) * 2;
-      unsigned char* stage = ring + slot * stage_bytes;
-      const auto source = [&](int r) {
-        if (r < T * kTileRows) {
-          // A column past the last is read as the last one (its outputs are never stored).
-          const int col = min(blockIdx.x * kTileRows + r % kTileRows, cols - 1) + (r / kTileRows) * cols;
-          return w + static_cast<int64_t>(col) * K + k0;
-        }
-        return x + static_cast<int64_t>(r - T * kTileRows) * K + k0;
-      };
-      if constexpr (kBulk) {
-        if (lane == 0) barrier_expect(&full[slot], bytes * rows);
-        __syncwarp();
-        for (int r = lane; r < rows; r += 32) bulk_copy(stage + r * (KC * 2 + 16), source(r), bytes, &full[slot]);
-      } else {
-        // Lane l copies the 16-byte pieces l, l + 32, ... of the stage, KC / 8 a row.
-        const int per_row = bytes / 16;
-        for (int p = lane; p < rows * (KC / 8); p += 32) {
-          const int r = p / (KC / 8), q = p % (KC / 8);
-          if (q < per_row) copy_16(stage + r * (KC * 2 + 16) + q * 16, source(r) + q * 8);
-        }
-        arrive_when_copied(&full[slot]);
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  // Per chunk: weights (one 16-byte load a tile), x as {k 2t, 2t + 8, 2t + 16, 2t + 24} of each row.
+  uint4 wc[U][T], wn[U][T], xc[U][X2 ? 2 : 1], xn[U][X2 ? 2 : 1];
+  const auto load = [&](uint4(&wd)[U][T], uint4(&xd)[U][X2 ? 2 : 1], int c) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = (c + u) * kChunk;
+      const bool in = c + u < chunks;
+      const bool whole = k + kChunk <= K;  // else only the first 16 k exist
+#pragma unroll
+      for (int f = 0; f < T; ++f) wd[u][f] = in && wok[f] && (whole || t < 2) ? load_stream(wrow[f] + k) : zero;
+#pragma unroll
+      for (int h = 0; h < (X2 ? 2 : 1); ++h) {
+        const uint32_t* p = xrow[h] + k / 2;
+        const bool ok = in && xok[h];
+        xd[u][h] = make_uint4(ok ? p[0] : 0u, ok ? p[4] : 0u, ok && whole ? p[8] : 0u, ok && whole ? p[12] : 0u);
       }
     }
-    allow_dependents();
-    return;
-  }
-
-  // A consumer: tile columns col0 .. col0 + 7 (of each of its T tiles).
-  const int col0 = (blockIdx.x * kConsumers + warp) * 8;
-  // ldmatrix row addresses within a stage. B (weights, [n][k]): lanes 0-7 rows 0-7 at k 0-7,
-  // lanes 8-15 at k 8-15, 16-23 at k 16-23, 24-31 at k 24-31: two k-steps' b0, b1. A (x,
-  // row-major [m][k]): lanes 0-15 rows 0-15 at k 0-7, lanes 16-31 at k 8-15: a0 .. a3. Rows of
-  // the tile past M read row 0 (their outputs are never stored).
-  int b_off[T];
-#pragma unroll
-  for (int f = 0; f < T; ++f) b_off[f] = (f * kTileRows + warp * 8 + (lane & 7)) * (KC * 2 + 16) + (lane >> 3) * 16;
-  const int xr = lane & 15;
-  const int a_off = (T * kTileRows + (xr < M ? xr : 0)) * (KC * 2 + 16) + (lane >> 4) * 16;
+  };
 
   float acc[T][4];
 #pragma unroll
@@ -169,44 +107,39 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32) ordered_kernel(SkinnyAr
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[f][e] = 0.0f;
 
-  for (int c = 0; c < chunks; ++c) {
-    const int slot = c % stages;
-    barrier_wait(&full[slot], (c / stages) & 1);
-    const unsigned char* stage = ring + slot * stage_bytes;
-    const int all_steps = min(KC, K - (kStagger ? (c + blockIdx.x * 5) % chunks : c) * KC) / 16;
-    for (int sub = 0; sub < KC / 128; ++sub) {
-      const int steps = all_steps - sub * 8;
-      if (steps <= 0) break;
-      const unsigned char* sstage = stage + sub * 256;
-      // Every fragment of the stage first, then the chain of MMAs, so that no MMA waits on a read.
-      uint32_t b[4][T][4], xa[8][4];
+  // Launched after the previous kernel has finished (see launch_config), so this wait is for
+  // form's sake.
+  grid_dependency_wait();
+  load(wc, xc, 0);
+  for (int c = 0; c < chunks; c += U) {
+    if (c + U < chunks) load(wn, xn, c + U);
 #pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        if (2 * p >= steps) break;  // warp-uniform
+    for (int u = 0; u < U; ++u) {
+      if (c + u >= chunks) break;  // warp-uniform
+      const bool whole = (c + u + 1) * kChunk <= K;
+      const uint4 xa = xc[u][0];
+      const uint4 xb = X2 ? xc[u][X2 ? 1 : 0] : zero;
+      // A fragments: {row g k 2t, row g+8 k 2t, row g k 2t+8, row g+8 k 2t+8} of each 16-k half.
+      const uint32_t a0[4] = {xa.x, xb.x, xa.y, xb.y};
+      const uint32_t a1[4] = {xa.z, xb.z, xa.w, xb.w};
 #pragma unroll
-        for (int f = 0; f < T; ++f) ldmatrix_x4(b[p][f], sstage + b_off[f] + p * 64);
-        ldmatrix_x4(xa[2 * p], sstage + a_off + p * 64);
-        ldmatrix_x4(xa[2 * p + 1], sstage + a_off + p * 64 + 32);
-      }
-#pragma unroll
-      for (int s = 0; s < 8; ++s) {
-        if (s >= steps) break;
-#pragma unroll
-        for (int f = 0; f < T; ++f) {
-          if constexpr (kMma)
-            Mma<W>::run(acc[f], xa[s], b[s / 2][f][(s & 1) * 2], b[s / 2][f][(s & 1) * 2 + 1]);
-          else
-            acc[f][0] += __uint_as_float(xa[s][0] ^ b[s / 2][f][(s & 1) * 2]);
-        }
+      for (int f = 0; f < T; ++f) {
+        const uint4 b = quad_transpose(wc[u][f], t);
+        Mma<W>::run(acc[f], a0, b.x, b.y);
+        if (whole) Mma<W>::run(acc[f], a1, b.z, b.w);
       }
     }
-    __syncwarp();
-    if (lane == 0) barrier_arrive(&empty[slot]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int f = 0; f < T; ++f) wc[u][f] = wn[u][f];
+#pragma unroll
+      for (int h = 0; h < (X2 ? 2 : 1); ++h) xc[u][h] = xn[u][h];
+    }
   }
-  if (col0 >= cols) return;
+  allow_dependents();
 
   // Accumulator e: row g (+8 for e >= 2), column 2t (+1 for odd e) of the tile.
-  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int row = g + (e >= 2 ? 8 : 0);
@@ -233,41 +166,26 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32) ordered_kernel(SkinnyAr
   }
 }
 
-template <typename W, SkinnyEpilogue E, bool kBulk, bool kMma = true, bool kStagger = false, int KC = 128>
-void launch_with(const SkinnyArgs& a, const Context& ctx) {
-  constexpr int T = E == SkinnyEpilogue::silu_gate ? 2 : 1;
-  const auto kernel = ordered_kernel<W, T, E, kBulk, kMma, kStagger, KC>;
-  constexpr int pitch = KC * 2 + 16, ring = KC == 128 ? kRingBytes : 200 * 1024;
-  const int stages = std::min(kMaxStages, ring / (stage_rows(T, a.M) * pitch));
-  const size_t smem = kBarrierBytes + static_cast<size_t>(stages) * stage_rows(T, a.M) * pitch;
-  static const bool sized =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBarrierBytes + ring) == cudaSuccess;
-  (void)sized;  // a failure shows as the launch's error
+template <typename W, int T, int U, bool X2, SkinnyEpilogue E>
+void launch_config(const SkinnyArgs& a, const Context& ctx) {
   const int cols = E == SkinnyEpilogue::silu_gate ? a.N / 2 : a.N;
-  const int blocks = (cols + 8 * kConsumers - 1) / (8 * kConsumers);
+  const int warps = (cols + 7) / 8;
   // Not overlapped with the kernel before it, as the skinny kernel: a grid of hundreds of blocks
   // launched early sits resident, waiting, in the room the kernels before it still need.
   Context c = ctx;
   c.tuning.overlapped_launches = false;
-  launch(kernel, dim3(blocks), dim3((kConsumers + 1) * 32), smem, c, a, stages);
+  launch(ordered_kernel<W, T, U, X2, E>, dim3((warps + kOrderedWarps - 1) / kOrderedWarps), dim3(kOrderedWarps * 32), 0,
+         c, a);
 }
 
 template <typename W, SkinnyEpilogue E>
 void launch_rows(const SkinnyArgs& a, const Context& ctx) {
-  static const bool bulk = std::getenv("SPECDEC_CUDA_ORDERED_BULK") != nullptr;
-  static const bool nomma = std::getenv("SPECDEC_CUDA_ORDERED_NOMMA") != nullptr;
-  static const bool stagger = std::getenv("SPECDEC_CUDA_ORDERED_STAGGER") != nullptr;
-  static const bool wide = std::getenv("SPECDEC_CUDA_ORDERED_WIDE") != nullptr;
-  if (wide)
-    launch_with<W, E, true, true, false, 512>(a, ctx);
-  else if (stagger)
-    launch_with<W, E, false, true, true>(a, ctx);
-  else if (nomma)
-    launch_with<W, E, false, false>(a, ctx);
-  else if (bulk)
-    launch_with<W, E, true>(a, ctx);
+  // Registers bound the chunks in flight: two tiles (silu_gate) or two rows of x halve them.
+  constexpr bool gate = E == SkinnyEpilogue::silu_gate;
+  if (a.M <= 8)
+    launch_config<W, gate ? 2 : 1, gate ? 4 : 8, false, E>(a, ctx);
   else
-    launch_with<W, E, false>(a, ctx);
+    launch_config<W, gate ? 2 : 1, gate ? 4 : 6, true, E>(a, ctx);
 }
 
 }  // namespace
