@@ -84,10 +84,10 @@ void keep_top_p(std::span<float> e, float top_p, uint64_t total, std::vector<uin
   prefix = (prefix << 10) | crossing_digit(hist, need, above);
   hist.fill(0);
   for (uint32_t key : in_play)
-    if ((key >> 10) == prefix) hist[key & 1023] += draw_mass(std::bit_cast<float>(key));
+    if ((key >> 10) == prefix) hist[key & 1023] += draw_mass_of_bits(key);
   prefix = (prefix << 10) | crossing_digit(hist, need, above);
   // prefix is the last kept key: the largest whose mass at or above reaches `need`.
-  const uint64_t each = draw_mass(std::bit_cast<float>(prefix));
+  const uint64_t each = draw_mass_of_bits(prefix);
   SPECDEC_CHECK(each > 0 && above < need, "sampling: top-p selection found no token (total mass ", total, ")");
   const uint64_t kept_ties = (need - above + each - 1) / each;  // while the mass before a tie is below need
   uint64_t ties = 0;

@@ -7,7 +7,6 @@
 // C library's, whose bits differ between its builds.
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>

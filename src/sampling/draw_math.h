@@ -75,15 +75,15 @@ SPECDEC_DRAW_FN float draw_weight(float x) {
   return draw_bits::to_float(draw_bits::of(p) + static_cast<uint32_t>(exponent * (1 << 23)));
 }
 
-// floor(e * 2^40) for a weight e in [0, 2), from its bits: the significand shifted by the
-// exponent's distance from 2^-40's.
-SPECDEC_DRAW_FN uint64_t draw_mass(float e) {
-  const uint32_t bits = draw_bits::of(e);
+// floor(e * 2^40) for a weight e in [0, 2) given as its bits (the order key the threshold
+// searches walk): the significand shifted by the exponent's distance from 2^-40's.
+SPECDEC_DRAW_FN uint64_t draw_mass_of_bits(uint32_t bits) {
   const int shift = static_cast<int>(bits >> 23) - (127 + 23 - kMassBits);
   const uint64_t significand = (bits & 0x7fffffu) | 0x800000u;
   if (shift >= 0) return significand << shift;
   return shift > -24 ? significand >> -shift : 0;
 }
+SPECDEC_DRAW_FN uint64_t draw_mass(float e) { return draw_mass_of_bits(draw_bits::of(e)); }
 
 // ceil(fraction * total) for a fraction in (0, 1), exactly: the fraction is its 24-bit
 // significand times 2^-shift (a subnormal or tiny fraction gives 1).

@@ -388,11 +388,10 @@ __device__ void find_top_p(Row& r, float top_p, unsigned long long total, int vo
   };
   const unsigned long long need = ceil_share(top_p, total);
   const Threshold level = threshold_search(
-      r.e, mass, [](uint32_t key) { return draw_mass(draw_bits::to_float(key)); }, 1u, 0x7f800000u, need, hist, scope,
-      sh);
+      r.e, mass, [](uint32_t key) { return draw_mass_of_bits(key); }, 1u, 0x7f800000u, need, hist, scope, sh);
   r.top_p = true;
   r.e_last = vocab - 1;
-  const unsigned long long each = level.found ? draw_mass(draw_bits::to_float(level.key)) : 0;
+  const unsigned long long each = level.found ? draw_mass_of_bits(level.key) : 0;
   if (each == 0) {  // cannot happen (the heaviest token alone weighs 2^40): keep every token
     r.e_level = __uint_as_float(1u);
     return;
