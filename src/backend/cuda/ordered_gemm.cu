@@ -4,147 +4,138 @@
 // taking m16n8k16 MMAs in increasing k, each MMA over 16 consecutive k from a multiple of 16
 // (tools/gpu/mma_bits_probe.cu checks the claim; so do the GPU tests, against cuBLASLt at larger
 // M). That order allows neither a split of K over warps nor the fast mode's skinny kernel's
-// permuted k, so the kernel keeps its many weight loads in flight another way:
-// - one warp per 8 output columns (the weights as the MMA's B operand, x as A), each walking all
-//   of K: 512 warps for a 4,096-wide projection, a few KB of loads in flight each;
-// - each lane loads 16 bytes of its weight row (k 8t .. 8t+7 of row g) straight into registers,
-//   bypassing L1, U chunks of 32 k ahead of the MMAs; the four lanes of a row then exchange
-//   32-bit words (a 4 x 4 transpose in four shuffles) so that lane t holds k pairs 2t and 2t + 8
-//   of both 16-k halves, the B fragment's layout, with no shared memory on the way;
-// - x (a few rows, L1-resident) is read as the A fragment's 32-bit pairs directly.
+// permuted k: each 8-column tile is one chain of K / 16 dependent MMAs, and a 4,096-wide
+// projection has only 512 such chains. So the chains must never wait on a load they issued, and
+// the weights must arrive at the copy bandwidth with few blocks to ask for them:
+// - a block is kConsumers warps, one 8-column tile each (for silu_gate a gate tile and its up
+//   tile), and one producer warp that streams the block's 32 weight rows (64 for silu_gate), kKc
+//   k a stage, into a ring of shared-memory stages by tensor-map copies, and the M rows of x by
+//   one bulk copy a row and stage; each stage's arrival is counted by an mbarrier;
+// - what a block has in flight is bounded by the number of its outstanding copies rather than
+//   their bytes, so each copy is large: a 2-D box of 32 rows x 64 k (4 KB), or with the 3-D map a
+//   whole stage's 32 rows x kKc k (32 KB) in one copy; the 128-byte swizzle of those boxes lets
+//   8 rows be read by one ldmatrix without bank conflicts;
+// - a consumer waits only for a stage to be full, reads its B fragments (weights) and A fragments
+//   (x, rows padded to a 16-byte bank shift) by ldmatrix, runs the stage's MMAs, and releases the
+//   stage to the producer by a second mbarrier;
+// - the ring holds about 200 KB (one block an SM), several stages ahead of the chains.
 // The epilogues are the skinny kernel's (SkinnyEpilogue): columns to up to three outputs, the
 // residual add, or silu(gate) * up of stacked gate/up rows, each with the values cuBLASLt's GEMM
 // followed by the separate pass would produce.
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
 
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
+#include "core/error.h"
 
 namespace specdec::cuda {
 namespace {
 
-constexpr int kOrderedWarps = 4;  // warps a block, each with its own columns
-constexpr int kChunk = 32;        // k a lane group loads at once: 4 lanes x 8 elements
+constexpr int kConsumers = 4;              // consumer warps a block, one column tile (or gate/up pair) each
+constexpr int kTileRows = 8 * kConsumers;  // weight rows of one tile index in a stage
+constexpr int kKc = 512;                   // k a stage
+constexpr int kBoxK = 64;                  // k of a box: 128 bytes, the most the 128-byte swizzle allows
+constexpr int kBoxes = kKc / kBoxK;        // boxes of one tile index a stage
+constexpr int kBoxBytes = kTileRows * kBoxK * 2;
+constexpr int kXPitch = kKc * 2 + 16;  // bytes of an x row in a stage
+constexpr int kMaxStages = 16;
+constexpr int kHeader = 2048;  // the barriers, then the ring from a 1,024-byte boundary
+constexpr int kDefaultRingBytes = 200 * 1024;
+constexpr int kMaxSmem = kHeader + kDefaultRingBytes;
 
 std::atomic<uint64_t> launches{0};
 
-// Lane t of a quad holds words v[j] = w[t][j] (row t of a 4 x 4 matrix of 32-bit words); returns
-// column t: {w[0][t], w[1][t], w[2][t], w[3][t]}. Two butterfly stages of two shuffles each.
-__device__ __forceinline__ uint4 quad_transpose(uint4 v, int t) {
-  const bool odd = t & 1, high = t & 2;
-  // Stage 1, partners t ^ 1: keep the words whose column has t's parity, trade the others.
-  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, odd ? v.x : v.y, 1);
-  const uint32_t got1 = __shfl_xor_sync(0xffffffffu, odd ? v.z : v.w, 1);
-  const uint32_t keep0 = odd ? v.y : v.x, keep1 = odd ? v.w : v.z;
-  // Column (t & 1) and column 2 + (t & 1), each from rows t & ~1 (lo) and t | 1 (hi).
-  const uint32_t a_lo = odd ? got0 : keep0, a_hi = odd ? keep0 : got0;
-  const uint32_t b_lo = odd ? got1 : keep1, b_hi = odd ? keep1 : got1;
-  // Stage 2, partners t ^ 2: lanes 0-1 keep column t (a) and trade column t + 2 (b); 2-3 the reverse.
-  const uint32_t r_lo = __shfl_xor_sync(0xffffffffu, high ? a_lo : b_lo, 2);
-  const uint32_t r_hi = __shfl_xor_sync(0xffffffffu, high ? a_hi : b_hi, 2);
-  return high ? make_uint4(r_lo, r_hi, b_lo, b_hi) : make_uint4(a_lo, a_hi, r_lo, r_hi);
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void barrier_expect(uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// bytes (a multiple of 16) from global src to shared dst, both 16-byte aligned; completion is
+// counted on bar's transaction count.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+// One box of map at coordinates (c0, c1) into dst; counted on bar as the whole box's bytes
+// (elements past the tensor's edge land as zeros).
+__device__ __forceinline__ void box_copy_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void box_copy_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
-// T 8-column tiles a warp (two for silu_gate: the gate's and the up's columns), U chunks of 32 k a
-// pipeline step, X2: rows 8-15 of x present (M > 8).
-template <typename W, int T, int U, bool X2, SkinnyEpilogue E>
-__global__ void __launch_bounds__(kOrderedWarps * 32) ordered_kernel(SkinnyArgs a) {
-  static_assert(E != SkinnyEpilogue::silu_gate || T == 2, "silu_gate pairs a gate tile with an up tile");
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// Stage layout: the weights' boxes, then the M rows of x, kXPitch bytes each, rounded up to 1,024
+// bytes so every box starts on the swizzle's period. Every row of a box is 128 bytes (64 k), its
+// 16-byte unit u stored at u ^ (r % 8) for row r. The weights come in one of two forms:
+// - box2d: a block's four consumers own four consecutive tiles; for each tile index f < T and
+//   64-k box j, one 2-D box of their 32 rows (4 KB), at (f * kBoxes + j) * 4 KB;
+// - tile3d: for each consumer w and tile index f, one 3-D box of its tile's 8 rows and all of the
+//   stage's k (8 KB, the map's dimensions k % 64, row, k / 64), at (w * T + f) * 8 KB, its 64-k
+//   slabs 1 KB apart. A consumer's tile is then free of its neighbours', so the blocks, one an SM,
+//   can take equal shares of the tiles (a 6,144-wide projection: 768 tiles of 8 columns, five or
+//   six an SM, where 32-column blocks leave 192 for 132 SMs).
+enum class Form { box2d, tile3d };
+
+__host__ __device__ constexpr int stage_bytes(int T, int M) {
+  return (T * kBoxes * kBoxBytes + M * kXPitch + 1023) / 1024 * 1024;
+}
+static_assert(2 * stage_bytes(2, kOrderedMaxM) <= kDefaultRingBytes, "two stages of the largest call fit the ring");
+
+// Stores tile column col0 .. col0 + 7's accumulators by the epilogue E. Accumulator e: row g
+// (+8 for e >= 2), column 2t (+1 for odd e) of the tile.
+template <int T, SkinnyEpilogue E>
+__device__ __forceinline__ void store_tile(const SkinnyArgs& a, const float (&acc)[T][4], int col0, int cols,
+                                           int lane) {
   const int g = lane >> 2, t = lane & 3;
-  const int M = a.M, K = a.K;
-  const int cols = E == SkinnyEpilogue::silu_gate ? a.N / 2 : a.N;  // output columns
-  const int col0 = (blockIdx.x * kOrderedWarps + warp) * 8;
-  if (col0 >= cols) return;                      // a whole warp past the last column (no shuffle partners left behind)
-  const int chunks = (K + kChunk - 1) / kChunk;  // the last one half full where K % 32 == 16
-  const W* w = static_cast<const W*>(a.w);
-  const W* x = static_cast<const W*>(a.x);
-
-  const W* wrow[T];
-  bool wok[T];
-#pragma unroll
-  for (int f = 0; f < T; ++f) {
-    const int col = col0 + g;
-    wok[f] = col < cols;
-    wrow[f] = w + static_cast<int64_t>(wok[f] ? col + f * cols : 0) * K + 8 * t;
-  }
-  // x rows g and g + 8 as 32-bit pairs: k (2t, 2t + 1) of each 8-k group.
-  const uint32_t* xrow[2];
-  bool xok[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = g + 8 * h;
-    xok[h] = row < M && (h == 0 || X2);
-    xrow[h] = reinterpret_cast<const uint32_t*>(x + static_cast<int64_t>(xok[h] ? row : 0) * K) + t;
-  }
-
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  // Per chunk: weights (one 16-byte load a tile), x as {k 2t, 2t + 8, 2t + 16, 2t + 24} of each row.
-  uint4 wc[U][T], wn[U][T], xc[U][X2 ? 2 : 1], xn[U][X2 ? 2 : 1];
-  const auto load = [&](uint4(&wd)[U][T], uint4(&xd)[U][X2 ? 2 : 1], int c) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int k = (c + u) * kChunk;
-      const bool in = c + u < chunks;
-      const bool whole = k + kChunk <= K;  // else only the first 16 k exist
-#pragma unroll
-      for (int f = 0; f < T; ++f) wd[u][f] = in && wok[f] && (whole || t < 2) ? load_stream(wrow[f] + k) : zero;
-#pragma unroll
-      for (int h = 0; h < (X2 ? 2 : 1); ++h) {
-        const uint32_t* p = xrow[h] + k / 2;
-        const bool ok = in && xok[h];
-        xd[u][h] = make_uint4(ok ? p[0] : 0u, ok ? p[4] : 0u, ok && whole ? p[8] : 0u, ok && whole ? p[12] : 0u);
-      }
-    }
-  };
-
-  float acc[T][4];
-#pragma unroll
-  for (int f = 0; f < T; ++f)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[f][e] = 0.0f;
-
-  // Launched after the previous kernel has finished (see launch_config), so this wait is for
-  // form's sake.
-  grid_dependency_wait();
-  load(wc, xc, 0);
-  for (int c = 0; c < chunks; c += U) {
-    if (c + U < chunks) load(wn, xn, c + U);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (c + u >= chunks) break;  // warp-uniform
-      const bool whole = (c + u + 1) * kChunk <= K;
-      const uint4 xa = xc[u][0];
-      const uint4 xb = X2 ? xc[u][X2 ? 1 : 0] : zero;
-      // A fragments: {row g k 2t, row g+8 k 2t, row g k 2t+8, row g+8 k 2t+8} of each 16-k half.
-      const uint32_t a0[4] = {xa.x, xb.x, xa.y, xb.y};
-      const uint32_t a1[4] = {xa.z, xb.z, xa.w, xb.w};
-#pragma unroll
-      for (int f = 0; f < T; ++f) {
-        const uint4 b = quad_transpose(wc[u][f], t);
-        Mma<W>::run(acc[f], a0, b.x, b.y);
-        if (whole) Mma<W>::run(acc[f], a1, b.z, b.w);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int f = 0; f < T; ++f) wc[u][f] = wn[u][f];
-#pragma unroll
-      for (int h = 0; h < (X2 ? 2 : 1); ++h) xc[u][h] = xn[u][h];
-    }
-  }
-  allow_dependents();
-
-  // Accumulator e: row g (+8 for e >= 2), column 2t (+1 for odd e) of the tile.
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int row = g + (e >= 2 ? 8 : 0);
     const int col = col0 + 2 * t + (e & 1);
-    if (row >= M || col >= cols) continue;
+    if (row >= a.M || col >= cols) continue;
     if constexpr (E == SkinnyEpilogue::silu_gate) {
       a.out[0][static_cast<int64_t>(row) * cols + col] = silu_times(acc[0][e], acc[1][e]);
     } else if constexpr (E == SkinnyEpilogue::add) {
@@ -166,26 +157,265 @@ __global__ void __launch_bounds__(kOrderedWarps * 32) ordered_kernel(SkinnyArgs 
   }
 }
 
-template <typename W, int T, int U, bool X2, SkinnyEpilogue E>
-void launch_config(const SkinnyArgs& a, const Context& ctx) {
+// T 8-column tiles a consumer (two for silu_gate: the gate's and the up's columns). A block's
+// tiles are [first, end): with box2d the four at blockIdx.x * 4, with tile3d an equal share of
+// all of them among the grid's blocks, taken four at a time (a pass), each consumer one.
+template <typename W, int T, SkinnyEpilogue E, Form F>
+__global__ void __launch_bounds__((kConsumers + 1) * 32)
+    ordered_kernel(const __grid_constant__ CUtensorMap map, SkinnyArgs a, int stages) {
+  static_assert(E != SkinnyEpilogue::silu_gate || T == 2, "silu_gate pairs a gate tile with an up tile");
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem);
+  uint64_t* empty = full + kMaxStages;
+  // The ring from the first 1,024-byte boundary of the shared window past the barriers.
+  const unsigned base = smem_addr(smem);
+  const unsigned ring = (base + 2 * kMaxStages * 8 + 1023) / 1024 * 1024;
+  unsigned char* ring_ptr = smem + (ring - base);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int M = a.M, K = a.K;
+  const int cols = E == SkinnyEpilogue::silu_gate ? a.N / 2 : a.N;  // output columns
+  const int tiles = (cols + 7) / 8;
+  const int bytes_per_stage = stage_bytes(T, M);
+  const int x_off = T * kBoxes * kBoxBytes;
+  const int chunks = (K + kKc - 1) / kKc;
+  int first, end;
+  if constexpr (F == Form::box2d) {
+    first = blockIdx.x * kConsumers;
+    end = min(first + kConsumers, tiles);
+  } else {
+    first = static_cast<int>(static_cast<int64_t>(blockIdx.x) * tiles / gridDim.x);
+    end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * tiles / gridDim.x);
+  }
+  const int passes = (end - first + kConsumers - 1) / kConsumers;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      barrier_init(&full[s], 1);
+      barrier_init(&empty[s], kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == kConsumers) {  // the producer
+    // Launched after the previous kernel has finished (see launch_with), so this wait is for
+    // form's sake; x is only read after it.
+    grid_dependency_wait();
+    const W* x = static_cast<const W*>(a.x);
+    int n = 0;  // stages filled so far
+    for (int pass = 0; pass < passes; ++pass) {
+      const int tile0 = first + pass * kConsumers;
+      const int active = min(kConsumers, end - tile0);
+      for (int c = 0; c < chunks; ++c, ++n) {
+        const int slot = n % stages, round = n / stages;
+        if (round > 0) barrier_wait(&empty[slot], (round - 1) & 1);
+        const int k0 = c * kKc;
+        const int k_len = min(kKc, K - k0);
+        unsigned char* stage = ring_ptr + slot * bytes_per_stage;
+        if (lane == 0) {
+          // A box past the tensor's edge is filled with zeros and counts whole.
+          if constexpr (F == Form::box2d) {
+            const int boxes = (k_len + kBoxK - 1) / kBoxK;
+            barrier_expect(&full[slot], T * boxes * kBoxBytes + M * k_len * 2);
+#pragma unroll
+            for (int f = 0; f < T; ++f)
+              for (int j = 0; j < boxes; ++j)
+                box_copy_2d(stage + (f * kBoxes + j) * kBoxBytes, &map, k0 + j * kBoxK, tile0 * 8 + f * cols,
+                            &full[slot]);
+          } else {
+            barrier_expect(&full[slot], active * T * kBoxes * kBoxBytes / kConsumers + M * k_len * 2);
+            for (int w = 0; w < active; ++w)
+#pragma unroll
+              for (int f = 0; f < T; ++f)
+                box_copy_3d(stage + (w * T + f) * (kBoxBytes / kConsumers) * kBoxes, &map, 0,
+                            (tile0 + w) * 8 + f * cols, k0 / kBoxK, &full[slot]);
+          }
+        }
+        __syncwarp();
+        if (lane < M)
+          bulk_copy(stage + x_off + lane * kXPitch, x + static_cast<int64_t>(lane) * K + k0, k_len * 2, &full[slot]);
+      }
+    }
+    allow_dependents();
+    return;
+  }
+
+  // A consumer. ldmatrix of B (weights, [n][k]) for k-steps 2p and 2p + 1 of a 64-k slab: lanes
+  // 0-7 its rows 0-7 at 16-byte unit 4p, lanes 8-15 at 4p + 1, 16-23 at 4p + 2, 24-31 at 4p + 3:
+  // b0, b1 of both steps. A (x, row-major [m][k]): lanes 0-15 rows 0-15 at k 0-7, lanes 16-31 at
+  // k 8-15: a0 .. a3. Rows of the tile past M read row 0 (their outputs are never stored).
+  constexpr int kSlabStride = F == Form::box2d ? kBoxBytes : kBoxBytes / kConsumers;  // bytes between 64-k slabs
+  unsigned b_row[T];
+#pragma unroll
+  for (int f = 0; f < T; ++f)
+    b_row[f] = ring + (F == Form::box2d ? f * kBoxes * kBoxBytes + (warp * 8 + (lane & 7)) * 128
+                                        : (warp * T + f) * kBoxes * kSlabStride + (lane & 7) * 128);
+  const int b_unit = lane >> 3, b_swz = lane & 7;
+  const int xr = lane & 15;
+  const unsigned a_row = ring + x_off + (xr < M ? xr : 0) * kXPitch + (lane >> 4) * 16;
+
+  int n = 0;  // stages consumed so far
+  for (int pass = 0; pass < passes; ++pass) {
+    const int tile = first + pass * kConsumers + warp;
+    const bool mine = tile < end;  // warp-uniform; a warp without a tile still passes each stage on
+    float acc[T][4];
+#pragma unroll
+    for (int f = 0; f < T; ++f)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[f][e] = 0.0f;
+    for (int c = 0; c < chunks; ++c, ++n) {
+      const int slot = n % stages;
+      barrier_wait(&full[slot], (n / stages) & 1);
+      const unsigned stage = slot * bytes_per_stage;
+      const int all_steps = mine ? min(kKc, K - c * kKc) / 16 : 0;
+      for (int j = 0; j < kBoxes; ++j) {
+        const int steps = all_steps - j * 4;
+        if (steps <= 0) break;  // warp-uniform
+        // Every fragment of the slab first, then the chain of MMAs, so that no MMA waits on a read.
+        uint32_t b[2][T][4], xa[4][4];
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+          if (2 * p >= steps) break;
+#pragma unroll
+          for (int f = 0; f < T; ++f)
+            ldmatrix_x4(b[p][f], b_row[f] + stage + j * kSlabStride + (((4 * p + b_unit) ^ b_swz) << 4));
+          ldmatrix_x4(xa[2 * p], a_row + stage + j * 128 + p * 64);
+          ldmatrix_x4(xa[2 * p + 1], a_row + stage + j * 128 + p * 64 + 32);
+        }
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          if (s >= steps) break;
+#pragma unroll
+          for (int f = 0; f < T; ++f)
+            Mma<W>::run(acc[f], xa[s], b[s / 2][f][(s & 1) * 2], b[s / 2][f][(s & 1) * 2 + 1]);
+        }
+      }
+      __syncwarp();
+      if (lane == 0) barrier_arrive(&empty[slot]);
+    }
+    if (mine) store_tile<T, E>(a, acc, tile * 8, cols, lane);
+  }
+}
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encoder() {
+  static const EncodeTiled encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+    SPECDEC_CHECK(err == cudaSuccess && found == cudaDriverEntryPointSuccess && fn != nullptr,
+                  "the CUDA driver has no cuTensorMapEncodeTiled (needed by the ordered linear)");
+    return reinterpret_cast<EncodeTiled>(fn);
+  }();
+  return encode;
+}
+
+// The tensor map of a weight matrix [rows, K] for form F, made once per matrix and form: weights
+// stay where they are for the model's life, and a map is the same for the same address, shape
+// and form.
+const CUtensorMap& weight_map(const void* w, ElemType type, int rows, int K, Form form) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int, int, int>, CUtensorMap> maps;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(w, static_cast<int>(type), rows, K, static_cast<int>(form));
+  if (const auto it = maps.find(key); it != maps.end()) return it->second;
+  CUtensorMap map{};
+  const CUtensorMapDataType data =
+      type == ElemType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const auto row_bytes = static_cast<cuuint64_t>(K) * 2;
+  CUresult result;
+  if (form == Form::tile3d) {
+    // (k % 64, row, k / 64): a box of 64 x 8 x kBoxes lands as kBoxes slabs of 8 rows x 64 k.
+    const cuuint64_t dims[3] = {kBoxK, static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(K / kBoxK)};
+    const cuuint64_t strides[2] = {row_bytes, kBoxK * 2};
+    const cuuint32_t box[3] = {kBoxK, 8, kBoxes};
+    const cuuint32_t step[3] = {1, 1, 1};
+    result =
+        encoder()(&map, data, 3, const_cast<void*>(w), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  } else {
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {row_bytes};
+    const cuuint32_t box[2] = {kBoxK, kTileRows};
+    const cuuint32_t step[2] = {1, 1};
+    result =
+        encoder()(&map, data, 2, const_cast<void*>(w), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  }
+  SPECDEC_CHECK(result == CUDA_SUCCESS, "encoding the tensor map of a ", rows, " x ", K,
+                " weight for the ordered linear failed (CUresult ", static_cast<int>(result), ")");
+  return maps.emplace(key, map).first->second;
+}
+
+// The form for K: tile3d needs K a multiple of 64 (its map's last dimension is K / 64).
+// SPECDEC_CUDA_ORDERED_FORM=box2d chooses the other form everywhere, for comparing the two.
+Form form_for(int K) {
+  static const bool box2d = [] {
+    const char* f = std::getenv("SPECDEC_CUDA_ORDERED_FORM");
+    return f != nullptr && std::string(f) == "box2d";
+  }();
+  return box2d || K % kBoxK != 0 ? Form::box2d : Form::tile3d;
+}
+
+int ring_bytes() {
+  static const int bytes = [] {
+    const char* kb = std::getenv("SPECDEC_CUDA_ORDERED_RING_KB");
+    const int v = kb != nullptr ? std::atoi(kb) * 1024 : kDefaultRingBytes;
+    return std::clamp(v, 64 * 1024, kDefaultRingBytes);
+  }();
+  return bytes;
+}
+
+// tile3d's grid: as many blocks as fit the GPU at once (SPECDEC_CUDA_ORDERED_BLOCKS overrides it).
+int resident_blocks(const void* kernel, size_t smem) {
+  static const int forced = [] {
+    const char* b = std::getenv("SPECDEC_CUDA_ORDERED_BLOCKS");
+    return b != nullptr ? std::atoi(b) : 0;
+  }();
+  if (forced > 0) return forced;
+  int device = 0, sms = 0, per_sm = 0;
+  SPECDEC_CHECK(
+      cudaGetDevice(&device) == cudaSuccess &&
+          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (kConsumers + 1) * 32, smem) == cudaSuccess,
+      "ordered linear: reading the GPU's multiprocessors failed");
+  return sms * std::max(per_sm, 1);
+}
+
+template <typename W, SkinnyEpilogue E, Form F>
+void launch_with(const SkinnyArgs& a, const Context& ctx) {
+  constexpr int T = E == SkinnyEpilogue::silu_gate ? 2 : 1;
+  const auto kernel = ordered_kernel<W, T, E, F>;
+  const int per_stage = stage_bytes(T, a.M);
+  // At least two stages, past the ring's size if need be (16 rows of silu_gate: 81 KB a stage).
+  const int stages = std::clamp(ring_bytes() / per_stage, 2, kMaxStages);
+  const size_t smem = kHeader + static_cast<size_t>(stages) * per_stage;
+  static const bool sized =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) == cudaSuccess;
+  (void)sized;  // a failure shows as the launch's error
   const int cols = E == SkinnyEpilogue::silu_gate ? a.N / 2 : a.N;
-  const int warps = (cols + 7) / 8;
-  // Not overlapped with the kernel before it, as the skinny kernel: a grid of hundreds of blocks
-  // launched early sits resident, waiting, in the room the kernels before it still need.
+  const int tiles = (cols + 7) / 8;
+  const int groups = (tiles + kConsumers - 1) / kConsumers;
+  const int blocks =
+      F == Form::box2d ? groups : std::min(groups, resident_blocks(reinterpret_cast<const void*>(kernel), smem));
+  const CUtensorMap& map = weight_map(a.w, a.type, a.N, a.K, F);
+  // Not overlapped with the kernel before it, as the skinny kernel: a grid launched early sits
+  // resident, waiting, in the room the kernels before it still need.
   Context c = ctx;
   c.tuning.overlapped_launches = false;
-  launch(ordered_kernel<W, T, U, X2, E>, dim3((warps + kOrderedWarps - 1) / kOrderedWarps), dim3(kOrderedWarps * 32), 0,
-         c, a);
+  launch(kernel, dim3(blocks), dim3((kConsumers + 1) * 32), smem, c, map, a, stages);
 }
 
 template <typename W, SkinnyEpilogue E>
 void launch_rows(const SkinnyArgs& a, const Context& ctx) {
-  // Registers bound the chunks in flight: two tiles (silu_gate) or two rows of x halve them.
-  constexpr bool gate = E == SkinnyEpilogue::silu_gate;
-  if (a.M <= 8)
-    launch_config<W, gate ? 2 : 1, gate ? 4 : 8, false, E>(a, ctx);
+  if (form_for(a.K) == Form::tile3d)
+    launch_with<W, E, Form::tile3d>(a, ctx);
   else
-    launch_config<W, gate ? 2 : 1, gate ? 4 : 6, true, E>(a, ctx);
+    launch_with<W, E, Form::box2d>(a, ctx);
 }
 
 }  // namespace
