@@ -370,20 +370,27 @@ int ring_bytes() {
   return bytes;
 }
 
-// tile3d's grid: as many blocks as fit the GPU at once (SPECDEC_CUDA_ORDERED_BLOCKS overrides it).
+// tile3d's grid: as many blocks as fit the GPU at once (SPECDEC_CUDA_ORDERED_BLOCKS overrides it),
+// worked out once per kernel and shared-memory size, since calls outside a graph pay it each time.
 int resident_blocks(const void* kernel, size_t smem) {
   static const int forced = [] {
     const char* b = std::getenv("SPECDEC_CUDA_ORDERED_BLOCKS");
     return b != nullptr ? std::atoi(b) : 0;
   }();
   if (forced > 0) return forced;
-  int device = 0, sms = 0, per_sm = 0;
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, size_t>, int> known;
+  int device = 0;
+  SPECDEC_CHECK(cudaGetDevice(&device) == cudaSuccess, "ordered linear: no current CUDA device");
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(device, kernel, smem);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  int sms = 0, per_sm = 0;
   SPECDEC_CHECK(
-      cudaGetDevice(&device) == cudaSuccess &&
-          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (kConsumers + 1) * 32, smem) == cudaSuccess,
       "ordered linear: reading the GPU's multiprocessors failed");
-  return sms * std::max(per_sm, 1);
+  return known.emplace(key, sms * std::max(per_sm, 1)).first->second;
 }
 
 template <typename W, SkinnyEpilogue E, Form F>
