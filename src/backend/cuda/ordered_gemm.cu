@@ -7,7 +7,7 @@
 // permuted k: each 8-column tile is one chain of K / 16 dependent MMAs, and a 4,096-wide
 // projection has only 512 such chains. So the chains must never wait on a load they issued, and
 // the weights must arrive at the copy bandwidth with few blocks to ask for them:
-// - a block is kConsumers warps, one 8-column tile each (for silu_gate a gate tile and its up
+// - a block is C consumer warps (four), one 8-column tile each (for silu_gate a gate tile and its up
 //   tile), and one producer warp that streams the block's 32 weight rows (64 for silu_gate), kKc
 //   k a stage, into a ring of shared-memory stages by tensor-map copies, and the M rows of x by
 //   one bulk copy a row and stage; each stage's arrival is counted by an mbarrier;
@@ -41,12 +41,12 @@
 namespace specdec::cuda {
 namespace {
 
-constexpr int kConsumers = 4;              // consumer warps a block, one column tile (or gate/up pair) each
-constexpr int kTileRows = 8 * kConsumers;  // weight rows of one tile index in a stage
-constexpr int kKc = 512;                   // k a stage
-constexpr int kBoxK = 64;                  // k of a box: 128 bytes, the most the 128-byte swizzle allows
-constexpr int kBoxes = kKc / kBoxK;        // boxes of one tile index a stage
-constexpr int kBoxBytes = kTileRows * kBoxK * 2;
+constexpr int kBox2dRows = 32;      // rows of a box2d box: four consumers' tiles
+constexpr int kKc = 512;            // k a stage
+constexpr int kBoxK = 64;           // k of a box: 128 bytes, the most the 128-byte swizzle allows
+constexpr int kBoxes = kKc / kBoxK;  // 64-k slabs a stage
+constexpr int kSlab = 8 * kBoxK * 2;  // bytes of one tile's 8 rows x 64 k
+constexpr int kTileStage = kBoxes * kSlab;  // bytes of one tile's 8 rows in a stage
 constexpr int kXPitch = kKc * 2 + 16;  // bytes of an x row in a stage
 constexpr int kMaxStages = 16;
 constexpr int kHeader = 2048;  // the barriers, then the ring from a 1,024-byte boundary
@@ -108,9 +108,9 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], unsigned addr) {
                : "r"(addr));
 }
 
-// Stage layout: the weights' boxes, then the M rows of x, kXPitch bytes each, rounded up to 1,024
-// bytes so every box starts on the swizzle's period. Every row of a box is 128 bytes (64 k), its
-// 16-byte unit u stored at u ^ (r % 8) for row r. The weights come in one of two forms:
+// Stage layout: the weights, C * T tiles of 8 rows x kKc k, then the M rows of x, kXPitch bytes
+// each, rounded up to 1,024 bytes so every slab starts on the swizzle's period. Every weight row
+// is stored as 128-byte pieces (64 k), the 16-byte unit u of row r at u ^ (r % 8). Two forms:
 // - box2d: a block's four consumers own four consecutive tiles; for each tile index f < T and
 //   64-k box j, one 2-D box of their 32 rows (4 KB), at (f * kBoxes + j) * 4 KB;
 // - tile3d: for each consumer w and tile index f, one 3-D box of its tile's 8 rows and all of the
@@ -120,10 +120,11 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], unsigned addr) {
 //   six an SM, where 32-column blocks leave 192 for 132 SMs).
 enum class Form { box2d, tile3d };
 
-__host__ __device__ constexpr int stage_bytes(int T, int M) {
-  return (T * kBoxes * kBoxBytes + M * kXPitch + 1023) / 1024 * 1024;
+__host__ __device__ constexpr int stage_bytes(int C, int T, int M) {
+  return (C * T * kTileStage + M * kXPitch + 1023) / 1024 * 1024;
 }
-static_assert(2 * stage_bytes(2, kOrderedMaxM) <= kDefaultRingBytes, "two stages of the largest call fit the ring");
+static_assert(2 * stage_bytes(4, 2, kOrderedMaxM) <= kDefaultRingBytes, "two stages of the largest call fit the ring");
+static_assert(2 * stage_bytes(8, 1, kOrderedMaxM) <= kDefaultRingBytes, "two stages of the largest call fit the ring");
 
 // Stores tile column col0 .. col0 + 7's accumulators by the epilogue E. Accumulator e: row g
 // (+8 for e >= 2), column 2t (+1 for odd e) of the tile.
@@ -157,13 +158,16 @@ __device__ __forceinline__ void store_tile(const SkinnyArgs& a, const float (&ac
   }
 }
 
-// T 8-column tiles a consumer (two for silu_gate: the gate's and the up's columns). A block's
-// tiles are [first, end): with box2d the four at blockIdx.x * 4, with tile3d an equal share of
-// all of them among the grid's blocks, taken four at a time (a pass), each consumer one.
-template <typename W, int T, SkinnyEpilogue E, Form F>
-__global__ void __launch_bounds__((kConsumers + 1) * 32)
+// C consumer warps, each T 8-column tiles (two for silu_gate: the gate's and the up's columns). A
+// block's tiles are [first, end): with box2d the four at blockIdx.x * 4, with tile3d an equal share
+// of all of them among the grid's blocks, taken C at a time (a pass), each consumer one. kEarly:
+// the producer asks for the first ring of weights before waiting on the kernel before it (which
+// never writes them), so that their latency passes while that kernel finishes.
+template <typename W, int T, SkinnyEpilogue E, Form F, int C, bool kEarly>
+__global__ void __launch_bounds__((C + 1) * 32)
     ordered_kernel(const __grid_constant__ CUtensorMap map, SkinnyArgs a, int stages) {
   static_assert(E != SkinnyEpilogue::silu_gate || T == 2, "silu_gate pairs a gate tile with an up tile");
+  static_assert(F == Form::tile3d || C * 8 == kBox2dRows, "a box2d box is four consumers' rows");
   extern __shared__ __align__(128) unsigned char smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + kMaxStages;
@@ -175,66 +179,75 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32)
   const int M = a.M, K = a.K;
   const int cols = E == SkinnyEpilogue::silu_gate ? a.N / 2 : a.N;  // output columns
   const int tiles = (cols + 7) / 8;
-  const int bytes_per_stage = stage_bytes(T, M);
-  const int x_off = T * kBoxes * kBoxBytes;
+  const int bytes_per_stage = stage_bytes(C, T, M);
+  const int x_off = C * T * kTileStage;
   const int chunks = (K + kKc - 1) / kKc;
   int first, end;
   if constexpr (F == Form::box2d) {
-    first = blockIdx.x * kConsumers;
-    end = min(first + kConsumers, tiles);
+    first = blockIdx.x * C;
+    end = min(first + C, tiles);
   } else {
     first = static_cast<int>(static_cast<int64_t>(blockIdx.x) * tiles / gridDim.x);
     end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * tiles / gridDim.x);
   }
-  const int passes = (end - first + kConsumers - 1) / kConsumers;
+  const int passes = (end - first + C - 1) / C;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
       barrier_init(&full[s], 1);
-      barrier_init(&empty[s], kConsumers);
+      barrier_init(&empty[s], C);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
-  if (warp == kConsumers) {  // the producer
-    // Launched after the previous kernel has finished (see launch_with), so this wait is for
-    // form's sake; x is only read after it.
-    grid_dependency_wait();
+  if (warp == C) {  // the producer
     const W* x = static_cast<const W*>(a.x);
-    int n = 0;  // stages filled so far
-    for (int pass = 0; pass < passes; ++pass) {
-      const int tile0 = first + pass * kConsumers;
-      const int active = min(kConsumers, end - tile0);
-      for (int c = 0; c < chunks; ++c, ++n) {
-        const int slot = n % stages, round = n / stages;
-        if (round > 0) barrier_wait(&empty[slot], (round - 1) & 1);
-        const int k0 = c * kKc;
-        const int k_len = min(kKc, K - k0);
-        unsigned char* stage = ring_ptr + slot * bytes_per_stage;
-        if (lane == 0) {
-          // A box past the tensor's edge is filled with zeros and counts whole.
-          if constexpr (F == Form::box2d) {
-            const int boxes = (k_len + kBoxK - 1) / kBoxK;
-            barrier_expect(&full[slot], T * boxes * kBoxBytes + M * k_len * 2);
+    // Stage n of the block's walk: pass n / chunks, k from (n % chunks) * kKc.
+    const auto weights = [&](int n) {  // lane 0: the stage's expected bytes and its weight copies
+      const int pass = n / chunks, c = n % chunks, slot = n % stages;
+      const int tile0 = first + pass * C, k0 = c * kKc, k_len = min(kKc, K - k0);
+      unsigned char* stage = ring_ptr + slot * bytes_per_stage;
+      // A box past the tensor's edge is filled with zeros and counts whole.
+      if constexpr (F == Form::box2d) {
+        const int boxes = (k_len + kBoxK - 1) / kBoxK;
+        barrier_expect(&full[slot], T * boxes * C * kSlab + M * k_len * 2);
 #pragma unroll
-            for (int f = 0; f < T; ++f)
-              for (int j = 0; j < boxes; ++j)
-                box_copy_2d(stage + (f * kBoxes + j) * kBoxBytes, &map, k0 + j * kBoxK, tile0 * 8 + f * cols,
-                            &full[slot]);
-          } else {
-            barrier_expect(&full[slot], active * T * kBoxes * kBoxBytes / kConsumers + M * k_len * 2);
-            for (int w = 0; w < active; ++w)
+        for (int f = 0; f < T; ++f)
+          for (int j = 0; j < boxes; ++j)
+            box_copy_2d(stage + (f * kBoxes + j) * C * kSlab, &map, k0 + j * kBoxK, tile0 * 8 + f * cols,
+                        &full[slot]);
+      } else {
+        const int active = min(C, end - tile0);
+        barrier_expect(&full[slot], active * T * kTileStage + M * k_len * 2);
+        for (int w = 0; w < active; ++w)
 #pragma unroll
-              for (int f = 0; f < T; ++f)
-                box_copy_3d(stage + (w * T + f) * (kBoxBytes / kConsumers) * kBoxes, &map, 0,
-                            (tile0 + w) * 8 + f * cols, k0 / kBoxK, &full[slot]);
-          }
-        }
-        __syncwarp();
-        if (lane < M)
-          bulk_copy(stage + x_off + lane * kXPitch, x + static_cast<int64_t>(lane) * K + k0, k_len * 2, &full[slot]);
+          for (int f = 0; f < T; ++f)
+            box_copy_3d(stage + (w * T + f) * kTileStage, &map, 0, (tile0 + w) * 8 + f * cols, k0 / kBoxK,
+                        &full[slot]);
       }
+    };
+    const auto activations = [&](int n) {  // lanes < M: the stage's rows of x
+      const int c = n % chunks, slot = n % stages, k0 = c * kKc, k_len = min(kKc, K - k0);
+      if (lane < M)
+        bulk_copy(ring_ptr + slot * bytes_per_stage + x_off + lane * kXPitch, x + static_cast<int64_t>(lane) * K + k0,
+                  k_len * 2, &full[slot]);
+    };
+    const int total = passes * chunks;
+    const int early = kEarly ? min(stages, total) : 0;
+    if (lane == 0)
+      for (int n = 0; n < early; ++n) weights(n);
+    // x is only read after this; without kEarly the launch follows the previous kernel's end
+    // (see launch_with), and the wait is for form's sake.
+    grid_dependency_wait();
+    __syncwarp();
+    for (int n = 0; n < early; ++n) activations(n);
+    for (int n = early; n < total; ++n) {
+      const int slot = n % stages, round = n / stages;
+      if (round > 0) barrier_wait(&empty[slot], (round - 1) & 1);
+      if (lane == 0) weights(n);
+      __syncwarp();
+      activations(n);
     }
     allow_dependents();
     return;
@@ -244,19 +257,19 @@ __global__ void __launch_bounds__((kConsumers + 1) * 32)
   // 0-7 its rows 0-7 at 16-byte unit 4p, lanes 8-15 at 4p + 1, 16-23 at 4p + 2, 24-31 at 4p + 3:
   // b0, b1 of both steps. A (x, row-major [m][k]): lanes 0-15 rows 0-15 at k 0-7, lanes 16-31 at
   // k 8-15: a0 .. a3. Rows of the tile past M read row 0 (their outputs are never stored).
-  constexpr int kSlabStride = F == Form::box2d ? kBoxBytes : kBoxBytes / kConsumers;  // bytes between 64-k slabs
+  constexpr int kSlabStride = F == Form::box2d ? C * kSlab : kSlab;  // bytes between 64-k slabs of a tile
   unsigned b_row[T];
 #pragma unroll
   for (int f = 0; f < T; ++f)
-    b_row[f] = ring + (F == Form::box2d ? f * kBoxes * kBoxBytes + (warp * 8 + (lane & 7)) * 128
-                                        : (warp * T + f) * kBoxes * kSlabStride + (lane & 7) * 128);
+    b_row[f] = ring + (F == Form::box2d ? f * kBoxes * C * kSlab + (warp * 8 + (lane & 7)) * 128
+                                        : (warp * T + f) * kTileStage + (lane & 7) * 128);
   const int b_unit = lane >> 3, b_swz = lane & 7;
   const int xr = lane & 15;
   const unsigned a_row = ring + x_off + (xr < M ? xr : 0) * kXPitch + (lane >> 4) * 16;
 
   int n = 0;  // stages consumed so far
   for (int pass = 0; pass < passes; ++pass) {
-    const int tile = first + pass * kConsumers + warp;
+    const int tile = first + pass * C + warp;
     const bool mine = tile < end;  // warp-uniform; a warp without a tile still passes each stage on
     float acc[T][4];
 #pragma unroll
@@ -340,7 +353,7 @@ const CUtensorMap& weight_map(const void* w, ElemType type, int rows, int K, For
   } else {
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows)};
     const cuuint64_t strides[1] = {row_bytes};
-    const cuuint32_t box[2] = {kBoxK, kTileRows};
+    const cuuint32_t box[2] = {kBoxK, kBox2dRows};
     const cuuint32_t step[2] = {1, 1};
     result =
         encoder()(&map, data, 2, const_cast<void*>(w), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -372,7 +385,7 @@ int ring_bytes() {
 
 // tile3d's grid: as many blocks as fit the GPU at once (SPECDEC_CUDA_ORDERED_BLOCKS overrides it),
 // worked out once per kernel and shared-memory size, since calls outside a graph pay it each time.
-int resident_blocks(const void* kernel, size_t smem) {
+int resident_blocks(const void* kernel, int threads, size_t smem) {
   static const int forced = [] {
     const char* b = std::getenv("SPECDEC_CUDA_ORDERED_BLOCKS");
     return b != nullptr ? std::atoi(b) : 0;
@@ -388,16 +401,31 @@ int resident_blocks(const void* kernel, size_t smem) {
   int sms = 0, per_sm = 0;
   SPECDEC_CHECK(
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (kConsumers + 1) * 32, smem) == cudaSuccess,
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) == cudaSuccess,
       "ordered linear: reading the GPU's multiprocessors failed");
   return known.emplace(key, sms * std::max(per_sm, 1)).first->second;
 }
 
-template <typename W, SkinnyEpilogue E, Form F>
+// Probe switches, read once: SPECDEC_CUDA_ORDERED_WARPS=8 gives tile3d's single-tile calls eight
+// consumers a block (more chains at once an SM); SPECDEC_CUDA_ORDERED_EARLY=1 launches the kernel
+// overlapped with the one before it and asks for its first ring of weights before waiting.
+bool eight_consumers() {
+  static const bool on = [] {
+    const char* w = std::getenv("SPECDEC_CUDA_ORDERED_WARPS");
+    return w != nullptr && std::atoi(w) == 8;
+  }();
+  return on;
+}
+bool early_weights() {
+  static const bool on = std::getenv("SPECDEC_CUDA_ORDERED_EARLY") != nullptr;
+  return on;
+}
+
+template <typename W, SkinnyEpilogue E, Form F, int C, bool kEarly>
 void launch_with(const SkinnyArgs& a, const Context& ctx) {
   constexpr int T = E == SkinnyEpilogue::silu_gate ? 2 : 1;
-  const auto kernel = ordered_kernel<W, T, E, F>;
-  const int per_stage = stage_bytes(T, a.M);
+  const auto kernel = ordered_kernel<W, T, E, F, C, kEarly>;
+  const int per_stage = stage_bytes(C, T, a.M);
   // At least two stages, past the ring's size if need be (16 rows of silu_gate: 81 KB a stage).
   const int stages = std::clamp(ring_bytes() / per_stage, 2, kMaxStages);
   const size_t smem = kHeader + static_cast<size_t>(stages) * per_stage;
@@ -406,23 +434,43 @@ void launch_with(const SkinnyArgs& a, const Context& ctx) {
   (void)sized;  // a failure shows as the launch's error
   const int cols = E == SkinnyEpilogue::silu_gate ? a.N / 2 : a.N;
   const int tiles = (cols + 7) / 8;
-  const int groups = (tiles + kConsumers - 1) / kConsumers;
+  const int groups = (tiles + C - 1) / C;
+  const int threads = (C + 1) * 32;
   const int blocks =
-      F == Form::box2d ? groups : std::min(groups, resident_blocks(reinterpret_cast<const void*>(kernel), smem));
+      F == Form::box2d ? groups
+                       : std::min(groups, resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem));
   const CUtensorMap& map = weight_map(a.w, a.type, a.N, a.K, F);
-  // Not overlapped with the kernel before it, as the skinny kernel: a grid launched early sits
-  // resident, waiting, in the room the kernels before it still need.
+  // Unless its weights come early, not overlapped with the kernel before it, as the skinny kernel:
+  // a grid launched early would sit resident, waiting, in the room that kernel still needs.
   Context c = ctx;
-  c.tuning.overlapped_launches = false;
-  launch(kernel, dim3(blocks), dim3((kConsumers + 1) * 32), smem, c, map, a, stages);
+  if (!kEarly) c.tuning.overlapped_launches = false;
+  launch(kernel, dim3(blocks), dim3(threads), smem, c, map, a, stages);
+}
+
+template <typename W, SkinnyEpilogue E, Form F>
+void launch_form(const SkinnyArgs& a, const Context& ctx) {
+  constexpr bool gate = E == SkinnyEpilogue::silu_gate;
+  if constexpr (F == Form::tile3d && !gate) {
+    if (eight_consumers()) {
+      if (early_weights())
+        launch_with<W, E, F, 8, true>(a, ctx);
+      else
+        launch_with<W, E, F, 8, false>(a, ctx);
+      return;
+    }
+  }
+  if (early_weights())
+    launch_with<W, E, F, 4, true>(a, ctx);
+  else
+    launch_with<W, E, F, 4, false>(a, ctx);
 }
 
 template <typename W, SkinnyEpilogue E>
 void launch_rows(const SkinnyArgs& a, const Context& ctx) {
   if (form_for(a.K) == Form::tile3d)
-    launch_with<W, E, Form::tile3d>(a, ctx);
+    launch_form<W, E, Form::tile3d>(a, ctx);
   else
-    launch_with<W, E, Form::box2d>(a, ctx);
+    launch_form<W, E, Form::box2d>(a, ctx);
 }
 
 }  // namespace
