@@ -41,11 +41,11 @@
 namespace specdec::cuda {
 namespace {
 
-constexpr int kBox2dRows = 32;      // rows of a box2d box: four consumers' tiles
-constexpr int kKc = 512;            // k a stage
-constexpr int kBoxK = 64;           // k of a box: 128 bytes, the most the 128-byte swizzle allows
-constexpr int kBoxes = kKc / kBoxK;  // 64-k slabs a stage
-constexpr int kSlab = 8 * kBoxK * 2;  // bytes of one tile's 8 rows x 64 k
+constexpr int kBox2dRows = 32;              // rows of a box2d box: four consumers' tiles
+constexpr int kKc = 512;                    // k a stage
+constexpr int kBoxK = 64;                   // k of a box: 128 bytes, the most the 128-byte swizzle allows
+constexpr int kBoxes = kKc / kBoxK;         // 64-k slabs a stage
+constexpr int kSlab = 8 * kBoxK * 2;        // bytes of one tile's 8 rows x 64 k
 constexpr int kTileStage = kBoxes * kSlab;  // bytes of one tile's 8 rows in a stage
 constexpr int kXPitch = kKc * 2 + 16;  // bytes of an x row in a stage
 constexpr int kMaxStages = 16;
@@ -215,16 +215,14 @@ __global__ void __launch_bounds__((C + 1) * 32)
 #pragma unroll
         for (int f = 0; f < T; ++f)
           for (int j = 0; j < boxes; ++j)
-            box_copy_2d(stage + (f * kBoxes + j) * C * kSlab, &map, k0 + j * kBoxK, tile0 * 8 + f * cols,
-                        &full[slot]);
+            box_copy_2d(stage + (f * kBoxes + j) * C * kSlab, &map, k0 + j * kBoxK, tile0 * 8 + f * cols, &full[slot]);
       } else {
         const int active = min(C, end - tile0);
         barrier_expect(&full[slot], active * T * kTileStage + M * k_len * 2);
         for (int w = 0; w < active; ++w)
 #pragma unroll
           for (int f = 0; f < T; ++f)
-            box_copy_3d(stage + (w * T + f) * kTileStage, &map, 0, (tile0 + w) * 8 + f * cols, k0 / kBoxK,
-                        &full[slot]);
+            box_copy_3d(stage + (w * T + f) * kTileStage, &map, 0, (tile0 + w) * 8 + f * cols, k0 / kBoxK, &full[slot]);
       }
     };
     const auto activations = [&](int n) {  // lanes < M: the stage's rows of x
@@ -399,10 +397,9 @@ int resident_blocks(const void* kernel, int threads, size_t smem) {
   const auto key = std::make_tuple(device, kernel, smem);
   if (const auto it = known.find(key); it != known.end()) return it->second;
   int sms = 0, per_sm = 0;
-  SPECDEC_CHECK(
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) == cudaSuccess,
-      "ordered linear: reading the GPU's multiprocessors failed");
+  SPECDEC_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+                    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) == cudaSuccess,
+                "ordered linear: reading the GPU's multiprocessors failed");
   return known.emplace(key, sms * std::max(per_sm, 1)).first->second;
 }
 
@@ -436,9 +433,9 @@ void launch_with(const SkinnyArgs& a, const Context& ctx) {
   const int tiles = (cols + 7) / 8;
   const int groups = (tiles + C - 1) / C;
   const int threads = (C + 1) * 32;
-  const int blocks =
-      F == Form::box2d ? groups
-                       : std::min(groups, resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem));
+  const int blocks = F == Form::box2d
+                         ? groups
+                         : std::min(groups, resident_blocks(reinterpret_cast<const void*>(kernel), threads, smem));
   const CUtensorMap& map = weight_map(a.w, a.type, a.N, a.K, F);
   // Unless its weights come early, not overlapped with the kernel before it, as the skinny kernel:
   // a grid launched early would sit resident, waiting, in the room that kernel still needs.
