@@ -157,6 +157,8 @@ int run(int argc, char** argv) {
   // --ordered: the same for the batch-invariant mode's ordered kernel at 1-16 rows against
   // cuBLASLt with K unsplit (CudaTuning::ordered_max_m 16 and 0), recorded steps at 1-16 rows.
   const bool ordered = argc > 2 && std::string(argv[2]) == "--ordered";
+  // --profile: only the per-kernel times of one layer and the head, both modes, batch 1 / 8 / 64.
+  const bool profile = argc > 2 && std::string(argv[2]) == "--profile";
   SPECDEC_CHECK(cuda_available(), "bench: no CUDA device");
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -262,6 +264,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   for (auto* be : {inv.get(), fast.get()}) {
+    if (profile) break;
     const char* mode = be == inv.get() ? "invariant" : "fast";
     for (int M : {1, 2, 4, 8, 32, 128}) {
       results.push_back(linear_case(*be, mode, M, s.intermediate, s.hidden));
@@ -273,6 +276,7 @@ int run(int argc, char** argv) {
                                    (prefill + s.block_size - 1) / s.block_size);
   Weights w = make_weights(*inv, s, pool_blocks);
   for (auto* be : {inv.get(), fast.get()}) {
+    if (profile) break;
     const char* mode = be == inv.get() ? "invariant" : "fast";
     for (int B : batches) {
       Step step(*be, s, w, B, 1, context);
