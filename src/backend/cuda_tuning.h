@@ -78,8 +78,8 @@ struct CudaTuning {
   // ordered kernel (ordered_gemm.cu: cuBLASLt's unsplit order, so the same bits; the stacked
   // projections' column split and SwiGLU in its epilogue) instead of cuBLASLt
   // (SPECDEC_CUDA_ORDERED_MAX_M, 0 to 16). Off by default: an order that forbids splitting K
-  // leaves one warp per 8 columns walking all of K, which keeps fewer weight bytes in flight
-  // than cuBLASLt's tiles do (docs/perf-notes.md has the figures).
+  // leaves one chain of MMAs per 8 columns walking all of K, and on the stacked q/k/v the kernel
+  // stays slower than cuBLASLt, level on the other shapes (docs/perf-notes.md has the figures).
   int ordered_max_m = 0;
   // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
