@@ -26,9 +26,16 @@
 #include <cstdio>
 #include <vector>
 
+#include "../../src/backend/cuda/async_copy.cuh"
 #include "probe_check.h"
 
 namespace {
+
+using specdec::cuda::barrier_arrive;
+using specdec::cuda::barrier_expect;
+using specdec::cuda::barrier_init;
+using specdec::cuda::barrier_wait;
+using specdec::cuda::smem_addr;
 
 constexpr int kRows = 32;      // weight rows a block streams
 constexpr int kConsumers = 4;  // consumer warps, 8 rows each
@@ -38,30 +45,6 @@ constexpr int kBarrierBytes = 2 * kMaxStages * 8;
 
 enum Form { bulk = 0, async16 = 1, tensor = 2 };
 const char* const kFormNames[] = {"bulk", "async16", "tensor"};
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void barrier_init(uint64_t* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void barrier_expect(uint64_t* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, unsigned parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
 
 // One ring: N / 32 blocks of 32 rows, chunks of KC k through `stages` stages.
 template <int FORM>
