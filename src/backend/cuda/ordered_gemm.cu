@@ -7,14 +7,16 @@
 // permuted k: each 8-column tile is one chain of K / 16 dependent MMAs, and a 4,096-wide
 // projection has only 512 such chains. So the chains must never wait on a load they issued, and
 // the weights must arrive at the copy bandwidth with few blocks to ask for them:
-// - a block is C consumer warps (four), one 8-column tile each (for silu_gate a gate tile and its up
-//   tile), and one producer warp that streams the block's 32 weight rows (64 for silu_gate), kKc
-//   k a stage, into a ring of shared-memory stages by tensor-map copies, and the M rows of x by
-//   one bulk copy a row and stage; each stage's arrival is counted by an mbarrier;
+// - a block is C consumer warps (four, or eight for the probe switch below), one 8-column tile
+//   each (for silu_gate a gate tile and its up tile), and one producer warp that streams those
+//   tiles' weight rows, kKc k a stage, into a ring of shared-memory stages by tensor-map copies,
+//   and the M rows of x by one bulk copy a row and stage; each stage's arrival is counted by an
+//   mbarrier;
 // - what a block has in flight is bounded by the number of its outstanding copies rather than
-//   their bytes, so each copy is large: a 2-D box of 32 rows x 64 k (4 KB), or with the 3-D map a
-//   whole stage's 32 rows x kKc k (32 KB) in one copy; the 128-byte swizzle of those boxes lets
-//   8 rows be read by one ldmatrix without bank conflicts;
+//   their bytes, so each copy is large: one 3-D box a consumer and stage (its tile's 8 rows x kKc
+//   k, 8 KB; the tile3d form below), or 2-D boxes of 32 rows x 64 k (4 KB; box2d, for K not a
+//   multiple of 64); the 128-byte swizzle of those boxes lets 8 rows be read by one ldmatrix
+//   without bank conflicts;
 // - a consumer waits only for a stage to be full, reads its B fragments (weights) and A fragments
 //   (x, rows padded to a 16-byte bank shift) by ldmatrix, runs the stage's MMAs, and releases the
 //   stage to the producer by a second mbarrier;
