@@ -81,6 +81,12 @@ struct CudaTuning {
   // leaves one chain of MMAs per 8 columns walking all of K, and on the stacked q/k/v the kernel
   // stays slower than cuBLASLt, level on the other shapes (docs/perf-notes.md has the figures).
   int ordered_max_m = 0;
+  // The ordered kernel's probes for the stacked q/k/v, not yet measured: eight consumer warps a
+  // block for its single-tile calls, so an SM's six q/k/v tiles run in one pass
+  // (SPECDEC_CUDA_ORDERED_WARPS=8; 4 or 8); and an overlapped launch whose producer asks for its
+  // first ring of weights before waiting for the kernel before it (SPECDEC_CUDA_ORDERED_EARLY=1).
+  int ordered_warps = 4;
+  bool ordered_early = false;
   // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
   // gives the same bits.

@@ -104,6 +104,8 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
   set_level("SPECDEC_CUDA_SKINNY_MAX_M", cuda::kSkinnyMaxM, tuning.skinny_max_m);
   set_level("SPECDEC_CUDA_ORDERED_MAX_M", cuda::kOrderedMaxM, tuning.ordered_max_m);
+  set_level("SPECDEC_CUDA_ORDERED_WARPS", 8, tuning.ordered_warps);
+  set_switch("SPECDEC_CUDA_ORDERED_EARLY", tuning.ordered_early);
   return tuning;
 }
 
@@ -117,6 +119,8 @@ void check_tuning(const CudaTuning& t) {
                 "CudaTuning::skinny_max_m = ", t.skinny_max_m, " must be 0 to ", cuda::kSkinnyMaxM);
   SPECDEC_CHECK(t.ordered_max_m >= 0 && t.ordered_max_m <= cuda::kOrderedMaxM,
                 "CudaTuning::ordered_max_m = ", t.ordered_max_m, " must be 0 to ", cuda::kOrderedMaxM);
+  SPECDEC_CHECK(t.ordered_warps == 4 || t.ordered_warps == 8, "CudaTuning::ordered_warps = ", t.ordered_warps,
+                " must be 4 or 8");
   SPECDEC_CHECK(t.flash_decode_blocks >= 0, "CudaTuning::flash_decode_blocks = ", t.flash_decode_blocks,
                 " must not be negative");
 }

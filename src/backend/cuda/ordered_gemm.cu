@@ -7,7 +7,7 @@
 // permuted k: each 8-column tile is one chain of K / 16 dependent MMAs, and a 4,096-wide
 // projection has only 512 such chains. So the chains must never wait on a load they issued, and
 // the weights must arrive at the copy bandwidth with few blocks to ask for them:
-// - a block is C consumer warps (four, or eight for the probe switch below), one 8-column tile
+// - a block is C consumer warps (four; eight with CudaTuning::ordered_warps), one 8-column tile
 //   each (for silu_gate a gate tile and its up tile), and one producer warp that streams those
 //   tiles' weight rows, kKc k a stage, into a ring of shared-memory stages by tensor-map copies,
 //   and the M rows of x by one bulk copy a row and stage; each stage's arrival is counted by an
@@ -30,10 +30,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
 #include <tuple>
 
 #include "backend/cuda/async_copy.cuh"
@@ -53,8 +51,8 @@ constexpr int kTileStage = kBoxes * kSlab;  // bytes of one tile's 8 rows in a s
 constexpr int kXPitch = kKc * 2 + 16;  // bytes of an x row in a stage
 constexpr int kMaxStages = 16;
 constexpr int kHeader = 2048;  // the barriers, then the ring from a 1,024-byte boundary
-constexpr int kDefaultRingBytes = 200 * 1024;
-constexpr int kMaxSmem = kHeader + kDefaultRingBytes;
+constexpr int kRingBytes = 200 * 1024;
+constexpr int kMaxSmem = kHeader + kRingBytes;
 
 std::atomic<uint64_t> launches{0};
 
@@ -73,8 +71,8 @@ enum class Form { box2d, tile3d };
 __host__ __device__ constexpr int stage_bytes(int C, int T, int M) {
   return (C * T * kTileStage + M * kXPitch + 1023) / 1024 * 1024;
 }
-static_assert(2 * stage_bytes(4, 2, kOrderedMaxM) <= kDefaultRingBytes, "two stages of the largest call fit the ring");
-static_assert(2 * stage_bytes(8, 1, kOrderedMaxM) <= kDefaultRingBytes, "two stages of the largest call fit the ring");
+static_assert(2 * stage_bytes(4, 2, kOrderedMaxM) <= kRingBytes, "two stages of the largest call fit the ring");
+static_assert(2 * stage_bytes(8, 1, kOrderedMaxM) <= kRingBytes, "two stages of the largest call fit the ring");
 
 // Stores tile column col0 .. col0 + 7's accumulators by the epilogue E. Accumulator e: row g
 // (+8 for e >= 2), column 2t (+1 for odd e) of the tile.
@@ -284,61 +282,29 @@ const CUtensorMap& weight_map(const void* w, ElemType type, int rows, int K, For
   const std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_tuple(w, static_cast<int>(type), rows, K, static_cast<int>(form));
   if (const auto it = maps.find(key); it != maps.end()) return it->second;
-  CUtensorMap map{};
   const CUtensorMapDataType data =
       type == ElemType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const auto row_bytes = static_cast<cuuint64_t>(K) * 2;
-  CUresult result;
-  if (form == Form::tile3d) {
-    // (k % 64, row, k / 64): a box of 64 x 8 x kBoxes lands as kBoxes slabs of 8 rows x 64 k.
-    const cuuint64_t dims[3] = {kBoxK, static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(K / kBoxK)};
-    const cuuint64_t strides[2] = {row_bytes, kBoxK * 2};
-    const cuuint32_t box[3] = {kBoxK, 8, kBoxes};
-    const cuuint32_t step[3] = {1, 1, 1};
-    result =
-        encoder()(&map, data, 3, const_cast<void*>(w), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  } else {
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(K), static_cast<cuuint64_t>(rows)};
-    const cuuint64_t strides[1] = {row_bytes};
-    const cuuint32_t box[2] = {kBoxK, kBox2dRows};
-    const cuuint32_t step[2] = {1, 1};
-    result =
-        encoder()(&map, data, 2, const_cast<void*>(w), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  }
+  const auto n_rows = static_cast<cuuint64_t>(rows);
+  // tile3d: (k % 64, row, k / 64), a box of 64 x 8 x kBoxes landing as kBoxes slabs of 8 rows x
+  // 64 k; box2d: (k, row), a box of 64 x 32.
+  const bool three = form == Form::tile3d;
+  const cuuint64_t dims[3] = {three ? kBoxK : static_cast<cuuint64_t>(K), n_rows, static_cast<cuuint64_t>(K / kBoxK)};
+  const cuuint64_t strides[2] = {row_bytes, kBoxK * 2};
+  const cuuint32_t box[3] = {kBoxK, three ? 8u : kBox2dRows, kBoxes};
+  const cuuint32_t step[3] = {1, 1, 1};
+  CUtensorMap map{};
+  const CUresult result = encoder()(&map, data, three ? 3 : 2, const_cast<void*>(w), dims, strides, box, step,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   SPECDEC_CHECK(result == CUDA_SUCCESS, "encoding the tensor map of a ", rows, " x ", K,
                 " weight for the ordered linear failed (CUresult ", static_cast<int>(result), ")");
   return maps.emplace(key, map).first->second;
 }
 
-// The form for K: tile3d needs K a multiple of 64 (its map's last dimension is K / 64).
-// SPECDEC_CUDA_ORDERED_FORM=box2d chooses the other form everywhere, for comparing the two.
-Form form_for(int K) {
-  static const bool box2d = [] {
-    const char* f = std::getenv("SPECDEC_CUDA_ORDERED_FORM");
-    return f != nullptr && std::string(f) == "box2d";
-  }();
-  return box2d || K % kBoxK != 0 ? Form::box2d : Form::tile3d;
-}
-
-int ring_bytes() {
-  static const int bytes = [] {
-    const char* kb = std::getenv("SPECDEC_CUDA_ORDERED_RING_KB");
-    const int v = kb != nullptr ? std::atoi(kb) * 1024 : kDefaultRingBytes;
-    return std::clamp(v, 64 * 1024, kDefaultRingBytes);
-  }();
-  return bytes;
-}
-
-// tile3d's grid: as many blocks as fit the GPU at once (SPECDEC_CUDA_ORDERED_BLOCKS overrides it),
-// worked out once per kernel and shared-memory size, since calls outside a graph pay it each time.
+// tile3d's grid: as many blocks as fit the GPU at once, worked out once per kernel and
+// shared-memory size, since calls outside a graph pay it each time.
 int resident_blocks(const void* kernel, int threads, size_t smem) {
-  static const int forced = [] {
-    const char* b = std::getenv("SPECDEC_CUDA_ORDERED_BLOCKS");
-    return b != nullptr ? std::atoi(b) : 0;
-  }();
-  if (forced > 0) return forced;
   static std::mutex mutex;
   static std::map<std::tuple<int, const void*, size_t>, int> known;
   int device = 0;
@@ -353,35 +319,19 @@ int resident_blocks(const void* kernel, int threads, size_t smem) {
   return known.emplace(key, sms * std::max(per_sm, 1)).first->second;
 }
 
-// Probe switches, read once: SPECDEC_CUDA_ORDERED_WARPS=8 gives tile3d's single-tile calls eight
-// consumers a block (more chains at once an SM); SPECDEC_CUDA_ORDERED_EARLY=1 launches the kernel
-// overlapped with the one before it and asks for its first ring of weights before waiting.
-bool eight_consumers() {
-  static const bool on = [] {
-    const char* w = std::getenv("SPECDEC_CUDA_ORDERED_WARPS");
-    return w != nullptr && std::atoi(w) == 8;
-  }();
-  return on;
-}
-bool early_weights() {
-  static const bool on = std::getenv("SPECDEC_CUDA_ORDERED_EARLY") != nullptr;
-  return on;
-}
-
 template <typename W, SkinnyEpilogue E, Form F, int C, bool kEarly>
 void launch_with(const SkinnyArgs& a, const Context& ctx) {
   constexpr int T = E == SkinnyEpilogue::silu_gate ? 2 : 1;
   const auto kernel = ordered_kernel<W, T, E, F, C, kEarly>;
   const int per_stage = stage_bytes(C, T, a.M);
   // At least two stages, past the ring's size if need be (16 rows of silu_gate: 81 KB a stage).
-  const int stages = std::clamp(ring_bytes() / per_stage, 2, kMaxStages);
+  const int stages = std::clamp(kRingBytes / per_stage, 2, kMaxStages);
   const size_t smem = kHeader + static_cast<size_t>(stages) * per_stage;
   static const bool sized =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) == cudaSuccess;
   (void)sized;  // a failure shows as the launch's error
   const int cols = E == SkinnyEpilogue::silu_gate ? a.N / 2 : a.N;
-  const int tiles = (cols + 7) / 8;
-  const int groups = (tiles + C - 1) / C;
+  const int groups = ((cols + 7) / 8 + C - 1) / C;
   const int threads = (C + 1) * 32;
   const int blocks = F == Form::box2d
                          ? groups
@@ -394,30 +344,24 @@ void launch_with(const SkinnyArgs& a, const Context& ctx) {
   launch(kernel, dim3(blocks), dim3(threads), smem, c, map, a, stages);
 }
 
-template <typename W, SkinnyEpilogue E, Form F>
-void launch_form(const SkinnyArgs& a, const Context& ctx) {
-  constexpr bool gate = E == SkinnyEpilogue::silu_gate;
-  if constexpr (F == Form::tile3d && !gate) {
-    if (eight_consumers()) {
-      if (early_weights())
-        launch_with<W, E, F, 8, true>(a, ctx);
-      else
-        launch_with<W, E, F, 8, false>(a, ctx);
-      return;
-    }
-  }
-  if (early_weights())
-    launch_with<W, E, F, 4, true>(a, ctx);
-  else
-    launch_with<W, E, F, 4, false>(a, ctx);
-}
-
+// The form (tile3d needs K a multiple of 64: its map's last dimension is K / 64), then the
+// consumers a block and the early ring (CudaTuning::ordered_warps, ordered_early; eight
+// consumers only for tile3d's single-tile calls).
 template <typename W, SkinnyEpilogue E>
 void launch_rows(const SkinnyArgs& a, const Context& ctx) {
-  if (form_for(a.K) == Form::tile3d)
-    launch_form<W, E, Form::tile3d>(a, ctx);
+  const bool early = ctx.tuning.ordered_early;
+  const auto with_form = [&](auto form) {
+    constexpr Form F = decltype(form)::value;
+    if constexpr (F == Form::tile3d && E != SkinnyEpilogue::silu_gate) {
+      if (ctx.tuning.ordered_warps == 8)
+        return early ? launch_with<W, E, F, 8, true>(a, ctx) : launch_with<W, E, F, 8, false>(a, ctx);
+    }
+    return early ? launch_with<W, E, F, 4, true>(a, ctx) : launch_with<W, E, F, 4, false>(a, ctx);
+  };
+  if (a.K % kBoxK == 0)
+    with_form(std::integral_constant<Form, Form::tile3d>{});
   else
-    launch_form<W, E, Form::box2d>(a, ctx);
+    with_form(std::integral_constant<Form, Form::box2d>{});
 }
 
 }  // namespace
