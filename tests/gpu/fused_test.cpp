@@ -198,6 +198,55 @@ TEST(GpuFused, OrderedKernelEpiloguesEqualCuBlasLtPasses) {
   }
 }
 
+// The ordered kernel taking x in f32 and rounding it itself, after the RMSNorm where the call
+// has one (one to four rows of K = 4,096: the whole x fits beside its ring), against the separate
+// norm or rounding pass and cuBLASLt: bit-equal. Sixteen rows take the 16-bit x by stages (the
+// whole x does not fit) and must agree too. Each call is checked to have been the kernel's.
+TEST(GpuFused, OrderedKernelRoundsAnF32XToTheSeparatePassesBits) {
+  SPECDEC_REQUIRE_GPU();
+  CudaTuning with, without;
+  with.ordered_max_m = cuda::kOrderedMaxM;
+  without.ordered_max_m = 0;
+  const int K = 4096, Nq = 256, Nkv = 64, I = 352;
+  const float eps = 1e-5f;
+  for (int M : {1, 2, 4, 16}) {
+    EXPECT_EQ(cuda::ordered_gemm_takes_f32(cuda::ElemType::bf16, M, K, nullptr, nullptr), M <= 4) << "M=" << M;
+    for (DType wt : {DType::bf16, DType::f16}) {
+      std::vector<std::vector<float>> got[2];
+      for (int o = 0; o < 2; ++o) {
+        const auto g = make_gpu(o == 0 ? with : without, true);
+        const Stacked st = make_stacked(*g, K, Nq, Nkv, I, wt);
+        const Weights& w = st.w;
+        Owned norm1 = upload(*g, random_floats(size_t(K), 41), wt, {K});
+        Owned norm2 = upload(*g, random_floats(size_t(K), 42), DType::f32, {K});
+        Owned x = upload(*g, random_floats(size_t(M) * K, 43, 0.05f, 2.0f), DType::f32, {M, K});
+        Owned h = empty(*g, DType::f32, {M, K}), act = empty(*g, DType::f32, {M, I});
+        Owned q = empty(*g, DType::f32, {M, Nq}), k = empty(*g, DType::f32, {M, Nkv}),
+              v = empty(*g, DType::f32, {M, Nkv});
+        Owned plain = empty(*g, DType::f32, {M, Nq}), gated = empty(*g, DType::f32, {M, I});
+        const std::array<Projection, 3> p = {Projection{Weight(w.wq.tensor), w.bq.tensor, q.tensor},
+                                             Projection{Weight(w.wk.tensor), {}, k.tensor},
+                                             Projection{Weight(w.wv.tensor), {}, v.tensor}};
+        const uint64_t before = cuda::ordered_gemm_launches();
+        g->norm_linear_many(x.tensor, norm1.tensor, eps, h.tensor, p);
+        g->linear(x.tensor, Weight(w.wq.tensor), nullptr, plain.tensor);
+        g->gated_linear(x.tensor, Weight(w.wg.tensor), Weight(w.wu.tensor), gated.tensor);
+        // x += down(silu(gate(norm(x))) * up(norm(x))): the gate/up call and the down call's add.
+        g->norm_mlp_add(x.tensor, norm2.tensor, eps, h.tensor, Weight(w.wg.tensor), Weight(w.wu.tensor), act.tensor,
+                        Weight(w.wd.tensor));
+        if (o == 0) {
+          EXPECT_EQ(cuda::ordered_gemm_launches(), before + 5) << "M=" << M << ": every call the kernel's";
+        }
+        got[o] = {download(*g, q.tensor),     download(*g, k.tensor),     download(*g, v.tensor),
+                  download(*g, plain.tensor), download(*g, gated.tensor), download(*g, x.tensor)};
+      }
+      for (size_t i = 0; i < got[1].size(); ++i)
+        EXPECT_TRUE(bit_equal(got[0][i].data(), got[1][i].data(), got[1][i].size()))
+            << "M=" << M << " " << dtype_name(wt) << " output " << i;
+    }
+  }
+}
+
 // RMSNorm folded into the q/k/v and gate/up calls (one or two rows, a whole row of K staged at
 // once) against rms_norm followed by the call: bit-equal. Shapes the kernel does not fold (more
 // rows, K past one staged tile, cuBLASLt's larger M in fast mode) take the composition and must

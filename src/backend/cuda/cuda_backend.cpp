@@ -18,6 +18,7 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -258,8 +259,10 @@ class CudaBackend final : public Backend {
     if (up.type == sh.type && folds_norm(sh, norm_weight)) {
       return launch_gated_rows(x, w_gate, w_up, out, sh, op, norm_weight.data, eps);
     }
-    if (up.type == sh.type && !rows_kernel(sh) && !tensor_core_type(sh))
+    if (up.type == sh.type && !rows_kernel(sh) && !tensor_core_type(sh)) {
+      if (gated_whole_x(x, &norm_weight, eps, w_gate, w_up, out, sh)) return;
       return gated_lt(lt_normed_input(x, norm_weight, eps, normed, sh), w_gate, w_up, out, sh);
+    }
     Backend::norm_gated_linear(x, norm_weight, eps, normed, gate_w, up_w, out);
   }
 
@@ -281,6 +284,7 @@ class CudaBackend final : public Backend {
                     !rows_kernel(sh) && !tensor_core_type(sh) && !rows_kernel(down) && !tensor_core_type(down) &&
                     stacked(sh.m, ws);
     if (!lt) return Backend::norm_mlp_add(x, norm_weight, eps, normed, gate_w, up_w, act, down_w);
+    if (gated_whole_x(x, &norm_weight, eps, w_gate, w_up, act, sh)) return linear_add(act, down_w, nullptr, x);
     const void* xin = lt_normed_input(x, norm_weight, eps, normed, sh);
     LinearShape both = sh;
     both.n = 2 * sh.n;
@@ -313,6 +317,7 @@ class CudaBackend final : public Backend {
       return launch_gemm(x, segs, sh, cuda::LinearEpilogue::silu_gate, op);
     }
     if (rows_kernel(sh)) return launch_gated_rows(x, w_gate, w_up, out, sh, op);
+    if (gated_whole_x(x, nullptr, 0.0f, w_gate, w_up, out, sh)) return;
     gated_lt(lt_input(x, sh), w_gate, w_up, out, sh);
   }
 
@@ -331,7 +336,17 @@ class CudaBackend final : public Backend {
     }
     // 16-bit weights read x's rounded copy, so out may even alias x; f32 weights would read x
     // itself while the product accumulates into out, so they keep the separate add.
-    if (!sh.bias && sh.type != ElemType::f32) return lt_gemm(lt_input(x, sh), weight, out, sh, /*accumulate=*/true);
+    if (!sh.bias && sh.type != ElemType::f32) {
+      // Every block of the ordered kernel reads all of x before any writes out: they must not overlap.
+      if (!overlap(x, out)) {
+        if (auto a = whole_x_args(x, nullptr, 0.0f, weight.data, sh)) {
+          a->epilogue = cuda::SkinnyEpilogue::add;
+          a->out[0] = out.ptr<float>();
+          return launch_skinny(*a);
+        }
+      }
+      return lt_gemm(lt_input(x, sh), weight, out, sh, /*accumulate=*/true);
+    }
     const Tensor tmp = epilogue_scratch(out);
     linear_lt(x, weight, sh, tmp);
     add(out, tmp, out);
@@ -965,8 +980,53 @@ class CudaBackend final : public Backend {
 
   // out = x · weightᵀ (+ bias).
   void linear_lt(const Tensor& x, const Tensor& weight, const LinearShape& sh, const Tensor& out) {
-    lt_gemm(lt_input(x, sh), weight, out, sh);
+    if (auto a = overlap(x, out) ? std::nullopt : whole_x_args(x, nullptr, 0.0f, weight.data, sh)) {
+      a->out[0] = out.ptr<float>();
+      launch_skinny(*a);
+    } else {
+      lt_gemm(lt_input(x, sh), weight, out, sh);
+    }
     add_bias(out, sh);
+  }
+
+  // The ordered kernel's arguments for a call whose f32 x it rounds itself (normalised first by
+  // norm_weight where that is given), sparing the pass that would write the 16-bit x; none where
+  // that kernel does not take the call so (cuda::ordered_gemm_takes_f32).
+  std::optional<cuda::SkinnyArgs> whole_x_args(const Tensor& x, const Tensor* norm_weight, float eps, const void* w,
+                                               const LinearShape& sh) const {
+    if (!invariant() || sh.m > tuning().ordered_max_m ||
+        !cuda::ordered_gemm_takes_f32(sh.type, sh.m, sh.k, x.ptr<float>(), w))
+      return std::nullopt;
+    cuda::SkinnyArgs a = skinny_args(nullptr, w, sh);
+    a.x32 = x.ptr<float>();
+    if (norm_weight) {
+      a.norm = norm_weight->data;
+      a.norm_type = elem_type(*norm_weight, "rms_norm", "weight");
+      a.eps = eps;
+    }
+    return a;
+  }
+
+  // out = silu(x · w_gateᵀ) * (x · w_upᵀ), x normalised first where norm_weight is given, by the
+  // ordered kernel from the f32 x (whole_x_args) over the stacked gate and up; false, having done
+  // nothing, where it does not take the call.
+  bool gated_whole_x(const Tensor& x, const Tensor* norm_weight, float eps, const Tensor& w_gate, const Tensor& w_up,
+                     const Tensor& out, const LinearShape& sh) {
+    if (const std::array<const Tensor*, 2> ws = {&w_gate, &w_up}; !stacked(sh.m, ws) || overlap(x, out)) return false;
+    LinearShape both = sh;
+    both.n = 2 * sh.n;
+    auto a = whole_x_args(x, norm_weight, eps, w_gate.data, both);
+    if (!a) return false;
+    a->epilogue = cuda::SkinnyEpilogue::silu_gate;
+    a->out[0] = out.ptr<float>();
+    launch_skinny(*a);
+    return true;
+  }
+
+  static bool overlap(const Tensor& a, const Tensor& b) {
+    const auto* a0 = static_cast<const char*>(a.data);
+    const auto* b0 = static_cast<const char*>(b.data);
+    return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
   }
 
   // out[m, :] += bias after a GEMM that does not add it (none: nothing).
@@ -1123,26 +1183,35 @@ class CudaBackend final : public Backend {
       linears.emplace_back(&weight, sh);
     }
     const LinearShape& first = linears[0].second;
-    const void* xin = norm_weight ? lt_normed_input(x, *norm_weight, eps, normed, first) : lt_input(x, first);
     std::vector<const Tensor*> ws;
     for (const auto& linear : linears) ws.push_back(linear.first);
-    if (ws.size() <= cuda::kMaxLinearSegments && stacked(first.m, ws)) {
-      // One GEMM over the stacked weights, then each projection's columns to its output.
-      LinearShape all = first;
-      all.bias = nullptr;
-      all.n = 0;
-      cuda::ColumnParts parts;
-      for (size_t j = 0; j < linears.size(); ++j) {
-        all.n += linears[j].second.n;
-        parts.out[j] = projections[j].out.ptr<float>();
-        parts.n[j] = linears[j].second.n;
-      }
-      if (skinny(all, xin, linears[0].first->data)) {  // the columns to their outputs in the epilogue
-        cuda::SkinnyArgs a = skinny_args(xin, linears[0].first->data, all);
-        a.parts = static_cast<int>(linears.size());
-        for (int j = 0; j < a.parts; ++j) a.out[j] = parts.out[j], a.n[j] = parts.n[j];
-        launch_skinny(a);
-      } else if (all.m == 1 && tuning().direct_outputs && adjacent(parts, linears.size())) {
+    const bool stack = ws.size() <= cuda::kMaxLinearSegments && stacked(first.m, ws);
+    // One GEMM over the stacked weights, then each projection's columns to its output.
+    LinearShape all = first;
+    all.bias = nullptr;
+    all.n = 0;
+    cuda::ColumnParts parts;
+    for (size_t j = 0; stack && j < linears.size(); ++j) {
+      all.n += linears[j].second.n;
+      parts.out[j] = projections[j].out.ptr<float>();
+      parts.n[j] = linears[j].second.n;
+    }
+    // The few-row kernels write the columns to their outputs in the epilogue.
+    const auto to_parts = [&](cuda::SkinnyArgs a) {
+      a.parts = static_cast<int>(linears.size());
+      for (int j = 0; j < a.parts; ++j) a.out[j] = parts.out[j], a.n[j] = parts.n[j];
+      launch_skinny(a);
+      for (size_t j = 0; j < linears.size(); ++j) add_bias(projections[j].out, linears[j].second);
+      return true;
+    };
+    const bool apart =
+        std::none_of(projections.begin(), projections.end(), [&](const Projection& p) { return overlap(x, p.out); });
+    if (stack && apart)
+      if (auto a = whole_x_args(x, norm_weight, eps, linears[0].first->data, all)) return to_parts(*a);
+    const void* xin = norm_weight ? lt_normed_input(x, *norm_weight, eps, normed, first) : lt_input(x, first);
+    if (stack) {
+      if (skinny(all, xin, linears[0].first->data)) return to_parts(skinny_args(xin, linears[0].first->data, all));
+      if (all.m == 1 && tuning().direct_outputs && adjacent(parts, linears.size())) {
         // One row whose outputs lie one after another (as the model lays out q, k and v): the
         // GEMM writes each projection's columns where they go, with no pass to split them.
         lt_gemm(xin, stacked_weight(*linears[0].first, all.n),

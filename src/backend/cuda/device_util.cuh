@@ -111,6 +111,28 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return total;
 }
 
+// 1 / sqrt(mean(x²) + eps) of a row of dim floats, reduced as a block of kNormThreads threads
+// would: thread t takes elements t, t + kNormThreads, ... by fmaf, then a butterfly in each warp,
+// then the warp sums added in warp order. The calling block may have any size that is a multiple
+// of 32 (each warp takes whole virtual warps, lanes unchanged), so rms_norm_kernel and the
+// kernels that fold the norm into their own blocks give the same bits. `scratch` holds
+// kNormThreads / 32 floats; every thread returns the result.
+constexpr int kNormThreads = 256;
+__device__ __forceinline__ float rms_inverse(const float* xr, int dim, float eps, float* scratch) {
+  const int lane = threadIdx.x % 32;
+  __syncthreads();  // scratch may still be read by a previous call
+  for (int vw = threadIdx.x / 32; vw < kNormThreads / 32; vw += blockDim.x / 32) {
+    float ss = 0.0f;
+    for (int i = vw * 32 + lane; i < dim; i += kNormThreads) ss = fmaf(xr[i], xr[i], ss);
+    ss = warp_sum(ss);
+    if (lane == 0) scratch[vw] = ss;
+  }
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kNormThreads / 32; ++w) total += scratch[w];
+  return 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
+}
+
 // silu(g) * u: the arithmetic of every SwiGLU kernel, so that they give the same bits.
 __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 

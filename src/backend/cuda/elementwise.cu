@@ -26,10 +26,7 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, const T* __restrict
   __shared__ float scratch[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   O* o = out + static_cast<int64_t>(blockIdx.x) * dim;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
-  const float total = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
+  const float inv = rms_inverse(xr, dim, eps, scratch);
   // x and out may alias: each element is read above before this loop and written once here.
   for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = from_float<O>((xr[i] * inv) * to_float(w[i]));
 }
@@ -270,7 +267,8 @@ void launch_rms_norm_as(const float* x, const void* weight, ElemType type, float
                         const Context& ctx) {
   if (rows == 0) return;
   SPECDEC_DISPATCH_ELEM(
-      type, T, launch(rms_norm_kernel<T, O>, rows, 256, 0, ctx, x, static_cast<const T*>(weight), eps, out, dim));
+      type, T,
+      launch(rms_norm_kernel<T, O>, rows, kNormThreads, 0, ctx, x, static_cast<const T*>(weight), eps, out, dim));
 }
 }  // namespace
 

@@ -134,6 +134,13 @@ struct SkinnyArgs {
   float* out[3] = {nullptr, nullptr, nullptr};
   int n[3] = {0, 0, 0};  // store: the parts' widths, summing to N
   int parts = 1;
+  // The ordered kernel only, with x null: x in f32, rounded to the weights' type by the kernel,
+  // after an RMSNorm by `norm` (norm_type, eps) where norm is set; the bits of launch_convert_f32
+  // or launch_rms_norm_16 and then the call. See ordered_gemm_takes_f32.
+  const float* x32 = nullptr;
+  const void* norm = nullptr;
+  ElemType norm_type = ElemType::f32;
+  float eps = 0.0f;
 };
 bool skinny_gemm_supports(ElemType type, int M, int K, const void* x, const void* w);
 void launch_skinny_gemm(const SkinnyArgs& args, const Context& ctx);
@@ -147,6 +154,10 @@ uint64_t skinny_gemm_launches();
 // 1 <= M <= kOrderedMaxM, K a multiple of 16, x and w on 16-byte boundaries.
 constexpr int kOrderedMaxM = 16;
 bool ordered_gemm_supports(ElemType type, int M, int K, const void* x, const void* w);
+// Whether the ordered kernel takes this call's x in f32 (SkinnyArgs::x32): as for
+// ordered_gemm_supports, and the M rows of K, rounded, fit the block's shared memory beside the
+// weight ring (one or two rows of the 8B shape's widest K, four of 4,096).
+bool ordered_gemm_takes_f32(ElemType type, int M, int K, const float* x, const void* w);
 void launch_ordered_gemm(const SkinnyArgs& args, const Context& ctx);
 // How many ordered launches this process has made (tests check which kernel served a call).
 uint64_t ordered_gemm_launches();

@@ -21,6 +21,12 @@
 //   (x, rows padded to a 16-byte bank shift) by ldmatrix, runs the stage's MMAs, and releases the
 //   stage to the producer by a second mbarrier;
 // - the ring holds about 200 KB (one block an SM), several stages ahead of the chains.
+// x may instead come in f32 (SkinnyArgs::x32) where its rows fit beside the ring: the whole block
+// then rounds them into shared memory once, before the first stage, after the RMSNorm before the
+// projection where there is one (norm weights given). That is the arithmetic of the separate
+// passes that would otherwise write the 16-bit x (rms_inverse's reduction, then each element
+// rounded to nearest), so the bits are the same, and a decode step is spared a launch and a pass
+// over x before each of a layer's linears.
 // The epilogues are the skinny kernel's (SkinnyEpilogue): columns to up to three outputs, the
 // residual add, or silu(gate) * up of stacked gate/up rows, each with the values cuBLASLt's GEMM
 // followed by the separate pass would produce.
@@ -50,9 +56,12 @@ constexpr int kSlab = 8 * kBoxK * 2;        // bytes of one tile's 8 rows x 64 k
 constexpr int kTileStage = kBoxes * kSlab;  // bytes of one tile's 8 rows in a stage
 constexpr int kXPitch = kKc * 2 + 16;  // bytes of an x row in a stage
 constexpr int kMaxStages = 16;
-constexpr int kHeader = 2048;  // the barriers, then the ring from a 1,024-byte boundary
+constexpr int kHeader = 2048;  // the barriers and the norm's scratch, then x or the ring from a 1,024-byte boundary
+constexpr int kBarrierBytes = 2 * kMaxStages * 8;
+constexpr int kScratchBytes = kNormThreads / 32 * 4;
 constexpr int kRingBytes = 200 * 1024;
 constexpr int kMaxSmem = kHeader + kRingBytes;
+constexpr int kFullXBytes = 64 * 1024;  // the most the rows of an f32 x take, rounded, out of the ring
 
 std::atomic<uint64_t> launches{0};
 
@@ -71,8 +80,41 @@ enum class Form { box2d, tile3d };
 __host__ __device__ constexpr int stage_bytes(int C, int T, int M) {
   return (C * T * kTileStage + M * kXPitch + 1023) / 1024 * 1024;
 }
+// An f32 x rounded whole: M rows of K 16-bit values, each row 16 bytes past a bank period (as
+// kXPitch), ahead of the ring.
+__host__ __device__ constexpr int full_x_pitch(int K) { return K * 2 + 16; }
+__host__ __device__ constexpr int full_x_bytes(int M, int K) { return (M * full_x_pitch(K) + 1023) / 1024 * 1024; }
+
+__device__ __forceinline__ float norm_weight(const SkinnyArgs& a, int i) {
+  switch (a.norm_type) {
+    case ElemType::bf16:
+      return to_float(static_cast<const __nv_bfloat16*>(a.norm)[i]);
+    case ElemType::f16:
+      return to_float(static_cast<const __half*>(a.norm)[i]);
+    default:
+      return static_cast<const float*>(a.norm)[i];
+  }
+}
+
+// Rows 0 .. M - 1 of the f32 x, each normalised first where a.norm is set, rounded to W into
+// shared memory at x_smem, full_x_pitch(K) bytes a row. The whole block takes part.
+template <typename W>
+__device__ __forceinline__ void round_x(const SkinnyArgs& a, unsigned char* x_smem, float* scratch) {
+  for (int r = 0; r < a.M; ++r) {
+    const float* xr = a.x32 + static_cast<int64_t>(r) * a.K;
+    W* dst = reinterpret_cast<W*>(x_smem + r * full_x_pitch(a.K));
+    if (a.norm) {
+      const float inv = rms_inverse(xr, a.K, a.eps, scratch);
+      for (int i = threadIdx.x; i < a.K; i += blockDim.x) dst[i] = from_float<W>((xr[i] * inv) * norm_weight(a, i));
+    } else {
+      for (int i = threadIdx.x; i < a.K; i += blockDim.x) dst[i] = from_float<W>(xr[i]);
+    }
+  }
+}
 static_assert(2 * stage_bytes(4, 2, kOrderedMaxM) <= kRingBytes, "two stages of the largest call fit the ring");
 static_assert(2 * stage_bytes(8, 1, kOrderedMaxM) <= kRingBytes, "two stages of the largest call fit the ring");
+static_assert(2 * stage_bytes(4, 2, 0) + kFullXBytes <= kRingBytes, "and beside the largest whole x");
+static_assert(kBarrierBytes + kScratchBytes + 1023 <= kHeader, "the header holds the barriers and the scratch");
 
 // Stores tile column col0 .. col0 + 7's accumulators by the epilogue E. Accumulator e: row g
 // (+8 for e >= 2), column 2t (+1 for odd e) of the tile.
@@ -119,15 +161,20 @@ __global__ void __launch_bounds__((C + 1) * 32)
   extern __shared__ __align__(128) unsigned char smem[];
   uint64_t* full = reinterpret_cast<uint64_t*>(smem);
   uint64_t* empty = full + kMaxStages;
-  // The ring from the first 1,024-byte boundary of the shared window past the barriers.
+  float* scratch = reinterpret_cast<float*>(smem + kBarrierBytes);
+  // x rounded whole (an f32 x), then the ring, from the first 1,024-byte boundary past the
+  // barriers and the scratch.
+  const bool whole_x = a.x32 != nullptr;  // block-uniform
   const unsigned base = smem_addr(smem);
-  const unsigned ring = (base + 2 * kMaxStages * 8 + 1023) / 1024 * 1024;
+  const unsigned x_whole = (base + kBarrierBytes + kScratchBytes + 1023) / 1024 * 1024;
+  const unsigned ring = x_whole + (whole_x ? full_x_bytes(a.M, a.K) : 0);
   unsigned char* ring_ptr = smem + (ring - base);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int M = a.M, K = a.K;
   const int cols = E == SkinnyEpilogue::silu_gate ? a.N / 2 : a.N;  // output columns
   const int tiles = (cols + 7) / 8;
-  const int bytes_per_stage = stage_bytes(C, T, M);
+  const int bytes_per_stage = stage_bytes(C, T, whole_x ? 0 : M);
+  const int x_rows = whole_x ? 0 : M;  // rows of x a stage carries
   const int x_off = C * T * kTileStage;
   const int chunks = (K + kKc - 1) / kKc;
   int first, end;
@@ -149,30 +196,29 @@ __global__ void __launch_bounds__((C + 1) * 32)
   }
   __syncthreads();
 
-  if (warp == C) {  // the producer
-    const W* x = static_cast<const W*>(a.x);
-    // Stage n of the block's walk: pass n / chunks, k from (n % chunks) * kKc.
-    const auto weights = [&](int n) {  // lane 0: the stage's expected bytes and its weight copies
-      const int pass = n / chunks, c = n % chunks, slot = n % stages;
-      const int tile0 = first + pass * C, k0 = c * kKc, k_len = min(kKc, K - k0);
-      unsigned char* stage = ring_ptr + slot * bytes_per_stage;
-      // A box past the tensor's edge is filled with zeros and counts whole.
-      if constexpr (F == Form::box2d) {
-        const int boxes = (k_len + kBoxK - 1) / kBoxK;
-        barrier_expect(&full[slot], T * boxes * C * kSlab + M * k_len * 2);
+  const W* x = static_cast<const W*>(a.x);
+  // Stage n of the block's walk: pass n / chunks, k from (n % chunks) * kKc.
+  const auto weights = [&](int n) {  // lane 0: the stage's expected bytes and its weight copies
+    const int pass = n / chunks, c = n % chunks, slot = n % stages;
+    const int tile0 = first + pass * C, k0 = c * kKc, k_len = min(kKc, K - k0);
+    unsigned char* stage = ring_ptr + slot * bytes_per_stage;
+    // A box past the tensor's edge is filled with zeros and counts whole.
+    if constexpr (F == Form::box2d) {
+      const int boxes = (k_len + kBoxK - 1) / kBoxK;
+      barrier_expect(&full[slot], T * boxes * C * kSlab + x_rows * k_len * 2);
+#pragma unroll
+      for (int f = 0; f < T; ++f)
+        for (int j = 0; j < boxes; ++j)
+          box_copy_2d(stage + (f * kBoxes + j) * C * kSlab, &map, k0 + j * kBoxK, tile0 * 8 + f * cols, &full[slot]);
+    } else {
+      const int active = min(C, end - tile0);
+      barrier_expect(&full[slot], active * T * kTileStage + x_rows * k_len * 2);
+      for (int w = 0; w < active; ++w)
 #pragma unroll
         for (int f = 0; f < T; ++f)
-          for (int j = 0; j < boxes; ++j)
-            box_copy_2d(stage + (f * kBoxes + j) * C * kSlab, &map, k0 + j * kBoxK, tile0 * 8 + f * cols, &full[slot]);
-      } else {
-        const int active = min(C, end - tile0);
-        barrier_expect(&full[slot], active * T * kTileStage + M * k_len * 2);
-        for (int w = 0; w < active; ++w)
-#pragma unroll
-          for (int f = 0; f < T; ++f)
-            box_copy_3d(stage + (w * T + f) * kTileStage, &map, 0, (tile0 + w) * 8 + f * cols, k0 / kBoxK, &full[slot]);
-      }
-    };
+          box_copy_3d(stage + (w * T + f) * kTileStage, &map, 0, (tile0 + w) * 8 + f * cols, k0 / kBoxK, &full[slot]);
+    }
+  };
     const auto activations = [&](int n) {  // lanes < M: the stage's rows of x
       const int c = n % chunks, slot = n % stages, k0 = c * kKc, k_len = min(kKc, K - k0);
       if (lane < M)
@@ -181,23 +227,31 @@ __global__ void __launch_bounds__((C + 1) * 32)
     };
     const int total = passes * chunks;
     const int early = kEarly ? min(stages, total) : 0;
-    if (lane == 0)
+    if (warp == C && lane == 0)
       for (int n = 0; n < early; ++n) weights(n);
     // x is only read after this; without kEarly the launch follows the previous kernel's end
     // (see launch_with), and the wait is for form's sake.
-    grid_dependency_wait();
-    __syncwarp();
-    for (int n = 0; n < early; ++n) activations(n);
-    for (int n = early; n < total; ++n) {
-      const int slot = n % stages, round = n / stages;
-      if (round > 0) barrier_wait(&empty[slot], (round - 1) & 1);
-      if (lane == 0) weights(n);
-      __syncwarp();
-      activations(n);
+    if (whole_x) {
+      grid_dependency_wait();
+      round_x<W>(a, smem + (x_whole - base), scratch);
+      __syncthreads();
     }
-    allow_dependents();
-    return;
-  }
+
+    if (warp == C) {  // the producer
+      if (!whole_x) grid_dependency_wait();
+      __syncwarp();
+      if (!whole_x)
+        for (int n = 0; n < early; ++n) activations(n);
+      for (int n = early; n < total; ++n) {
+        const int slot = n % stages, round = n / stages;
+        if (round > 0) barrier_wait(&empty[slot], (round - 1) & 1);
+        if (lane == 0) weights(n);
+        __syncwarp();
+        if (!whole_x) activations(n);
+      }
+      allow_dependents();
+      return;
+    }
 
   // A consumer. ldmatrix of B (weights, [n][k]) for k-steps 2p and 2p + 1 of a 64-k slab: lanes
   // 0-7 its rows 0-7 at 16-byte unit 4p, lanes 8-15 at 4p + 1, 16-23 at 4p + 2, 24-31 at 4p + 3:
@@ -210,8 +264,11 @@ __global__ void __launch_bounds__((C + 1) * 32)
     b_row[f] = ring + (F == Form::box2d ? f * kBoxes * C * kSlab + (warp * 8 + (lane & 7)) * 128
                                         : (warp * T + f) * kTileStage + (lane & 7) * 128);
   const int b_unit = lane >> 3, b_swz = lane & 7;
-  const int xr = lane & 15;
-  const unsigned a_row = ring + x_off + (xr < M ? xr : 0) * kXPitch + (lane >> 4) * 16;
+  const int xr = (lane & 15) < M ? lane & 15 : 0;
+  // Where this lane's x row is read: in each stage, or once for all stages (whole_x; chunk c at
+  // c * kKc k).
+  const unsigned a_row =
+      whole_x ? x_whole + xr * full_x_pitch(K) + (lane >> 4) * 16 : ring + x_off + xr * kXPitch + (lane >> 4) * 16;
 
   int n = 0;  // stages consumed so far
   for (int pass = 0; pass < passes; ++pass) {
@@ -226,6 +283,7 @@ __global__ void __launch_bounds__((C + 1) * 32)
       const int slot = n % stages;
       barrier_wait(&full[slot], (n / stages) & 1);
       const unsigned stage = slot * bytes_per_stage;
+      const unsigned a_at = whole_x ? a_row + c * (kKc * 2) : a_row + stage;
       const int all_steps = mine ? min(kKc, K - c * kKc) / 16 : 0;
       for (int j = 0; j < kBoxes; ++j) {
         const int steps = all_steps - j * 4;
@@ -238,8 +296,8 @@ __global__ void __launch_bounds__((C + 1) * 32)
 #pragma unroll
           for (int f = 0; f < T; ++f)
             ldmatrix_x4(b[p][f], b_row[f] + stage + j * kSlabStride + (((4 * p + b_unit) ^ b_swz) << 4));
-          ldmatrix_x4(xa[2 * p], a_row + stage + j * 128 + p * 64);
-          ldmatrix_x4(xa[2 * p + 1], a_row + stage + j * 128 + p * 64 + 32);
+          ldmatrix_x4(xa[2 * p], a_at + j * 128 + p * 64);
+          ldmatrix_x4(xa[2 * p + 1], a_at + j * 128 + p * 64 + 32);
         }
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
@@ -323,10 +381,12 @@ template <typename W, SkinnyEpilogue E, Form F, int C, bool kEarly>
 void launch_with(const SkinnyArgs& a, const Context& ctx) {
   constexpr int T = E == SkinnyEpilogue::silu_gate ? 2 : 1;
   const auto kernel = ordered_kernel<W, T, E, F, C, kEarly>;
-  const int per_stage = stage_bytes(C, T, a.M);
+  const bool whole_x = a.x32 != nullptr;
+  const int per_stage = stage_bytes(C, T, whole_x ? 0 : a.M);
+  const int x_bytes = whole_x ? full_x_bytes(a.M, a.K) : 0;
   // At least two stages, past the ring's size if need be (16 rows of silu_gate: 81 KB a stage).
-  const int stages = std::clamp(kRingBytes / per_stage, 2, kMaxStages);
-  const size_t smem = kHeader + static_cast<size_t>(stages) * per_stage;
+  const int stages = std::clamp((kRingBytes - x_bytes) / per_stage, 2, kMaxStages);
+  const size_t smem = kHeader + x_bytes + static_cast<size_t>(stages) * per_stage;
   static const bool sized =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem) == cudaSuccess;
   (void)sized;  // a failure shows as the launch's error
@@ -368,6 +428,11 @@ void launch_rows(const SkinnyArgs& a, const Context& ctx) {
 
 bool ordered_gemm_supports(ElemType type, int M, int K, const void* x, const void* w) {
   return few_rows_supported(type, M, K, x, w, kOrderedMaxM, 16);
+}
+
+bool ordered_gemm_takes_f32(ElemType type, int M, int K, const float* x, const void* w) {
+  return few_rows_supported(type, M, K, x, w, kOrderedMaxM, 16) && K <= kFullXBytes &&
+         full_x_bytes(M, K) <= kFullXBytes;
 }
 
 void launch_ordered_gemm(const SkinnyArgs& a, const Context& ctx) {
