@@ -64,10 +64,10 @@ TEST(GpuFused, EqualsComposedCalls) {
     double tol;  // 0: bit equality
   };
   const std::vector<Case> cases = {
-      {true, 1, 512, 256, 64, 704, DType::bf16, 0},  {true, 2, 4096, 512, 128, 1024, DType::bf16, 0},
-      {true, 5, 1000, 96, 32, 300, DType::bf16, 0},  {true, 19, 256, 128, 64, 512, DType::f16, 0},
-      {true, 3, 130, 64, 32, 96, DType::f32, 0},     {false, 1, 4096, 512, 128, 14336 / 8, DType::bf16, 0},
-      {false, 2, 512, 256, 64, 704, DType::bf16, 0}, {false, 24, 512, 256, 64, 704, DType::bf16, 1e-5},
+      {true, 1, 512, 256, 64, 704, DType::bf16, 0},     {true, 2, 4096, 512, 128, 1024, DType::bf16, 0},
+      {true, 5, 1000, 96, 32, 300, DType::bf16, 0},     {true, 19, 256, 128, 64, 512, DType::f16, 0},
+      {true, 3, 130, 64, 32, 96, DType::f32, 0},        {false, 1, 4096, 512, 128, 14336 / 8, DType::bf16, 0},
+      {false, 2, 512, 256, 64, 704, DType::bf16, 0},    {false, 24, 512, 256, 64, 704, DType::bf16, 1e-5},
       {false, 24, 512, 256, 64, 704, DType::f16, 1e-5}, {false, 9, 130, 64, 32, 96, DType::f32, 1e-5},
   };
   for (const Case& c : cases) {
@@ -119,8 +119,12 @@ Stacked make_stacked(Backend& g, int K, int Nq, int Nkv, int I, DType wt) {
   Stacked s;
   auto qkv = stack(s.qkv, {{Nq, 11}, {Nkv, 12}, {Nkv, 13}});
   auto gu = stack(s.gate_up, {{I, 15}, {I, 16}});
-  s.w = {std::move(qkv[0]), std::move(qkv[1]), std::move(qkv[2]),
-         upload(g, random_floats(size_t(Nq), 14), DType::f32, {Nq}), std::move(gu[0]), std::move(gu[1]),
+  s.w = {std::move(qkv[0]),
+         std::move(qkv[1]),
+         std::move(qkv[2]),
+         upload(g, random_floats(size_t(Nq), 14), DType::f32, {Nq}),
+         std::move(gu[0]),
+         std::move(gu[1]),
          upload(g, random_floats(size_t(K) * I, 17), wt, {K, I})};
   return s;
 }
@@ -140,10 +144,11 @@ TEST(GpuFused, StackedWeightsEqualSeparateOnes) {
     int skinny = 0;  // CudaTuning::skinny_max_m
   };
   const int K = 512, Nq = 256, Nkv = 64, I = 704;
-  for (const Case& c : {Case{true, 1, DType::bf16, 0}, Case{true, 3, DType::bf16, 0}, Case{true, 40, DType::f16, 0},
-                        Case{true, 200, DType::bf16, 0},  Case{true, 300, DType::bf16, 0}, Case{false, 2, DType::bf16, 0},
-                        Case{false, 8, DType::bf16, 1e-5}, Case{false, 5, DType::f16, 0, 8},
-                        Case{false, 8, DType::bf16, 0, 8}, Case{false, 300, DType::bf16, 1e-5}}) {
+  for (const Case& c :
+       {Case{true, 1, DType::bf16, 0}, Case{true, 3, DType::bf16, 0}, Case{true, 40, DType::f16, 0},
+        Case{true, 200, DType::bf16, 0}, Case{true, 300, DType::bf16, 0}, Case{false, 2, DType::bf16, 0},
+        Case{false, 8, DType::bf16, 1e-5}, Case{false, 5, DType::f16, 0, 8}, Case{false, 8, DType::bf16, 0, 8},
+        Case{false, 300, DType::bf16, 1e-5}}) {
     Backends b = make_backends(c.invariant);
     if (c.skinny) {
       CudaTuning t;
@@ -157,7 +162,10 @@ TEST(GpuFused, StackedWeightsEqualSeparateOnes) {
     const std::string what =
         str_cat("invariant=", c.invariant, " M=", c.M, " ", dtype_name(c.wt), " skinny=", c.skinny);
     const std::array<std::pair<const std::vector<float>*, const std::vector<float>*>, 5> pairs = {
-        {{&got.q, &want.q}, {&got.k, &want.k}, {&got.v, &want.v}, {&got.gated, &want.gated},
+        {{&got.q, &want.q},
+         {&got.k, &want.k},
+         {&got.v, &want.v},
+         {&got.gated, &want.gated},
          {&got.residual, &want.residual}}};
     for (size_t i = 0; i < pairs.size(); ++i) {
       ASSERT_EQ(pairs[i].first->size(), pairs[i].second->size());
@@ -189,7 +197,10 @@ TEST(GpuFused, OrderedKernelEpiloguesEqualCuBlasLtPasses) {
       EXPECT_EQ(cuda::ordered_gemm_launches(), before + 3) << "M=" << M << ": q/k/v, gate/up and down on the kernel";
       const Results want = run(*lt, b.w, M, K, Nq, Nkv, I, true);
       const std::array<std::pair<const std::vector<float>*, const std::vector<float>*>, 5> pairs = {
-          {{&got.q, &want.q}, {&got.k, &want.k}, {&got.v, &want.v}, {&got.gated, &want.gated},
+          {{&got.q, &want.q},
+           {&got.k, &want.k},
+           {&got.v, &want.v},
+           {&got.gated, &want.gated},
            {&got.residual, &want.residual}}};
       for (size_t i = 0; i < pairs.size(); ++i)
         EXPECT_TRUE(bit_equal(pairs[i].first->data(), pairs[i].second->data(), pairs[i].second->size()))
@@ -362,8 +373,7 @@ TEST(GpuFused, MlpAndAdjacentOutputsEqualTheirCompositions) {
                                                  Projection{Weight(w.wv.tensor), {}, v.tensor}};
         g.linear_many(xq.tensor, near);
         g.linear_many(xq.tensor, apart);
-        const std::array<std::pair<Tensor, Tensor>, 3> pairs = {
-            {{tq, q.tensor}, {tk, k.tensor}, {tv, v.tensor}}};
+        const std::array<std::pair<Tensor, Tensor>, 3> pairs = {{{tq, q.tensor}, {tk, k.tensor}, {tv, v.tensor}}};
         for (size_t i = 0; i < pairs.size(); ++i) {
           const auto a = download(g, pairs[i].first), c = download(g, pairs[i].second);
           EXPECT_TRUE(bit_equal(a.data(), c.data(), c.size())) << what << " (q/k/v output " << i << ")";

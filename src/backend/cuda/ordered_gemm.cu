@@ -54,7 +54,7 @@ constexpr int kBoxK = 64;                   // k of a box: 128 bytes, the most t
 constexpr int kBoxes = kKc / kBoxK;         // 64-k slabs a stage
 constexpr int kSlab = 8 * kBoxK * 2;        // bytes of one tile's 8 rows x 64 k
 constexpr int kTileStage = kBoxes * kSlab;  // bytes of one tile's 8 rows in a stage
-constexpr int kXPitch = kKc * 2 + 16;  // bytes of an x row in a stage
+constexpr int kXPitch = kKc * 2 + 16;       // bytes of an x row in a stage
 constexpr int kMaxStages = 16;
 constexpr int kHeader = 2048;  // the barriers and the norm's scratch, then x or the ring from a 1,024-byte boundary
 constexpr int kBarrierBytes = 2 * kMaxStages * 8;
@@ -219,39 +219,39 @@ __global__ void __launch_bounds__((C + 1) * 32)
           box_copy_3d(stage + (w * T + f) * kTileStage, &map, 0, (tile0 + w) * 8 + f * cols, k0 / kBoxK, &full[slot]);
     }
   };
-    const auto activations = [&](int n) {  // lanes < M: the stage's rows of x
-      const int c = n % chunks, slot = n % stages, k0 = c * kKc, k_len = min(kKc, K - k0);
-      if (lane < M)
-        bulk_copy(ring_ptr + slot * bytes_per_stage + x_off + lane * kXPitch, x + static_cast<int64_t>(lane) * K + k0,
-                  k_len * 2, &full[slot]);
-    };
-    const int total = passes * chunks;
-    const int early = kEarly ? min(stages, total) : 0;
-    if (warp == C && lane == 0)
-      for (int n = 0; n < early; ++n) weights(n);
-    // x is only read after this; without kEarly the launch follows the previous kernel's end
-    // (see launch_with), and the wait is for form's sake.
-    if (whole_x) {
-      grid_dependency_wait();
-      round_x<W>(a, smem + (x_whole - base), scratch);
-      __syncthreads();
-    }
+  const auto activations = [&](int n) {  // lanes < M: the stage's rows of x
+    const int c = n % chunks, slot = n % stages, k0 = c * kKc, k_len = min(kKc, K - k0);
+    if (lane < M)
+      bulk_copy(ring_ptr + slot * bytes_per_stage + x_off + lane * kXPitch, x + static_cast<int64_t>(lane) * K + k0,
+                k_len * 2, &full[slot]);
+  };
+  const int total = passes * chunks;
+  const int early = kEarly ? min(stages, total) : 0;
+  if (warp == C && lane == 0)
+    for (int n = 0; n < early; ++n) weights(n);
+  // x is only read after this; without kEarly the launch follows the previous kernel's end
+  // (see launch_with), and the wait is for form's sake.
+  if (whole_x) {
+    grid_dependency_wait();
+    round_x<W>(a, smem + (x_whole - base), scratch);
+    __syncthreads();
+  }
 
-    if (warp == C) {  // the producer
-      if (!whole_x) grid_dependency_wait();
+  if (warp == C) {  // the producer
+    if (!whole_x) grid_dependency_wait();
+    __syncwarp();
+    if (!whole_x)
+      for (int n = 0; n < early; ++n) activations(n);
+    for (int n = early; n < total; ++n) {
+      const int slot = n % stages, round = n / stages;
+      if (round > 0) barrier_wait(&empty[slot], (round - 1) & 1);
+      if (lane == 0) weights(n);
       __syncwarp();
-      if (!whole_x)
-        for (int n = 0; n < early; ++n) activations(n);
-      for (int n = early; n < total; ++n) {
-        const int slot = n % stages, round = n / stages;
-        if (round > 0) barrier_wait(&empty[slot], (round - 1) & 1);
-        if (lane == 0) weights(n);
-        __syncwarp();
-        if (!whole_x) activations(n);
-      }
-      allow_dependents();
-      return;
+      if (!whole_x) activations(n);
     }
+    allow_dependents();
+    return;
+  }
 
   // A consumer. ldmatrix of B (weights, [n][k]) for k-steps 2p and 2p + 1 of a 64-k slab: lanes
   // 0-7 its rows 0-7 at 16-byte unit 4p, lanes 8-15 at 4p + 1, 16-23 at 4p + 2, 24-31 at 4p + 3:
