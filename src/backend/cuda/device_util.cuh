@@ -123,7 +123,16 @@ __device__ __forceinline__ float rms_inverse(const float* xr, int dim, float eps
   __syncthreads();  // scratch may still be read by a previous call
   for (int vw = threadIdx.x / 32; vw < kNormThreads / 32; vw += blockDim.x / 32) {
     float ss = 0.0f;
-    for (int i = vw * 32 + lane; i < dim; i += kNormThreads) ss = fmaf(xr[i], xr[i], ss);
+    // Sixteen loads in flight before their sums, which keep the order of i.
+    constexpr int kBatch = 16;
+    for (int i0 = vw * 32 + lane; i0 < dim; i0 += kBatch * kNormThreads) {
+      float v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) v[j] = i0 + j * kNormThreads < dim ? xr[i0 + j * kNormThreads] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (i0 + j * kNormThreads < dim) ss = fmaf(v[j], v[j], ss);
+    }
     ss = warp_sum(ss);
     if (lane == 0) scratch[vw] = ss;
   }

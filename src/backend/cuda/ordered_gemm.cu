@@ -97,17 +97,38 @@ __device__ __forceinline__ float norm_weight(const SkinnyArgs& a, int i) {
 }
 
 // Rows 0 .. M - 1 of the f32 x, each normalised first where a.norm is set, rounded to W into
-// shared memory at x_smem, full_x_pitch(K) bytes a row. The whole block takes part.
+// shared memory at x_smem, full_x_pitch(K) bytes a row. The whole block takes part; each thread
+// has four 16-byte loads in flight before it rounds them (K is a multiple of 16).
 template <typename W>
 __device__ __forceinline__ void round_x(const SkinnyArgs& a, unsigned char* x_smem, float* scratch) {
+  constexpr int kBatch = 4;
+  const int n4 = a.K / 4;
   for (int r = 0; r < a.M; ++r) {
     const float* xr = a.x32 + static_cast<int64_t>(r) * a.K;
-    W* dst = reinterpret_cast<W*>(x_smem + r * full_x_pitch(a.K));
-    if (a.norm) {
-      const float inv = rms_inverse(xr, a.K, a.eps, scratch);
-      for (int i = threadIdx.x; i < a.K; i += blockDim.x) dst[i] = from_float<W>((xr[i] * inv) * norm_weight(a, i));
-    } else {
-      for (int i = threadIdx.x; i < a.K; i += blockDim.x) dst[i] = from_float<W>(xr[i]);
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    unsigned char* dst = x_smem + r * full_x_pitch(a.K);
+    const float inv = a.norm ? rms_inverse(xr, a.K, a.eps, scratch) : 1.0f;
+    for (int i0 = threadIdx.x; i0 < n4; i0 += kBatch * blockDim.x) {
+      float v[kBatch][4], g[kBatch][4];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = i0 + u * blockDim.x;
+        if (i >= n4) break;
+        const float4 f = x4[i];
+        v[u][0] = f.x, v[u][1] = f.y, v[u][2] = f.z, v[u][3] = f.w;
+        if (a.norm)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) g[u][e] = norm_weight(a, 4 * i + e);
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = i0 + u * blockDim.x;
+        if (i >= n4) break;
+        W o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[e] = from_float<W>(a.norm ? (v[u][e] * inv) * g[u][e] : v[u][e]);
+        *reinterpret_cast<uint2*>(dst + i * 8) = *reinterpret_cast<const uint2*>(o);
+      }
     }
   }
 }
@@ -226,7 +247,9 @@ __global__ void __launch_bounds__((C + 1) * 32)
                 k_len * 2, &full[slot]);
   };
   const int total = passes * chunks;
-  const int early = kEarly ? min(stages, total) : 0;
+  // Weights are never written by the kernel before: with kEarly, or where the block rounds x
+  // itself first, the first ring of them is asked for before the wait and the rounding.
+  const int early = kEarly || whole_x ? min(stages, total) : 0;
   if (warp == C && lane == 0)
     for (int n = 0; n < early; ++n) weights(n);
   // x is only read after this; without kEarly the launch follows the previous kernel's end
