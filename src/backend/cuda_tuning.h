@@ -77,16 +77,20 @@ struct CudaTuning {
   // The batch-invariant mode runs its cuBLASLt-path linears of up to this many rows on the
   // ordered kernel (ordered_gemm.cu: cuBLASLt's unsplit order, so the same bits; the stacked
   // projections' column split and SwiGLU in its epilogue) instead of cuBLASLt
-  // (SPECDEC_CUDA_ORDERED_MAX_M, 0 to 16). Off by default: an order that forbids splitting K
-  // leaves one chain of MMAs per 8 columns walking all of K, and on the stacked q/k/v the kernel
-  // stays slower than cuBLASLt, level on the other shapes (docs/perf-notes.md has the figures).
-  int ordered_max_m = 0;
-  // The ordered kernel's probes for the stacked q/k/v, not yet measured: eight consumer warps a
-  // block for its single-tile calls, so an SM's six q/k/v tiles run in one pass
-  // (SPECDEC_CUDA_ORDERED_WARPS=8; 4 or 8); and an overlapped launch whose producer asks for its
-  // first ring of weights before waiting for the kernel before it (SPECDEC_CUDA_ORDERED_EARLY=1).
-  int ordered_warps = 4;
-  bool ordered_early = false;
+  // (SPECDEC_CUDA_ORDERED_MAX_M, 0 to 16). Four: up to four rows of a 4,096-wide x (one or two
+  // of 14,336) the kernel takes x in f32 and rounds it itself, after the RMSNorm before the
+  // projection, which spares the separate pass and launch that cuBLASLt needs before each of a
+  // layer's linears; with more rows x comes rounded, and there the kernel is no faster than
+  // cuBLASLt (an order that forbids splitting K leaves one chain of MMAs per 8 columns walking
+  // all of K). docs/perf-notes.md has the figures.
+  int ordered_max_m = 4;
+  // The ordered kernel's consumer warps a block for single-tile calls (SPECDEC_CUDA_ORDERED_WARPS,
+  // 4 or 8): eight let an SM's five or six tiles of the stacked q/k/v run in one pass. And an
+  // overlapped launch whose producer asks for its first ring of weights before it waits for the
+  // kernel before it (SPECDEC_CUDA_ORDERED_EARLY=0 turns it off): one memory latency a linear
+  // off the step's critical path.
+  int ordered_warps = 8;
+  bool ordered_early = true;
   // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
   // gives the same bits.
