@@ -77,13 +77,14 @@ struct CudaTuning {
   // The batch-invariant mode runs its cuBLASLt-path linears of up to this many rows on the
   // ordered kernel (ordered_gemm.cu: cuBLASLt's unsplit order, so the same bits; the stacked
   // projections' column split and SwiGLU in its epilogue) instead of cuBLASLt
-  // (SPECDEC_CUDA_ORDERED_MAX_M, 0 to 16). Four: up to four rows of a 4,096-wide x (one or two
-  // of 14,336) the kernel takes x in f32 and rounds it itself, after the RMSNorm before the
+  // (SPECDEC_CUDA_ORDERED_MAX_M, 0 to 16). Two: up to four rows of a 4,096-wide x, two of
+  // 14,336, the kernel takes x in f32 and rounds it itself, after the RMSNorm before the
   // projection, which spares the separate pass and launch that cuBLASLt needs before each of a
-  // layer's linears; with more rows x comes rounded, and there the kernel is no faster than
-  // cuBLASLt (an order that forbids splitting K leaves one chain of MMAs per 8 columns walking
-  // all of K). docs/perf-notes.md has the figures.
-  int ordered_max_m = 4;
+  // layer's linears; two rows are the most for which every linear of an 8B-shaped layer takes x
+  // so. Where x comes rounded the kernel is no faster than cuBLASLt (an order that forbids
+  // splitting K leaves one chain of MMAs per 8 columns walking all of K). docs/perf-notes.md has
+  // the figures.
+  int ordered_max_m = 2;
   // The ordered kernel's consumer warps a block for single-tile calls (SPECDEC_CUDA_ORDERED_WARPS,
   // 4 or 8): eight let an SM's five or six tiles of the stacked q/k/v run in one pass. And an
   // overlapped launch whose producer asks for its first ring of weights before it waits for the

@@ -3,8 +3,9 @@
 // - batch_invariant = true: 16-bit weights go through cuBLASLt at every M, restricted to
 //   algorithms that keep K in one pass (gemm_lt.h): x rounded to the weights' type, each output
 //   one f32 accumulator over K in order, so a row's bits are the same at any M and beside any
-//   rows (up to CudaTuning::ordered_max_m rows, off by default, the ordered kernel of
-//   ordered_gemm.cu sums in the same order instead). f32 weights (and
+//   rows (up to CudaTuning::ordered_max_m rows, two by default, the ordered kernel of
+//   ordered_gemm.cu sums in the same order instead, rounding an f32 x itself where it fits).
+//   f32 weights (and
 //   CudaTuning::invariant_cublaslt off) take the row-streaming kernel (linear.cu): x stays f32,
 //   f32 fma in an order fixed by K, equally invariant. With CudaTuning::invariant_tensor_cores,
 //   16-bit weights take the tensor-core linear (gemm.cu).
