@@ -49,6 +49,11 @@ struct CudaTuning {
   // and to the flash kernel in the batch-invariant mode (SPECDEC_CUDA_TILE_DECODE=0), where both
   // give the same bits. The fast mode's one-wave fused decode (fused_attention) still comes first.
   bool tile_decode = true;
+  // The batch-invariant mode's decode steps (one new token a row) rotate, cache and attend in one
+  // tile-decode launch whose last warp of each (row, kv head) folds the tiles, instead of three
+  // launches (rope and cache write, tile decode, merge); the same bits. Off by default: not yet
+  // run on a GPU (SPECDEC_CUDA_TILE_FUSED=1).
+  bool tile_fused = false;
   // Batch-invariant mode runs its 16-bit linears on cuBLASLt at every M, with K never split
   // (gemm_lt.h); false takes the row-streaming kernel with f32 x instead, several times slower
   // beyond a few rows (SPECDEC_CUDA_INVARIANT_LT=0). Changes results within bf16 rounding of x.

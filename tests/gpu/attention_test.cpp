@@ -258,12 +258,13 @@ bool on_tensor_cores(const Shape& s) {
   return CudaTuning{}.flash_prefill && s.kv == DType::bf16 && cuda::flash_attention_supports(cuda::ElemType::bf16, s.D);
 }
 
-Backends backends_with_kv(DType kv, bool invariant = true) {
+Backends backends_with_kv(DType kv, bool invariant = true, const CudaTuning& tuning = {}) {
   Backends b = make_backends(invariant);
   BackendOptions g;
   g.device = Device::cuda;
   g.batch_invariant = invariant;
   g.kv_dtype = kv;
+  g.cuda = tuning;
   b.gpu = make_backend(g);
   return b;
 }
@@ -458,6 +459,8 @@ std::vector<int32_t> raw_words(Backend& be, const Tensor& t) {
 // attention, in the output and in both pools, with the split launch (the last block folding the
 // chunks) and the in-block launch, again on a second launch (the arrival counters are left
 // ready), and for a token whose slot is invalid (it writes nothing; both read the pool as it is).
+// Twice: the default kernels, then with CudaTuning::tile_fused (the invariant mode's bf16 cache:
+// the tile-decode launch that rotates, caches and folds its own tiles).
 TEST(GpuAttention, FusedDecodeEqualsRopeKvWriteThenAttention) {
   SPECDEC_REQUIRE_GPU();
   std::vector<RowSpec> rows;
@@ -466,67 +469,72 @@ TEST(GpuAttention, FusedDecodeEqualsRopeKvWriteThenAttention) {
   ASSERT_EQ(rows.size(), 3u);
   const int mb = max_blocks_of(rows), T = static_cast<int>(rows.size());
   for (const Shape& s : shapes()) {
-    Backends b = backends_with_kv(s.kv);
-    Backend& g = *b.gpu;
-    const size_t nq = static_cast<size_t>(T) * s.heads * s.D, nk = static_cast<size_t>(T) * s.kv_heads * s.D;
-    const auto q = random_floats(nq, 41, 0.05f, 2.0f), k = random_floats(nk, 42, 0.05f, 2.0f);
-    const auto v = random_floats(nk, 43);
-    std::vector<float> inv(static_cast<size_t>(s.D / 2));
-    for (int i = 0; i < s.D / 2; ++i)
-      inv[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(s.D));
-    Owned invf = upload(g, inv, DType::f32, {s.D / 2});
-    const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
-    for (int stated : {-1, 0}) {  // exact max_row_len (split launch), none (in-block)
-      for (bool bad_slot : {false, true}) {
-        std::vector<float> out[2];
-        std::vector<int32_t> kw[2], vw[2];
-        for (int fused = 0; fused < 2; ++fused) {
-          Pools p = filled_pools_shaped(g, rows, s, mb);
-          DeviceBatch db = make_batch(g, rows, mb);
-          if (stated >= 0) db.batch.max_row_len = stated;
-          if (bad_slot) {
-            auto slots = download_i32(g, db.batch.slots);
-            slots[1] = -1;
-            db.owned.push_back(upload_i32(g, slots, {T}));
-            db.batch.slots = db.owned.back().tensor;
+    for (bool tile_fused : {false, true}) {
+      CudaTuning tuning;
+      tuning.tile_fused = tile_fused;
+      Backends b = backends_with_kv(s.kv, true, tuning);
+      Backend& g = *b.gpu;
+      const size_t nq = static_cast<size_t>(T) * s.heads * s.D, nk = static_cast<size_t>(T) * s.kv_heads * s.D;
+      const auto q = random_floats(nq, 41, 0.05f, 2.0f), k = random_floats(nk, 42, 0.05f, 2.0f);
+      const auto v = random_floats(nk, 43);
+      std::vector<float> inv(static_cast<size_t>(s.D / 2));
+      for (int i = 0; i < s.D / 2; ++i)
+        inv[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(s.D));
+      Owned invf = upload(g, inv, DType::f32, {s.D / 2});
+      const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+      for (int stated : {-1, 0}) {  // exact max_row_len (split launch), none (in-block)
+        for (bool bad_slot : {false, true}) {
+          std::vector<float> out[2];
+          std::vector<int32_t> kw[2], vw[2];
+          for (int fused = 0; fused < 2; ++fused) {
+            Pools p = filled_pools_shaped(g, rows, s, mb);
+            DeviceBatch db = make_batch(g, rows, mb);
+            if (stated >= 0) db.batch.max_row_len = stated;
+            if (bad_slot) {
+              auto slots = download_i32(g, db.batch.slots);
+              slots[1] = -1;
+              db.owned.push_back(upload_i32(g, slots, {T}));
+              db.batch.slots = db.owned.back().tensor;
+            }
+            Owned qt = upload(g, q, DType::f32, {T, s.heads, s.D}), kt = upload(g, k, DType::f32, {T, s.kv_heads, s.D});
+            Owned vt = upload(g, v, DType::f32, {T, s.kv_heads, s.D});
+            Owned o = empty(g, DType::f32, {T, s.heads, s.D});
+            const int launches = fused ? 2 : 1;
+            for (int l = 0; l < launches; ++l) {
+              if (l == 1) {  // the same inputs again: same bits (counters reset, same write)
+                qt = upload(g, q, DType::f32, {T, s.heads, s.D});
+                kt = upload(g, k, DType::f32, {T, s.kv_heads, s.D});
+              }
+              if (fused) {
+                g.rope_kv_write_attention(qt.tensor, kt.tensor, vt.tensor, db.batch.positions, invf.tensor, 1.25f,
+                                          p.k.tensor, p.v.tensor, db.batch, scale, o.tensor);
+              } else {
+                g.rope_kv_write(qt.tensor, kt.tensor, vt.tensor, db.batch.positions, invf.tensor, 1.25f, p.k.tensor,
+                                p.v.tensor, db.batch);
+                g.attention(qt.tensor, p.k.tensor, p.v.tensor, db.batch, scale, o.tensor);
+              }
+              if (l == 0) out[fused] = download(g, o.tensor);
+              // The one-launch form (where it runs: the invariant mode attends a bf16 cache on the
+              // tensor cores, after rotating q in place) rotates copies and leaves q as it was.
+              if (l == 0 && fused && !on_tensor_cores(s)) {
+                const auto q_after = download(g, qt.tensor);
+                EXPECT_TRUE(bit_equal(q_after.data(), q.data(), q.size()))
+                    << shape_name(s) << ": q was rotated in place";
+              }
+              if (l == 1) {
+                const auto again = download(g, o.tensor);
+                EXPECT_TRUE(bit_equal(again.data(), out[1].data(), again.size())) << shape_name(s) << ": second launch";
+              }
+            }
+            kw[fused] = raw_words(g, p.k.tensor);
+            vw[fused] = raw_words(g, p.v.tensor);
           }
-          Owned qt = upload(g, q, DType::f32, {T, s.heads, s.D}), kt = upload(g, k, DType::f32, {T, s.kv_heads, s.D});
-          Owned vt = upload(g, v, DType::f32, {T, s.kv_heads, s.D});
-          Owned o = empty(g, DType::f32, {T, s.heads, s.D});
-          const int launches = fused ? 2 : 1;
-          for (int l = 0; l < launches; ++l) {
-            if (l == 1) {  // the same inputs again: same bits (counters reset, same write)
-              qt = upload(g, q, DType::f32, {T, s.heads, s.D});
-              kt = upload(g, k, DType::f32, {T, s.kv_heads, s.D});
-            }
-            if (fused) {
-              g.rope_kv_write_attention(qt.tensor, kt.tensor, vt.tensor, db.batch.positions, invf.tensor, 1.25f,
-                                        p.k.tensor, p.v.tensor, db.batch, scale, o.tensor);
-            } else {
-              g.rope_kv_write(qt.tensor, kt.tensor, vt.tensor, db.batch.positions, invf.tensor, 1.25f, p.k.tensor,
-                              p.v.tensor, db.batch);
-              g.attention(qt.tensor, p.k.tensor, p.v.tensor, db.batch, scale, o.tensor);
-            }
-            if (l == 0) out[fused] = download(g, o.tensor);
-            // The one-launch form (where it runs: the invariant mode attends a bf16 cache on the
-            // tensor cores, after rotating q in place) rotates copies and leaves q as it was.
-            if (l == 0 && fused && !on_tensor_cores(s)) {
-              const auto q_after = download(g, qt.tensor);
-              EXPECT_TRUE(bit_equal(q_after.data(), q.data(), q.size())) << shape_name(s) << ": q was rotated in place";
-            }
-            if (l == 1) {
-              const auto again = download(g, o.tensor);
-              EXPECT_TRUE(bit_equal(again.data(), out[1].data(), again.size())) << shape_name(s) << ": second launch";
-            }
-          }
-          kw[fused] = raw_words(g, p.k.tensor);
-          vw[fused] = raw_words(g, p.v.tensor);
+          const std::string what = shape_name(s) + ", max_row_len " + std::to_string(stated) +
+                                   (bad_slot ? ", one slot invalid" : "") + (tile_fused ? ", tile_fused" : "");
+          EXPECT_TRUE(bit_equal(out[0].data(), out[1].data(), out[0].size())) << what << ": output";
+          EXPECT_EQ(kw[0], kw[1]) << what << ": k pool";
+          EXPECT_EQ(vw[0], vw[1]) << what << ": v pool";
         }
-        const std::string what =
-            shape_name(s) + ", max_row_len " + std::to_string(stated) + (bad_slot ? ", one slot invalid" : "");
-        EXPECT_TRUE(bit_equal(out[0].data(), out[1].data(), out[0].size())) << what << ": output";
-        EXPECT_EQ(kw[0], kw[1]) << what << ": k pool";
-        EXPECT_EQ(vw[0], vw[1]) << what << ": v pool";
       }
     }
   }

@@ -108,6 +108,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_level("SPECDEC_CUDA_ORDERED_MAX_M", cuda::kOrderedMaxM, tuning.ordered_max_m);
   set_level("SPECDEC_CUDA_ORDERED_WARPS", 8, tuning.ordered_warps);
   set_switch("SPECDEC_CUDA_ORDERED_EARLY", tuning.ordered_early);
+  set_switch("SPECDEC_CUDA_TILE_FUSED", tuning.tile_fused);
   return tuning;
 }
 
@@ -508,10 +509,29 @@ class CudaBackend final : public Backend {
   // The tile decode launch, with room for every tile of the longest stated row; false, having
   // launched nothing, where those partials would pass kMaxTilePartialBytes (the flash kernel then
   // walks each row's tiles in one block, to the same bits in the batch-invariant mode).
+  // With `fresh` (a decode step, one new token a row; CudaTuning::tile_fused), the launch also
+  // rotates q and the new k and caches k and v, as rope_kv_write would first, and its last warps
+  // fold the tiles (no merge launch).
+  struct NewTokens {
+    const Tensor *k, *v, *positions, *inv_freq;
+    float scaling;
+  };
   bool attend_tiles(const char* op, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                    const AttentionBatch& batch, float scale, const Tensor& out) {
+                    const AttentionBatch& batch, float scale, const Tensor& out, const NewTokens* fresh = nullptr) {
     constexpr size_t kMaxTilePartialBytes = size_t{512} << 20;
     cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out, false);
+    if (fresh) {
+      check_rope(op, q, *fresh->positions, *fresh->inv_freq);
+      check_rope(op, *fresh->k, *fresh->positions, *fresh->inv_freq);
+      check_kv_write(op, *fresh->k, *fresh->v, k_pool, v_pool, batch);
+      SPECDEC_CHECK(fresh->k->dim(2) == a.head_dim && fresh->k->dim(1) == a.kv_heads, op, ": k ",
+                    fresh->k->shape_string(), " and pool ", k_pool.shape_string(), " disagree");
+      a.k_new = fresh->k->ptr<float>();
+      a.v_new = fresh->v->ptr<float>();
+      a.slots = batch.slots.ptr<int>();
+      a.inv_freq = fresh->inv_freq->ptr<float>();
+      a.rope_scaling = fresh->scaling;
+    }
     const int64_t tiles =
         std::max<int64_t>(1, (int64_t{batch.max_row_len} + cuda::kFlashKvTile - 1) / cuda::kFlashKvTile);
     const size_t n = static_cast<size_t>(a.tokens) * static_cast<size_t>(a.heads) * static_cast<size_t>(tiles);
@@ -521,6 +541,10 @@ class CudaBackend final : public Backend {
     a.partial_m = base;
     a.partial_l = base + n;
     a.partial_acc = base + 2 * n;
+    if (fresh) {  // one counter per warp group of the launch: (row, kv head, 16 pairs)
+      const int64_t pair_blocks = (int64_t{batch.max_row_tokens} * (a.heads / a.kv_heads) + 15) / 16;
+      a.arrivals = arrivals(static_cast<size_t>(int64_t{a.rows} * a.kv_heads * pair_blocks));
+    }
     if (!cuda::launch_tile_decode_attention(a, batch.max_row_tokens, static_cast<int>(tiles), ctx_)) return false;
     check_launch("attention (tensor cores, tiles)", a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim,
                  ", tiles ", tiles);
@@ -539,6 +563,10 @@ class CudaBackend final : public Backend {
                                               scale, out);
     }
     if (flash_attention(batch, k_pool) && (invariant() || !tile_decode(batch, k_pool))) {
+      const NewTokens fresh{&k, &v, &positions, &inv_freq, attention_scaling};
+      if (invariant() && tuning().tile_fused && tile_decode(batch, k_pool) &&
+          attend_tiles(op, q, k_pool, v_pool, batch, scale, out, &fresh))
+        return;
       rope_kv_write(q, k, v, positions, inv_freq, attention_scaling, k_pool, v_pool, batch);
       return attention(q, k_pool, v_pool, batch, scale, out);
     }

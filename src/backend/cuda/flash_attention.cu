@@ -428,14 +428,47 @@ __device__ __forceinline__ int row_of_token(const int* row_starts, int rows, int
   return lo;
 }
 
+// Pair w = token * heads + head: its tile partials folded in tile order, as the tile-fold flash
+// kernel folds its tiles, and the normalized output written; one warp, lane taking D / 32
+// columns. The partials may have been written by other blocks of the same launch (the last
+// warp's fold, below), so they are read past the L1.
+template <int D>
+__device__ __forceinline__ void merge_pair(const AttentionArgs& a, int tiles, int64_t w, int lane) {
+  constexpr int C = D / 32;  // columns a lane folds
+  const int t = static_cast<int>(w / a.heads);
+  const int len = max(0, min(a.positions[t] + 1, a.row_lens[row_of_token(a.row_starts, a.rows, t)]));
+  const int n_tiles = min((len + kKvTile - 1) / kKvTile, tiles);
+  float M = -INFINITY, L = 0.0f, O[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) O[c] = 0.0f;
+  const int64_t n0 = w * tiles;
+#pragma unroll 4
+  for (int j = 0; j < n_tiles; ++j) {
+    const float mt = __ldcg(a.partial_m + n0 + j), lt = __ldcg(a.partial_l + n0 + j);
+    const float* po = a.partial_acc + (n0 + j) * D + lane * C;
+    float wa, wb;
+    fold_weights(M, mt, wa, wb);
+    L = fold_sum(L, wa, lt, wb);
+#pragma unroll
+    for (int c = 0; c < C; ++c) O[c] = fold_sum(O[c], wa, __ldcg(po + c), wb);
+  }
+  float* out = a.out + w * D + lane * C;
+#pragma unroll
+  for (int c = 0; c < C; ++c) out[c] = normalized(O[c], L);
+}
+
 // Decode steps and short windows: one warp per (row, kv head, 16 of the row's (token, q head)
-// pairs of that kv head, tile; or every stride-th tile when the rows alone give warps enough). Pair p is the row's token p / group and the group's head
-// p % group: the mma's 16 rows, each with its own visible length. The warp stages its tile's K
-// and V (V's copies land while it scores), computes the tile as the tile-fold flash kernel does
-// and writes each pair's (m_t, l_t, o_t) to the partials [tokens, heads, tiles]; the tiles are
-// folded by tile_decode_merge_kernel. The grid's last tile slot also folds any tiles past the
-// partials' room, in order (a stated max_row_len below a row's length: close, not the flash
-// kernel's bits).
+// pairs of that kv head, tile; or every stride-th tile when the rows alone give warps enough). Pair p is the row's
+// token p / group and the group's head p % group: the mma's 16 rows, each with its own visible length. The warp stages
+// its tile's K and V (V's copies land while it scores), computes the tile as the tile-fold flash kernel does and writes
+// each pair's (m_t, l_t, o_t) to the partials [tokens, heads, tiles]; the tiles are folded by tile_decode_merge_kernel,
+// or, with a.arrivals, by the last warp of each (row, kv head, pairs) to finish (the same fold, so the same bits; its
+// counter reset for the next launch). The grid's last tile slot also folds any tiles past the partials' room, in order
+// (a stated max_row_len below a row's length: close, not the flash kernel's bits). Fused decode step (a.k_new set; one
+// new token a row): as rope_kv_write and then this kernel. Each warp rotates its pairs' q heads into shared memory, and
+// the new token's k (and takes its v), rounded as the cache holds them, as the rope and cache-write kernels do; the
+// warp of tile slot 0 writes them at slots[t]; a warp whose tile holds that slot takes them from shared memory in place
+// of the pool's row. q and k are left as they were.
 template <int D>
 __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int tiles, int pair_blocks, int stride) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim a multiple of 16, at most 128");
@@ -446,6 +479,8 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
   extern __shared__ __align__(16) unsigned char decode_smem[];
   __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(decode_smem);  // [kKvTile][LD]
   __nv_bfloat16* sv = sk + kKvTile * LD;                              // [kKvTile][LD]
+  float* sq = reinterpret_cast<float*>(sv + kKvTile * LD);            // fused: [16][D] rotated q
+  __nv_bfloat16* s_new = reinterpret_cast<__nv_bfloat16*>(sq + 16 * D);  // fused: new k, v [2][D]
 
   const int lane = static_cast<int>(threadIdx.x), g = lane / 4, q4 = lane % 4;
   const int group = a.heads / a.kv_heads;
@@ -468,18 +503,54 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
   int len = max(vis[0], vis[1]);
   for (int off = 16; off > 0; off /= 2) len = max(len, __shfl_xor_sync(0xffffffffu, len, off));
   const int n_tiles = (len + kKvTile - 1) / kKvTile;
-  if (static_cast<int>(blockIdx.y) >= n_tiles) return;  // warp-uniform
-
-  uint32_t qa[KK][4];
-  q_fragments<D>(qa, a.q + (static_cast<int64_t>(tok[0]) * a.heads + head[0]) * D,
-                 a.q + (static_cast<int64_t>(tok[1]) * a.heads + head[1]) * D, valid, q4);
+  const bool fused = a.k_new != nullptr;
+  // A warp past its pairs' tiles only arrives (with arrivals), and writes nothing else.
+  const bool work = static_cast<int>(blockIdx.y) < n_tiles;
+  if (!work && a.arrivals == nullptr) return;  // warp-uniform
 
   const int64_t pool_slots = a.pool_blocks * a.block_size;
+  uint32_t qa[KK][4];
+  int64_t new_slot = -1;  // fused: the new token's slot, where valid
+  if (fused) {
+    constexpr int HALF = D / 2;
+    const int t = row_begin;  // the row's one token
+    const float pos = static_cast<float>(a.positions[t]);
+    const float* kn = a.k_new + (static_cast<int64_t>(t) * a.kv_heads + kvh) * D;
+    const float* vn = a.v_new + (static_cast<int64_t>(t) * a.kv_heads + kvh) * D;
+    for (int i = lane; i < HALF; i += 32) {
+      float sn, cs, x0, x1;
+      sincosf(pos * a.inv_freq[i], &sn, &cs);
+      rotate_pair(kn[i], kn[i + HALF], cs, sn, a.rope_scaling, x0, x1);
+      s_new[i] = from_float<__nv_bfloat16>(x0);
+      s_new[i + HALF] = from_float<__nv_bfloat16>(x1);
+      for (int p = 0; p < 16 && pb * 16 + p < pairs; ++p) {
+        const float* qh = a.q + (static_cast<int64_t>(t) * a.heads + kvh * group + (pb * 16 + p) % group) * D;
+        rotate_pair(qh[i], qh[i + HALF], cs, sn, a.rope_scaling, sq[p * D + i], sq[p * D + i + HALF]);
+      }
+    }
+    for (int i = lane; i < D; i += 32) s_new[D + i] = from_float<__nv_bfloat16>(vn[i]);
+    const int slot = a.slots[t];
+    if (slot >= 0 && slot < pool_slots) new_slot = slot;
+    __syncwarp();
+    if (blockIdx.y == 0 && pb == 0 && new_slot >= 0) {
+      __nv_bfloat16* kd = static_cast<__nv_bfloat16*>(const_cast<void*>(a.k_pool)) + (new_slot * a.kv_heads + kvh) * D;
+      __nv_bfloat16* vd = static_cast<__nv_bfloat16*>(const_cast<void*>(a.v_pool)) + (new_slot * a.kv_heads + kvh) * D;
+      for (int i = lane; i < D; i += 32) {
+        kd[i] = s_new[i];
+        vd[i] = s_new[D + i];
+      }
+    }
+    if (work) q_fragments<D>(qa, sq + g * D, sq + (g + 8) * D, valid, q4);
+  } else if (work) {
+    q_fragments<D>(qa, a.q + (static_cast<int64_t>(tok[0]) * a.heads + head[0]) * D,
+                   a.q + (static_cast<int64_t>(tok[1]) * a.heads + head[1]) * D, valid, q4);
+  }
+
   const int* table = a.block_table + static_cast<int64_t>(r) * a.max_blocks;
   const float scale2 = a.scale * 1.4426950408889634f;
   // Tiles j0, j0 + stride, ... of the warp's pairs, each its own partial; the grid's last tile
   // slot (tiles - 1) folds every tile from there on into one.
-  for (int j0 = static_cast<int>(blockIdx.y); j0 < n_tiles && j0 < tiles; j0 += stride) {
+  for (int j0 = static_cast<int>(blockIdx.y); work && j0 < n_tiles && j0 < tiles; j0 += stride) {
     const int j1 = j0 == tiles - 1 ? n_tiles : j0 + 1;
     float o[NB][4];
 #pragma unroll
@@ -491,11 +562,22 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
       // does). Looked up once a tile, before the copies: a table load between two copies would
       // wait behind them.
       int64_t prow[2];
+      bool is_new[2];  // fused: position lane + 32 h is the new token's slot
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t slot = cache_slot(a, table, j * kKvTile + lane + 32 * h, len, pool_slots);
         prow[h] = slot >= 0 ? slot * a.kv_heads + kvh : -1;
+        is_new[h] = slot >= 0 && slot == new_slot;
       }
+      // The new token's row from shared memory over the pool's (which tile slot 0 may be writing).
+      const auto take_new = [&](__nv_bfloat16* dst, const __nv_bfloat16* src) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (is_new[h])
+            for (int c = 0; c < CH; ++c)
+              reinterpret_cast<uint4*>(dst + (lane + 32 * h) * LD)[c] = reinterpret_cast<const uint4*>(src)[c];
+        __syncwarp();
+      };
       // Copy i of a pool: position i / CH, 16-byte piece i % CH (consecutive lanes, consecutive
       // pieces of one position).
       auto stage = [&](__nv_bfloat16* dst, const void* pool) {
@@ -514,6 +596,7 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
       stage(sv, a.v_pool);
       cp_async_wait_group<1>();  // K
       __syncwarp();
+      if (fused) take_new(sk, s_new);
       float s[kKvTile / 8][4];
       tile_scores<D, LD>(s, qa, sk, g, q4);
       float mx[2], lt[2], wa[2], wb[2];
@@ -523,6 +606,7 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
       fold_tile_sums(m, l, mx, lt, wa, wb);
       cp_async_wait_group<0>();  // V
       __syncwarp();
+      if (fused) take_new(sv, s_new + D);
       fold_tile_pv<D, LD>(o, pa, sv, lane, wa, wb);
       __syncwarp();  // the tile is consumed before the next one is staged over it
     }
@@ -541,37 +625,32 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
         *reinterpret_cast<float2*>(po + nb * 8) = make_float2(o[nb][2 * i], o[nb][2 * i + 1]);
     }
   }
+  if (a.arrivals == nullptr) return;
+
+  // The last warp of this (row, kv head, pairs) to arrive folds its pairs' partials, as the
+  // merge kernel would.
+  __threadfence();  // this warp's partials are visible device-wide before it arrives
+  __syncwarp();
+  int last = 0;
+  if (lane == 0) {
+    int* counter = a.arrivals + x;
+    last = atomicAdd(counter, 1) == static_cast<int>(gridDim.y) - 1;
+    if (last) *counter = 0;  // every warp has arrived: ready for the next launch
+  }
+  if (!__shfl_sync(0xffffffffu, last, 0)) return;
+  __threadfence();
+  for (int p = pb * 16; p < min(pairs, pb * 16 + 16); ++p)
+    merge_pair<D>(a, tiles, static_cast<int64_t>(row_begin + p / group) * a.heads + kvh * group + p % group, lane);
 }
 
-// One warp per (token, head): folds the token's tile partials in tile order, as the tile-fold
-// flash kernel folds its tiles, and writes the normalized output.
+// One warp per (token, head): folds the token's tile partials in tile order (merge_pair), as
+// the tile-fold flash kernel folds its tiles, and writes the normalized output.
 template <int D>
 __global__ void __launch_bounds__(128) tile_decode_merge_kernel(AttentionArgs a, int tiles) {
-  constexpr int C = D / 32;  // columns a lane folds
   enter_kernel();
   const int64_t w = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
-  const int lane = static_cast<int>(threadIdx.x % 32);
   if (w >= static_cast<int64_t>(a.tokens) * a.heads) return;
-  const int t = static_cast<int>(w / a.heads);
-  const int len = max(0, min(a.positions[t] + 1, a.row_lens[row_of_token(a.row_starts, a.rows, t)]));
-  const int n_tiles = min((len + kKvTile - 1) / kKvTile, tiles);
-  float M = -INFINITY, L = 0.0f, O[C];
-#pragma unroll
-  for (int c = 0; c < C; ++c) O[c] = 0.0f;
-  const int64_t n0 = w * tiles;
-#pragma unroll 4
-  for (int j = 0; j < n_tiles; ++j) {
-    const float mt = a.partial_m[n0 + j], lt = a.partial_l[n0 + j];
-    const float* po = a.partial_acc + (n0 + j) * D + lane * C;
-    float wa, wb;
-    fold_weights(M, mt, wa, wb);
-    L = fold_sum(L, wa, lt, wb);
-#pragma unroll
-    for (int c = 0; c < C; ++c) O[c] = fold_sum(O[c], wa, po[c], wb);
-  }
-  float* out = a.out + w * D + lane * C;
-#pragma unroll
-  for (int c = 0; c < C; ++c) out[c] = normalized(O[c], L);
+  merge_pair<D>(a, tiles, w, static_cast<int>(threadIdx.x % 32));
 }
 
 template <int D>
@@ -581,7 +660,10 @@ bool launch_tile_decode_typed(const AttentionArgs& a, int max_row_tokens, int ti
   const int64_t blocks = int64_t{a.rows} * a.kv_heads * pair_blocks;
   const int64_t merge_blocks = (int64_t{a.tokens} * a.heads + 3) / 4;
   if (blocks > 0x7fffffff || merge_blocks > 0x7fffffff || tiles < 1 || tiles > 65535) return false;
-  const size_t smem = size_t{2} * kKvTile * (D + 8) * sizeof(__nv_bfloat16);  // under the 48 KB default
+  // The K and V tiles, and for a fused step the rotated q and the new k and v: under the 48 KB
+  // default.
+  const size_t smem = size_t{2} * kKvTile * (D + 8) * sizeof(__nv_bfloat16) +
+                      (a.k_new ? 16 * D * sizeof(float) + 2 * D * sizeof(__nv_bfloat16) : 0);
   // Enough warps to keep every SM's six tile buffers busy a few times over; past that, a warp
   // takes several of its row's tiles in turn (fewer warps that find nothing to do once the
   // stated length is padded past the rows' own).
@@ -589,7 +671,8 @@ bool launch_tile_decode_typed(const AttentionArgs& a, int max_row_tokens, int ti
   const int stride = static_cast<int>(std::min<int64_t>(tiles, std::max<int64_t>(1, (kWarpsWanted + blocks - 1) / blocks)));
   launch(tile_decode_kernel<D>, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(stride)), 32, smem, ctx, a,
          tiles, pair_blocks, stride);
-  launch(tile_decode_merge_kernel<D>, dim3(static_cast<unsigned>(merge_blocks)), 128, 0, ctx, a, tiles);
+  if (a.arrivals == nullptr)
+    launch(tile_decode_merge_kernel<D>, dim3(static_cast<unsigned>(merge_blocks)), 128, 0, ctx, a, tiles);
   return true;
 }
 
