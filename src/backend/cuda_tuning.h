@@ -8,8 +8,8 @@ namespace specdec {
 // Which one-row store and add linears stream two output columns a warp instead of one.
 enum class PairedColumns : int { never = 0, with_folded_norm = 1, always = 2 };
 
-// No switch but flash_prefill, skinny_max_m, cluster_sampling and fast_drafts changes a result: each other alternative
-// computes the same bits at another speed. The CUDA backend lets the SPECDEC_CUDA_* environment
+// No switch but flash_prefill, skinny_max_m, fast_whole_x_max_m, cluster_sampling and fast_drafts changes a result:
+// each other alternative computes the same bits at another speed. The CUDA backend lets the SPECDEC_CUDA_* environment
 // variables named here override these fields (read once, when the backend is made).
 struct CudaTuning {
   // Synchronize after every call, so that an error names the call whose kernel faulted; no
@@ -82,7 +82,7 @@ struct CudaTuning {
   // The batch-invariant mode runs its cuBLASLt-path linears of up to this many rows on the
   // ordered kernel (ordered_gemm.cu: cuBLASLt's unsplit order, so the same bits; the stacked
   // projections' column split and SwiGLU in its epilogue) instead of cuBLASLt
-  // (SPECDEC_CUDA_ORDERED_MAX_M, 0 to 16). Two: up to four rows of a 4,096-wide x, two of
+  // (SPECDEC_CUDA_ORDERED_MAX_M, 0 to 16). Two: up to eight rows of a 4,096-wide x, two of
   // 14,336, the kernel takes x in f32 and rounds it itself, after the RMSNorm before the
   // projection, which spares the separate pass and launch that cuBLASLt needs before each of a
   // layer's linears; two rows are the most for which every linear of an 8B-shaped layer takes x
@@ -97,6 +97,11 @@ struct CudaTuning {
   // off the step's critical path.
   int ordered_warps = 8;
   bool ordered_early = true;
+  // The fast mode's cuBLASLt-path linears of up to this many rows on the ordered kernel where it
+  // takes x in f32 (rounding it and applying the RMSNorm itself, as above; eight rows of 4,096),
+  // sparing the passes before them (SPECDEC_CUDA_FAST_WHOLE_X_MAX_M, 0 to 16). Off by default:
+  // not yet run on a GPU. Changes results within rounding (K unsplit, where cuBLASLt may split).
+  int fast_whole_x_max_m = 0;
   // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice
   // gives the same bits.

@@ -210,22 +210,27 @@ TEST(GpuFused, OrderedKernelEpiloguesEqualCuBlasLtPasses) {
 }
 
 // The ordered kernel taking x in f32 and rounding it itself, after the RMSNorm where the call
-// has one (one to four rows of K = 4,096: the whole x fits beside its ring), against the separate
+// has one (one to eight rows of K = 4,096: the whole x fits beside its ring), against the separate
 // norm or rounding pass and cuBLASLt: bit-equal. Sixteen rows take the 16-bit x by stages (the
-// whole x does not fit) and must agree too. Each call is checked to have been the kernel's.
+// whole x does not fit) and must agree too. Each call is checked to have been the kernel's. The
+// fast mode's opt-in use of it (CudaTuning::fast_whole_x_max_m; above two rows, where the fast
+// mode leaves its row kernels) gives the same bits where every call takes x whole.
 TEST(GpuFused, OrderedKernelRoundsAnF32XToTheSeparatePassesBits) {
   SPECDEC_REQUIRE_GPU();
-  CudaTuning with, without;
+  CudaTuning with, without, fast;
   with.ordered_max_m = cuda::kOrderedMaxM;
   without.ordered_max_m = 0;
+  fast.fast_whole_x_max_m = cuda::kOrderedMaxM;
   const int K = 4096, Nq = 256, Nkv = 64, I = 352;
   const float eps = 1e-5f;
-  for (int M : {1, 2, 4, 16}) {
-    EXPECT_EQ(cuda::ordered_gemm_takes_f32(cuda::ElemType::bf16, M, K, nullptr, nullptr), M <= 4) << "M=" << M;
+  for (int M : {1, 2, 4, 8, 16}) {
+    const bool whole = M <= 8;
+    EXPECT_EQ(cuda::ordered_gemm_takes_f32(cuda::ElemType::bf16, M, K, nullptr, nullptr), whole) << "M=" << M;
     for (DType wt : {DType::bf16, DType::f16}) {
-      std::vector<std::vector<float>> got[2];
-      for (int o = 0; o < 2; ++o) {
-        const auto g = make_gpu(o == 0 ? with : without, true);
+      std::vector<std::vector<float>> got[3];
+      const int runs = whole && M > 2 ? 3 : 2;
+      for (int o = 0; o < runs; ++o) {
+        const auto g = make_gpu(o == 0 ? with : o == 1 ? without : fast, o != 2);
         const Stacked st = make_stacked(*g, K, Nq, Nkv, I, wt);
         const Weights& w = st.w;
         Owned norm1 = upload(*g, random_floats(size_t(K), 41), wt, {K});
@@ -245,15 +250,17 @@ TEST(GpuFused, OrderedKernelRoundsAnF32XToTheSeparatePassesBits) {
         // x += down(silu(gate(norm(x))) * up(norm(x))): the gate/up call and the down call's add.
         g->norm_mlp_add(x.tensor, norm2.tensor, eps, h.tensor, Weight(w.wg.tensor), Weight(w.wu.tensor), act.tensor,
                         Weight(w.wd.tensor));
-        if (o == 0) {
-          EXPECT_EQ(cuda::ordered_gemm_launches(), before + 5) << "M=" << M << ": every call the kernel's";
+        if (o != 1) {
+          EXPECT_EQ(cuda::ordered_gemm_launches(), before + 5)
+              << "M=" << M << " run " << o << ": every call the kernel's";
         }
         got[o] = {download(*g, q.tensor),     download(*g, k.tensor),     download(*g, v.tensor),
                   download(*g, plain.tensor), download(*g, gated.tensor), download(*g, x.tensor)};
       }
-      for (size_t i = 0; i < got[1].size(); ++i)
-        EXPECT_TRUE(bit_equal(got[0][i].data(), got[1][i].data(), got[1][i].size()))
-            << "M=" << M << " " << dtype_name(wt) << " output " << i;
+      for (int o = 1; o < runs; ++o)
+        for (size_t i = 0; i < got[0].size(); ++i)
+          EXPECT_TRUE(bit_equal(got[0][i].data(), got[o][i].data(), got[0][i].size()))
+              << "M=" << M << " " << dtype_name(wt) << " output " << i << (o == 2 ? " (fast mode)" : "");
     }
   }
 }

@@ -106,6 +106,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
   set_level("SPECDEC_CUDA_SKINNY_MAX_M", cuda::kSkinnyMaxM, tuning.skinny_max_m);
   set_level("SPECDEC_CUDA_ORDERED_MAX_M", cuda::kOrderedMaxM, tuning.ordered_max_m);
+  set_level("SPECDEC_CUDA_FAST_WHOLE_X_MAX_M", cuda::kOrderedMaxM, tuning.fast_whole_x_max_m);
   set_level("SPECDEC_CUDA_ORDERED_WARPS", 8, tuning.ordered_warps);
   set_switch("SPECDEC_CUDA_ORDERED_EARLY", tuning.ordered_early);
   set_switch("SPECDEC_CUDA_TILE_FUSED", tuning.tile_fused);
@@ -122,6 +123,8 @@ void check_tuning(const CudaTuning& t) {
                 "CudaTuning::skinny_max_m = ", t.skinny_max_m, " must be 0 to ", cuda::kSkinnyMaxM);
   SPECDEC_CHECK(t.ordered_max_m >= 0 && t.ordered_max_m <= cuda::kOrderedMaxM,
                 "CudaTuning::ordered_max_m = ", t.ordered_max_m, " must be 0 to ", cuda::kOrderedMaxM);
+  SPECDEC_CHECK(t.fast_whole_x_max_m >= 0 && t.fast_whole_x_max_m <= cuda::kOrderedMaxM,
+                "CudaTuning::fast_whole_x_max_m = ", t.fast_whole_x_max_m, " must be 0 to ", cuda::kOrderedMaxM);
   SPECDEC_CHECK(t.ordered_warps == 4 || t.ordered_warps == 8, "CudaTuning::ordered_warps = ", t.ordered_warps,
                 " must be 4 or 8");
   SPECDEC_CHECK(t.flash_decode_blocks >= 0, "CudaTuning::flash_decode_blocks = ", t.flash_decode_blocks,
@@ -344,7 +347,7 @@ class CudaBackend final : public Backend {
         if (auto a = whole_x_args(x, nullptr, 0.0f, weight.data, sh)) {
           a->epilogue = cuda::SkinnyEpilogue::add;
           a->out[0] = out.ptr<float>();
-          return launch_skinny(*a);
+          return launch_whole_x(*a);
         }
       }
       return lt_gemm(lt_input(x, sh), weight, out, sh, /*accumulate=*/true);
@@ -1011,7 +1014,7 @@ class CudaBackend final : public Backend {
   void linear_lt(const Tensor& x, const Tensor& weight, const LinearShape& sh, const Tensor& out) {
     if (auto a = overlap(x, out) ? std::nullopt : whole_x_args(x, nullptr, 0.0f, weight.data, sh)) {
       a->out[0] = out.ptr<float>();
-      launch_skinny(*a);
+      launch_whole_x(*a);
     } else {
       lt_gemm(lt_input(x, sh), weight, out, sh);
     }
@@ -1020,12 +1023,13 @@ class CudaBackend final : public Backend {
 
   // The ordered kernel's arguments for a call whose f32 x it rounds itself (normalised first by
   // norm_weight where that is given), sparing the pass that would write the 16-bit x; none where
-  // that kernel does not take the call so (cuda::ordered_gemm_takes_f32).
+  // that kernel does not take the call so (cuda::ordered_gemm_takes_f32), or where the mode's
+  // tuning keeps it off (ordered_max_m; in the fast mode fast_whole_x_max_m). Launched by
+  // launch_whole_x in either mode.
   std::optional<cuda::SkinnyArgs> whole_x_args(const Tensor& x, const Tensor* norm_weight, float eps, const void* w,
                                                const LinearShape& sh) const {
-    if (!invariant() || sh.m > tuning().ordered_max_m ||
-        !cuda::ordered_gemm_takes_f32(sh.type, sh.m, sh.k, x.ptr<float>(), w))
-      return std::nullopt;
+    const int max_m = invariant() ? tuning().ordered_max_m : tuning().fast_whole_x_max_m;
+    if (sh.m > max_m || !cuda::ordered_gemm_takes_f32(sh.type, sh.m, sh.k, x.ptr<float>(), w)) return std::nullopt;
     cuda::SkinnyArgs a = skinny_args(nullptr, w, sh);
     a.x32 = x.ptr<float>();
     if (norm_weight) {
@@ -1048,7 +1052,7 @@ class CudaBackend final : public Backend {
     if (!a) return false;
     a->epilogue = cuda::SkinnyEpilogue::silu_gate;
     a->out[0] = out.ptr<float>();
-    launch_skinny(*a);
+    launch_whole_x(*a);
     return true;
   }
 
@@ -1108,6 +1112,10 @@ class CudaBackend final : public Backend {
     a.K = sh.k;
     a.n[0] = sh.n;
     return a;
+  }
+  void launch_whole_x(const cuda::SkinnyArgs& a) {
+    cuda::launch_ordered_gemm(a, ctx_);
+    check_launch("linear (ordered, f32 x) ", a.M, "x", a.K, " by ", a.N, "x", a.K);
   }
   void launch_skinny(const cuda::SkinnyArgs& a) {
     if (invariant()) {
@@ -1229,7 +1237,10 @@ class CudaBackend final : public Backend {
     const auto to_parts = [&](cuda::SkinnyArgs a) {
       a.parts = static_cast<int>(linears.size());
       for (int j = 0; j < a.parts; ++j) a.out[j] = parts.out[j], a.n[j] = parts.n[j];
-      launch_skinny(a);
+      if (a.x32)
+        launch_whole_x(a);
+      else
+        launch_skinny(a);
       for (size_t j = 0; j < linears.size(); ++j) add_bias(projections[j].out, linears[j].second);
       return true;
     };

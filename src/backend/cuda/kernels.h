@@ -156,7 +156,7 @@ constexpr int kOrderedMaxM = 16;
 bool ordered_gemm_supports(ElemType type, int M, int K, const void* x, const void* w);
 // Whether the ordered kernel takes this call's x in f32 (SkinnyArgs::x32): as for
 // ordered_gemm_supports, and the M rows of K, rounded, fit the block's shared memory beside the
-// weight ring (one or two rows of the 8B shape's widest K, four of 4,096).
+// weight ring (one or two rows of the 8B shape's widest K, eight of 4,096).
 bool ordered_gemm_takes_f32(ElemType type, int M, int K, const float* x, const void* w);
 void launch_ordered_gemm(const SkinnyArgs& args, const Context& ctx);
 // How many ordered launches this process has made (tests check which kernel served a call).

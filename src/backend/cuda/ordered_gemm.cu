@@ -61,7 +61,7 @@ constexpr int kBarrierBytes = 2 * kMaxStages * 8;
 constexpr int kScratchBytes = kNormThreads / 32 * 4;
 constexpr int kRingBytes = 200 * 1024;
 constexpr int kMaxSmem = kHeader + kRingBytes;
-constexpr int kFullXBytes = 64 * 1024;  // the most the rows of an f32 x take, rounded, out of the ring
+constexpr int kFullXBytes = 72 * 1024;  // the most the rows of an f32 x take, rounded, out of the ring
 
 std::atomic<uint64_t> launches{0};
 
