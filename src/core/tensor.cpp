@@ -15,6 +15,12 @@ Tensor::Tensor(void* ptr, DType type, std::initializer_list<int64_t> shape, Devi
   for (int64_t d : shape) dims[i++] = d;
 }
 
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const char* a0 = static_cast<const char*>(a.data);
+  const char* b0 = static_cast<const char*>(b.data);
+  return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
+}
+
 int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int i = 0; i < rank; ++i) n *= dims[static_cast<size_t>(i)];

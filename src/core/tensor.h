@@ -43,6 +43,9 @@ struct Tensor {
   std::string shape_string() const;
 };
 
+// Whether two views share any byte (an output that must not alias an input).
+bool overlaps(const Tensor& a, const Tensor& b);
+
 // Owns device or host memory; released through the deleter given by whoever allocated it.
 class Buffer {
  public:

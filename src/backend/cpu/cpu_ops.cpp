@@ -45,12 +45,6 @@ void check_same_shape(const Tensor& a, const Tensor& b, const char* op, const ch
                 " must have the same shape");
 }
 
-bool overlaps(const Tensor& a, const Tensor& b) {
-  const char* a0 = static_cast<const char*>(a.data);
-  const char* b0 = static_cast<const char*>(b.data);
-  return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
-}
-
 // out[i] = weight[i] * (x[i] * inv), the weight's element type resolved once per row.
 void scale_row(const float* x, float inv, const Tensor& weight, float* out, int64_t D) {
   switch (weight.dtype) {

@@ -342,13 +342,11 @@ class CudaBackend final : public Backend {
     // 16-bit weights read x's rounded copy, so out may even alias x; f32 weights would read x
     // itself while the product accumulates into out, so they keep the separate add.
     if (!sh.bias && sh.type != ElemType::f32) {
-      // Every block of the ordered kernel reads all of x before any writes out: they must not overlap.
-      if (!overlap(x, out)) {
-        if (auto a = whole_x_args(x, nullptr, 0.0f, weight.data, sh)) {
-          a->epilogue = cuda::SkinnyEpilogue::add;
-          a->out[0] = out.ptr<float>();
-          return launch_whole_x(*a);
-        }
+      // The ordered kernel's blocks each read all of x while others write out: no overlap.
+      if (auto a = overlaps(x, out) ? std::nullopt : whole_x_args(x, nullptr, 0.0f, weight.data, sh)) {
+        a->epilogue = cuda::SkinnyEpilogue::add;
+        a->out[0] = out.ptr<float>();
+        return launch_skinny(*a);
       }
       return lt_gemm(lt_input(x, sh), weight, out, sh, /*accumulate=*/true);
     }
@@ -509,32 +507,23 @@ class CudaBackend final : public Backend {
            cuda::flash_attention_supports(ElemType::bf16, static_cast<int>(k_pool.dim(3)));
   }
   static constexpr int kTileMaxRowTokens = 16;
+  // A decode step's new tokens for an attention launch that rotates and caches them itself, as
+  // rope_kv_write would first (AttentionArgs::k_new).
+  struct NewTokens {
+    const Tensor *k, *v, *positions, *inv_freq;
+    float scaling;
+  };
   // The tile decode launch, with room for every tile of the longest stated row; false, having
   // launched nothing, where those partials would pass kMaxTilePartialBytes (the flash kernel then
   // walks each row's tiles in one block, to the same bits in the batch-invariant mode).
   // With `fresh` (a decode step, one new token a row; CudaTuning::tile_fused), the launch also
   // rotates q and the new k and caches k and v, as rope_kv_write would first, and its last warps
   // fold the tiles (no merge launch).
-  struct NewTokens {
-    const Tensor *k, *v, *positions, *inv_freq;
-    float scaling;
-  };
   bool attend_tiles(const char* op, const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                     const AttentionBatch& batch, float scale, const Tensor& out, const NewTokens* fresh = nullptr) {
     constexpr size_t kMaxTilePartialBytes = size_t{512} << 20;
     cuda::AttentionArgs a = attention_args(op, q, k_pool, v_pool, batch, scale, out, false);
-    if (fresh) {
-      check_rope(op, q, *fresh->positions, *fresh->inv_freq);
-      check_rope(op, *fresh->k, *fresh->positions, *fresh->inv_freq);
-      check_kv_write(op, *fresh->k, *fresh->v, k_pool, v_pool, batch);
-      SPECDEC_CHECK(fresh->k->dim(2) == a.head_dim && fresh->k->dim(1) == a.kv_heads, op, ": k ",
-                    fresh->k->shape_string(), " and pool ", k_pool.shape_string(), " disagree");
-      a.k_new = fresh->k->ptr<float>();
-      a.v_new = fresh->v->ptr<float>();
-      a.slots = batch.slots.ptr<int>();
-      a.inv_freq = fresh->inv_freq->ptr<float>();
-      a.rope_scaling = fresh->scaling;
-    }
+    if (fresh) take_new_tokens(op, q, *fresh, k_pool, v_pool, batch, a);
     const int64_t tiles =
         std::max<int64_t>(1, (int64_t{batch.max_row_len} + cuda::kFlashKvTile - 1) / cuda::kFlashKvTile);
     const size_t n = static_cast<size_t>(a.tokens) * static_cast<size_t>(a.heads) * static_cast<size_t>(tiles);
@@ -581,17 +570,22 @@ class CudaBackend final : public Backend {
       if (tile_decode(batch, k_pool)) return attention(q, k_pool, v_pool, batch, scale, out);
       return launch_attention("attention", a, batch);  // the split launch `a` already holds
     }
-    check_rope(op, q, positions, inv_freq);
-    check_rope(op, k, positions, inv_freq);
-    check_kv_write(op, k, v, k_pool, v_pool, batch);
-    SPECDEC_CHECK(k.dim(2) == a.head_dim && k.dim(1) == a.kv_heads, op, ": k ", k.shape_string(), " and pool ",
-                  k_pool.shape_string(), " disagree");
-    a.k_new = k.ptr<float>();
-    a.v_new = v.ptr<float>();
-    a.slots = batch.slots.ptr<int>();
-    a.inv_freq = inv_freq.ptr<float>();
-    a.rope_scaling = attention_scaling;
+    take_new_tokens(op, q, {&k, &v, &positions, &inv_freq, attention_scaling}, k_pool, v_pool, batch, a);
     launch_attention(op, a, batch);
+  }
+
+  void take_new_tokens(const char* op, const Tensor& q, const NewTokens& fresh, const Tensor& k_pool,
+                       const Tensor& v_pool, const AttentionBatch& batch, cuda::AttentionArgs& a) {
+    check_rope(op, q, *fresh.positions, *fresh.inv_freq);
+    check_rope(op, *fresh.k, *fresh.positions, *fresh.inv_freq);
+    check_kv_write(op, *fresh.k, *fresh.v, k_pool, v_pool, batch);
+    SPECDEC_CHECK(fresh.k->dim(2) == a.head_dim && fresh.k->dim(1) == a.kv_heads, op, ": k ", fresh.k->shape_string(),
+                  " and pool ", k_pool.shape_string(), " disagree");
+    a.k_new = fresh.k->ptr<float>();
+    a.v_new = fresh.v->ptr<float>();
+    a.slots = batch.slots.ptr<int>();
+    a.inv_freq = fresh.inv_freq->ptr<float>();
+    a.rope_scaling = fresh.scaling;
   }
 
   void launch_attention(const char* op, const cuda::AttentionArgs& a, const AttentionBatch& batch) {
@@ -1012,9 +1006,9 @@ class CudaBackend final : public Backend {
 
   // out = x · weightᵀ (+ bias).
   void linear_lt(const Tensor& x, const Tensor& weight, const LinearShape& sh, const Tensor& out) {
-    if (auto a = overlap(x, out) ? std::nullopt : whole_x_args(x, nullptr, 0.0f, weight.data, sh)) {
+    if (auto a = overlaps(x, out) ? std::nullopt : whole_x_args(x, nullptr, 0.0f, weight.data, sh)) {
       a->out[0] = out.ptr<float>();
-      launch_whole_x(*a);
+      launch_skinny(*a);
     } else {
       lt_gemm(lt_input(x, sh), weight, out, sh);
     }
@@ -1024,8 +1018,8 @@ class CudaBackend final : public Backend {
   // The ordered kernel's arguments for a call whose f32 x it rounds itself (normalised first by
   // norm_weight where that is given), sparing the pass that would write the 16-bit x; none where
   // that kernel does not take the call so (cuda::ordered_gemm_takes_f32), or where the mode's
-  // tuning keeps it off (ordered_max_m; in the fast mode fast_whole_x_max_m). Launched by
-  // launch_whole_x in either mode.
+  // tuning keeps it off (ordered_max_m; in the fast mode fast_whole_x_max_m). launch_skinny
+  // sends it to the ordered kernel in either mode.
   std::optional<cuda::SkinnyArgs> whole_x_args(const Tensor& x, const Tensor* norm_weight, float eps, const void* w,
                                                const LinearShape& sh) const {
     const int max_m = invariant() ? tuning().ordered_max_m : tuning().fast_whole_x_max_m;
@@ -1045,21 +1039,15 @@ class CudaBackend final : public Backend {
   // nothing, where it does not take the call.
   bool gated_whole_x(const Tensor& x, const Tensor* norm_weight, float eps, const Tensor& w_gate, const Tensor& w_up,
                      const Tensor& out, const LinearShape& sh) {
-    if (const std::array<const Tensor*, 2> ws = {&w_gate, &w_up}; !stacked(sh.m, ws) || overlap(x, out)) return false;
+    if (const std::array<const Tensor*, 2> ws = {&w_gate, &w_up}; !stacked(sh.m, ws) || overlaps(x, out)) return false;
     LinearShape both = sh;
     both.n = 2 * sh.n;
     auto a = whole_x_args(x, norm_weight, eps, w_gate.data, both);
     if (!a) return false;
     a->epilogue = cuda::SkinnyEpilogue::silu_gate;
     a->out[0] = out.ptr<float>();
-    launch_whole_x(*a);
+    launch_skinny(*a);
     return true;
-  }
-
-  static bool overlap(const Tensor& a, const Tensor& b) {
-    const auto* a0 = static_cast<const char*>(a.data);
-    const auto* b0 = static_cast<const char*>(b.data);
-    return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
   }
 
   // out[m, :] += bias after a GEMM that does not add it (none: nothing).
@@ -1113,12 +1101,10 @@ class CudaBackend final : public Backend {
     a.n[0] = sh.n;
     return a;
   }
-  void launch_whole_x(const cuda::SkinnyArgs& a) {
-    cuda::launch_ordered_gemm(a, ctx_);
-    check_launch("linear (ordered, f32 x) ", a.M, "x", a.K, " by ", a.N, "x", a.K);
-  }
+  // The ordered kernel in the batch-invariant mode and wherever x comes in f32 (whole_x_args, in
+  // either mode), else the skinny kernel.
   void launch_skinny(const cuda::SkinnyArgs& a) {
-    if (invariant()) {
+    if (invariant() || a.x32) {
       cuda::launch_ordered_gemm(a, ctx_);
       return check_launch("linear (ordered) ", a.M, "x", a.K, " by ", a.N, "x", a.K);
     }
@@ -1237,15 +1223,12 @@ class CudaBackend final : public Backend {
     const auto to_parts = [&](cuda::SkinnyArgs a) {
       a.parts = static_cast<int>(linears.size());
       for (int j = 0; j < a.parts; ++j) a.out[j] = parts.out[j], a.n[j] = parts.n[j];
-      if (a.x32)
-        launch_whole_x(a);
-      else
-        launch_skinny(a);
+      launch_skinny(a);
       for (size_t j = 0; j < linears.size(); ++j) add_bias(projections[j].out, linears[j].second);
       return true;
     };
     const bool apart =
-        std::none_of(projections.begin(), projections.end(), [&](const Projection& p) { return overlap(x, p.out); });
+        std::none_of(projections.begin(), projections.end(), [&](const Projection& p) { return overlaps(x, p.out); });
     if (stack && apart)
       if (auto a = whole_x_args(x, norm_weight, eps, linears[0].first->data, all)) return to_parts(*a);
     const void* xin = norm_weight ? lt_normed_input(x, *norm_weight, eps, normed, first) : lt_input(x, first);

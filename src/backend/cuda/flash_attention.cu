@@ -458,17 +458,20 @@ __device__ __forceinline__ void merge_pair(const AttentionArgs& a, int tiles, in
 }
 
 // Decode steps and short windows: one warp per (row, kv head, 16 of the row's (token, q head)
-// pairs of that kv head, tile; or every stride-th tile when the rows alone give warps enough). Pair p is the row's
-// token p / group and the group's head p % group: the mma's 16 rows, each with its own visible length. The warp stages
-// its tile's K and V (V's copies land while it scores), computes the tile as the tile-fold flash kernel does and writes
-// each pair's (m_t, l_t, o_t) to the partials [tokens, heads, tiles]; the tiles are folded by tile_decode_merge_kernel,
-// or, with a.arrivals, by the last warp of each (row, kv head, pairs) to finish (the same fold, so the same bits; its
-// counter reset for the next launch). The grid's last tile slot also folds any tiles past the partials' room, in order
-// (a stated max_row_len below a row's length: close, not the flash kernel's bits). Fused decode step (a.k_new set; one
-// new token a row): as rope_kv_write and then this kernel. Each warp rotates its pairs' q heads into shared memory, and
-// the new token's k (and takes its v), rounded as the cache holds them, as the rope and cache-write kernels do; the
-// warp of tile slot 0 writes them at slots[t]; a warp whose tile holds that slot takes them from shared memory in place
-// of the pool's row. q and k are left as they were.
+// pairs of that kv head, tile; or every stride-th tile when the rows alone give warps enough).
+// Pair p is the row's token p / group and the group's head p % group: the mma's 16 rows, each
+// with its own visible length. The warp stages its tile's K and V (V's copies land while it
+// scores), computes the tile as the tile-fold flash kernel does and writes each pair's (m_t, l_t,
+// o_t) to the partials [tokens, heads, tiles]; the tiles are folded by tile_decode_merge_kernel,
+// or, with a.arrivals, by the last warp of each (row, kv head, pairs) to finish (the same fold,
+// so the same bits; its counter reset for the next launch). The grid's last tile slot also folds
+// any tiles past the partials' room, in order (a stated max_row_len below a row's length: close,
+// not the flash kernel's bits).
+// Fused decode step (a.k_new set; one new token a row): as rope_kv_write and then this kernel.
+// Each warp rotates its pairs' q heads into shared memory, and the new token's k (and takes its
+// v), rounded as the cache holds them, as the rope and cache-write kernels do; the warp of tile
+// slot 0 writes them at slots[t]; a warp whose tile holds that slot takes them from shared
+// memory in place of the pool's row. q and k are left as they were.
 template <int D>
 __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int tiles, int pair_blocks, int stride) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim a multiple of 16, at most 128");
