@@ -234,6 +234,9 @@ class PausedTaps : public ::testing::TestWithParam<const char*> {
     DflashOptions o;
     o.kv_blocks = 256;
     o.confidence_cut = false;  // every draft call proposes the depth asked
+    // At most the block's rows: rounds that run on along this prompt's repeated text would end
+    // the neighbour's request before the paused row's first pauses are over.
+    o.num_draft = 7;
     return std::make_shared<DflashMethod>(source_path("models/dflash"), counting_, "bundled-dflash", o);
   }
 

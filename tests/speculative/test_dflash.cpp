@@ -125,7 +125,10 @@ TEST_F(DflashParity, BlockLogitsMatchPyTorch) {
   o.confidence_cut = false;
   DflashMethod method(fixture_dir(), *fx.backend, "fixture", o);
   EXPECT_EQ(method.needs().tap_layers, (std::vector<int>{0, 2, 4}));  // id 3 of 4 layers: the final hidden
-  EXPECT_EQ(method.default_depth(), 7);
+  EXPECT_EQ(method.default_depth(), kLookupWindow - 1);               // the block, then the text's continuation
+  DflashOptions own_only = o;
+  own_only.context_lookup = false;
+  EXPECT_EQ(DflashMethod(fixture_dir(), *fx.backend, "fixture", own_only).default_depth(), 7);
   auto rows = method.open(fx.view(3));
   std::vector<const Checkpoint*> fresh(3, nullptr);
   rows->prepare_append(fresh).commit();
@@ -197,6 +200,42 @@ TEST_F(DflashParity, ContextAppendedByCommitsAndRestoredFromCheckpoint) {
   // A draft at a position that does not follow the context is declined, not misplaced.
   const auto off = ask(0, anchor, 7, 12, &t1);
   EXPECT_TRUE(rows->draft(std::span<const DraftRequestRow>(&off, 1))[0].tokens.empty());
+}
+
+TEST_F(DflashParity, TextThatRepeatsCarriesARoundPastTheBlock) {
+  Fixture fx;
+  DflashOptions o;
+  o.confidence_cut = false;
+  DflashOptions own_only = o;
+  own_only.context_lookup = false;
+  DflashMethod method(fixture_dir(), *fx.backend, "fixture", o), plain(fixture_dir(), *fx.backend, "plain", own_only);
+  // A text of period 4 (3 4 5 6 ...): after its pending 4, it goes on 5 6 3 4 5 6 ...
+  const std::vector<int32_t> known = {3, 4, 5, 6, 3, 4, 5, 6, 3};
+  std::vector<int32_t> text;
+  for (int k = 0; k < 15; ++k) text.push_back(known[static_cast<size_t>(2 + k % 4)]);
+  SamplingParams greedy;
+  for (DflashMethod* m : {&method, &plain}) {
+    auto rows = m->open(fx.view());
+    std::vector<const Checkpoint*> fresh(1, nullptr);
+    rows->prepare_append(fresh).commit();
+    rows->prefill(0, known, fx.context(0, 0, 9));
+    for (const int depth : {15, 10, 7, 4}) {
+      DraftRequestRow a = ask(0, 4, depth, 9, &greedy);
+      a.want_q = false;
+      a.adaptive = true;
+      const std::vector<int32_t> got = rows->draft(std::span<const DraftRequestRow>(&a, 1))[0].tokens;
+      if (m == &method) {
+        // Every block row takes the text's token (the rule starts out following the text), and
+        // the round goes on past the block's 7 rows to the depth asked.
+        EXPECT_EQ(got, std::vector<int32_t>(text.begin(), text.begin() + depth)) << "depth " << depth;
+      } else {
+        // The drafter's own tokens: never more than its block's rows.
+        EXPECT_EQ(got.size(), static_cast<size_t>(std::min(depth, 7))) << "depth " << depth;
+      }
+    }
+  }
+  EXPECT_EQ(method.stats().lookup.extended, 8 + 3);
+  EXPECT_EQ(plain.stats().lookup.extended, 0);
 }
 
 TEST_F(DflashParity, ConfidenceCutFollowsTheCalibratedSurvival) {

@@ -46,6 +46,15 @@ ContextLookup::Choice ContextLookup::choose(int draft, int32_t own, LookupStats&
   return c;
 }
 
+int32_t ContextLookup::extend(LookupStats& stats) {
+  if (!score_.swap()) return -1;
+  const std::vector<int32_t> next = index_.propose(1);
+  if (next.empty()) return -1;
+  index_.append(next);
+  stats.extended += 1;
+  return next.front();
+}
+
 void ContextLookup::end() { index_.truncate(known_); }
 
 void ContextLookup::commit(const RowCommit& c, LookupStats& stats) {

@@ -24,6 +24,7 @@ struct LookupStats {
   int64_t looked_up = 0;                     // drafts proposed from the context instead of the drafter's own token
   int64_t scored = 0;                        // rows with both a drafter's token and the context's that a round reached
   int64_t own_right = 0, context_right = 0;  // of them, where each was the target's token
+  int64_t extended = 0;                      // drafts past the drafter's own, from the context alone
 };
 
 // One row's lookup. Between begin() and end() its index holds the row's tokens, the pending one
@@ -42,6 +43,10 @@ class ContextLookup {
     bool agreed = false;
   };
   Choice choose(int draft, int32_t own, LookupStats& stats);
+  // Past the drafter's last row: the text's continuation of the drafts so far, taken into the
+  // index; -1 where the text has none, or where its continuations have lately been wrong more
+  // often than the drafter's own tokens (the same rule as choose()'s).
+  int32_t extend(LookupStats& stats);
   void end();
 
   // How often the context's continuation has been right where it differed from the drafter, on

@@ -666,6 +666,22 @@ class DflashRows final : public DraftRows {
       } else {
         r.cut_logits.clear();  // the row's drafts were not chosen by the cut
       }
+      // Past the block: a row whose block was drafted whole, asked for more, proposes the text's
+      // continuation of its drafts while there is one. On text that copies itself a block's rows
+      // are all accepted round after round, and the block alone would cap the round there; the
+      // depth policy prices these wider windows from the row's own acceptance like any others.
+      const int reach = std::min(ask.depth, max_draft_);
+      if (lookup && d == gamma - 1 && static_cast<int>(p.tokens.size()) == d)
+        for (int j = d; j < reach; ++j) {
+          const int32_t token = r.lookup.extend(stats_->lookup);
+          if (token < 0) break;
+          p.tokens.push_back(token);
+          if (hidden && cuts_row(ask)) {
+            alive *= r.lookup.rate();
+            survival.push_back(alive);
+            r.cut_logits.push_back(std::numeric_limits<double>::quiet_NaN());
+          }
+        }
       if (lookup) r.lookup.end();
       p.one_off = one_off;
       stats_->rounds += 1;
@@ -817,7 +833,9 @@ DflashMethod::~DflashMethod() = default;
 size_t DflashMethod::parameter_count() const { return weights_->parameters; }
 
 int DflashMethod::default_depth() const {
-  const int all = config_.block_size - 1;
+  // With the context lookup a round may run past the block on the text's continuation, up to a
+  // window of kLookupWindow tokens.
+  const int all = std::max(config_.block_size - 1, options_.context_lookup ? kLookupWindow - 1 : 0);
   return options_.num_draft > 0 ? std::min(options_.num_draft, all) : all;
 }
 

@@ -18,8 +18,13 @@ namespace specdec {
 
 class Backend;
 
+// The widest verify window a DFlash round's drafts plus the text's continuation of them fill.
+inline constexpr int kLookupWindow = 16;
+
 struct DflashOptions {
-  // Most drafts a round proposes (0: block_size - 1, all the mask rows); at most block_size - 1.
+  // Most drafts a round proposes (0: the most there can be). The block gives at most
+  // block_size - 1; with the context lookup, the text's continuation may carry a round on to a
+  // verify window of kLookupWindow tokens.
   int num_draft = 0;
   // Whether a calibrated checkpoint's confidence cut shortens the proposals (off: the depth
   // policy's depth stands, as for an uncalibrated checkpoint).
