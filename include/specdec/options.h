@@ -25,10 +25,13 @@ struct DraftSpec {
   std::string id;            // empty: "ngram" for an n-gram method, the folder for a draft model
   std::string path;          // DraftKind::model: the draft checkpoint folder (the target's vocabulary)
   int num_draft_tokens = 0;  // most drafts a round proposes; 0 = the method's default
-  // A block drafter (DFlash): a greedy request's drafts are checked against its own text, and
-  // where what followed the drafts' last tokens earlier in the text differs, that continuation is
-  // proposed while it has been right at least as often as the drafter. (A chain drafter sees its
-  // own drafts and follows a repeating text by itself: there the continuation took rounds from it.)
+  // Hidden-state drafters, exact-mode requests. A block drafter (DFlash): each draft is checked
+  // against the request's own text, and where what followed the drafts' last tokens earlier in
+  // the text differs, that continuation is proposed while it has been right at least as often as
+  // the drafter. (A chain drafter, EAGLE-3, sees its own drafts and follows a repeating text by
+  // itself: there such swaps took rounds from it.) Both: a round whose block or chain was drafted
+  // whole, and (for the chain) is the text's continuation throughout, goes on along the text, up
+  // to a verify window of 16 tokens.
   bool context_lookup = true;
 
   static DraftSpec ngram(std::string id = {}, int num_draft_tokens = 0);

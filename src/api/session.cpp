@@ -137,6 +137,7 @@ std::shared_ptr<DraftMethod> make_draft_method(Session& session, const DraftSpec
     }
     Eagle3Options o;
     if (spec.num_draft_tokens > 0) o.num_draft = spec.num_draft_tokens;
+    o.context_lookup = spec.context_lookup;
     return std::make_shared<Eagle3Method>(head, spec.path, session.model->config().num_layers, o);
   }
   // A block drafter that reads the target's hidden states (its config.json says DFlash).

@@ -27,6 +27,7 @@ DraftSpec draft_spec(const std::string& draft, int num_draft, bool context_looku
 // --spec-mode's value; throws std::runtime_error naming it when it is neither mode.
 VerifyMode spec_mode(const std::string& name);
 inline constexpr const char* kNoContextLookupHelp =
-    "block drafters (DFlash): propose their own drafts only, never the text's continuation where it differs";
+    "hidden-state drafters (DFlash, EAGLE-3): propose their own drafts only, never the request's text's "
+    "continuation (in place of a DFlash row's token, or past the block or chain)";
 
 }  // namespace specdec::cli

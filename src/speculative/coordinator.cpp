@@ -98,9 +98,11 @@ void Coordinator::add_method(const std::string& id, std::shared_ptr<DraftMethod>
   group->tap_layers = needs.tap_layers;
   group->resume_taps = std::max(1, needs.resume_taps);
   const bool block = method->drafts_in_one_forward();
-  group->draft_cost = DraftCost(block ? DraftCost::Shape::per_block : DraftCost::Shape::per_draft);
-  group->fixed_draft_cost = block ? DraftCost::fixed(DraftCost::Shape::per_block, kFixedBlock, 0.0)
-                                  : DraftCost::fixed(DraftCost::Shape::per_draft, kFixedDraftStep, kFixedDraftStep);
+  const int own = method->own_depth();
+  group->draft_cost = DraftCost(block ? DraftCost::Shape::per_block : DraftCost::Shape::per_draft, own);
+  group->fixed_draft_cost = block
+                                ? DraftCost::fixed(DraftCost::Shape::per_block, kFixedBlock, 0.0, own)
+                                : DraftCost::fixed(DraftCost::Shape::per_draft, kFixedDraftStep, kFixedDraftStep, own);
   group->rows = method->open(target_);
   group->method = std::move(method);
   groups_[id] = std::move(group);

@@ -194,6 +194,10 @@ class DraftMethod {
   virtual std::unique_ptr<DraftRows> open(const TargetView& target) = 0;
   // Default maximum draft depth for this method.
   virtual int default_depth() const = 0;
+  // The most drafts a call's drafter computes itself. A round asked deeper than this is carried
+  // on by the request's text (a hidden-state drafter's context lookup), at no cost of the drafter:
+  // its calls are priced as of this depth.
+  virtual int own_depth() const { return default_depth(); }
   // Whether a draft call is one forward whatever its depth (a block drafter) rather than a
   // forward per draft: how the engine prices depths it has not measured.
   virtual bool drafts_in_one_forward() const { return false; }

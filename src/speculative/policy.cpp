@@ -100,15 +100,16 @@ CostModel CostModel::fixed(double per_token) {
   return m;
 }
 
-DraftCost DraftCost::fixed(Shape shape, double fixed, double per_step) {
-  DraftCost d(shape);
+DraftCost DraftCost::fixed(Shape shape, double fixed, double per_step, int own_depth) {
+  DraftCost d(shape, own_depth);
   for (int round = 0; round < 2; ++round)
-    for (int k = 1; k <= 8; ++k) d.observe(k, fixed + per_step * k);
+    for (int k = 1; k <= 8; ++k) d.observe(k, fixed + per_step * std::min(k, d.own_depth_));
   return d;
 }
 
 void DraftCost::observe(int depth, double seconds, double speed) {
   if (depth <= 0) return;
+  depth = std::min(depth, own_depth_);
   // Kept in the speed of the machine's first forwards (cost() prices at the speed of the moment).
   seconds /= speed;
   // The first call runs on cold caches (a draft model's first steps after a request's prefill

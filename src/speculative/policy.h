@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace specdec {
@@ -97,10 +98,13 @@ class DraftCost {
   // forward per draft after one for the last round's tokens (a draft model, a chained head), or
   // one forward for the whole block whatever the depth (a block drafter).
   enum class Shape { per_draft, per_block };
-  explicit DraftCost(Shape shape = Shape::per_draft) : shape_(shape) {}
+  // `own_depth`: the most drafts a call's drafter computes itself (DraftMethod::own_depth); a
+  // call asked deeper costs as one of that depth.
+  explicit DraftCost(Shape shape = Shape::per_draft, int own_depth = std::numeric_limits<int>::max())
+      : own_depth_(std::max(1, own_depth)), shape_(shape) {}
   // Calls priced at fixed + per_step * depth whatever the machine does (CostModel::fixed's
   // companion).
-  static DraftCost fixed(Shape shape, double fixed, double per_step);
+  static DraftCost fixed(Shape shape, double fixed, double per_step, int own_depth = std::numeric_limits<int>::max());
   // One call that drafted up to `depth` tokens a row; `seconds` is one row's share of its time.
   // Its rows draft in parallel: a call of eight rows costs more than one of a single row but far
   // less than eight of them, so the share is measured at the batch the engine runs. `speed` is
@@ -116,9 +120,12 @@ class DraftCost {
   // in a disturbed minute would otherwise never come down.
   void observe_bound(int depth, double seconds, double speed = 1.0);
   // A row's share of a call of depth k, at the machine's speed `speed`.
-  double cost(int k, double speed = 1.0) const { return k <= 0 ? 0.0 : speed * (fixed_ + per_step_ * k); }
+  double cost(int k, double speed = 1.0) const {
+    return k <= 0 ? 0.0 : speed * (fixed_ + per_step_ * std::min(k, own_depth_));
+  }
 
  private:
+  int own_depth_;
   ForgettingFit fit_;  // seconds on depth
   double fixed_ = 0, per_step_ = 0;
   int calls_ = 0;  // calls observed

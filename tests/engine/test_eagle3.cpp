@@ -5,6 +5,7 @@
 // registered.
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 #include "api/session.h"
 #include "core/error.h"
@@ -116,6 +117,41 @@ TEST(Eagle3Engine, DraftsTokensOutsideItsVocabularyThatTheTextRepeats) {
   const auto& t = got.stats.speculative;
   EXPECT_GT(outside, t.rounds) << outside << " tokens outside the draft vocabulary in " << t.rounds << " rounds";
   EXPECT_GT(head.context_rows_used(), 0);
+}
+
+TEST(Eagle3Engine, RoundsThatCopyTheTextGoOnPastTheChain) {
+  // The same looping text: once the head's whole chain of 8 is what followed its tokens earlier
+  // in the text, a round goes on along the text (up to 15 drafts), and drafts past the chain are
+  // accepted. Without the context lookup no round drafts past the chain. Output identical to
+  // plain either way.
+  const auto prompt = encode(
+      "import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
+      "argparse.ArgumentParser(description=");
+  const auto want = plain(prompt, 128, 0.0f, 0);
+  for (const bool lookup : {true, false}) {
+    Eagle3Options o;
+    o.kv_blocks = 1024;
+    o.context_lookup = lookup;
+    const auto method = bundled_eagle3(o);
+    EXPECT_EQ(method->default_depth(), lookup ? 15 : 8);
+    EXPECT_EQ(method->own_depth(), 8);
+    auto engine = make_engine(0);
+    engine->add_method("eagle3", method);
+    Request r = make_request(prompt, 128);
+    r.spec.method = "eagle3";
+    r.spec.adaptive = false;
+    const RequestResult got = run_one(*engine, std::move(r));
+    EXPECT_EQ(got.tokens, want) << "lookup " << lookup;
+    const std::vector<int64_t>& at = got.stats.speculative.accepted_at;
+    const int64_t past = at.size() > 8 ? std::accumulate(at.begin() + 8, at.end(), int64_t{0}) : 0;
+    if (lookup) {
+      EXPECT_GT(method->extended(), 0);
+      EXPECT_GT(past, 0) << "no draft past the chain accepted";
+    } else {
+      EXPECT_EQ(method->extended(), 0);
+      EXPECT_EQ(past, 0);
+    }
+  }
 }
 
 TEST(Eagle3Engine, MixedBatchJoinAndLeave) {

@@ -393,6 +393,20 @@ TEST(DraftCost, PricesADeepCallByItsStepsNotByAShallowCallsFigurePerToken) {
   EXPECT_EQ(draft.cost(0), 0.0);
 }
 
+TEST(DraftCost, ACallPastTheDraftersOwnDepthCostsAsOneOfThatDepth) {
+  // A chain of at most 8 steps (0.06 ms fixed, 0.115 ms a step) whose rounds the request's text
+  // carries on to 15 drafts: the calls that return 15 drafts ran 8 steps, and are priced so.
+  DraftCost draft(DraftCost::Shape::per_draft, 8);
+  for (int round = 0; round < 6; ++round)
+    for (const int k : {1, 3, 8, 15}) draft.observe(k, 0.06e-3 + 0.115e-3 * std::min(k, 8));
+  EXPECT_NEAR(draft.cost(8), 0.98e-3, 0.02e-3);
+  EXPECT_EQ(draft.cost(15), draft.cost(8));
+  EXPECT_NEAR(draft.cost(3), 0.405e-3, 0.02e-3);
+  const DraftCost fixed = DraftCost::fixed(DraftCost::Shape::per_draft, 0.1e-3, 0.1e-3, 4);
+  EXPECT_NEAR(fixed.cost(4), 0.5e-3, 0.01e-3);
+  EXPECT_EQ(fixed.cost(12), fixed.cost(4));
+}
+
 TEST(DraftCost, KeepsTheStepsCostWhileARowSettlesAtOneDepth) {
   // A chained head's calls: 0.2 ms to feed the last round's positions plus 0.07 ms a step, seen
   // at depths 1 to 8, then for a long while at depth 2 only (a row that settled there). The

@@ -6,6 +6,7 @@
 // own LM head. The embedding and the LM head are the target's (views, no copies).
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -17,9 +18,6 @@
 namespace specdec {
 
 class Backend;
-
-// The widest verify window a DFlash round's drafts plus the text's continuation of them fill.
-inline constexpr int kLookupWindow = 16;
 
 struct DflashOptions {
   // Most drafts a round proposes (0: the most there can be). The block gives at most
@@ -62,6 +60,7 @@ class DflashMethod : public DraftMethod {
   TargetNeeds needs() const override;
   std::unique_ptr<DraftRows> open(const TargetView& target) override;
   int default_depth() const override;
+  int own_depth() const override { return std::min(default_depth(), config_.block_size - 1); }
   bool drafts_in_one_forward() const override { return true; }
 
   const DflashConfig& config() const { return config_; }

@@ -38,18 +38,22 @@ struct Eagle3RowState {
   // as many when positions without taps followed it.
   std::vector<int32_t> pairs;
   int64_t last_round = 0;  // positions the last commit delivered (a round's usual feed)
+  ContextLookup lookup;    // the request's text's continuation past the chain (context_lookup.h)
 };
 
 class Eagle3Rows : public DraftRows {
  public:
   Eagle3Rows(std::shared_ptr<Eagle3Head> head, std::string ns, const Tensor* embedding, const Weight* lm_head,
-             int kv_blocks, int max_draft)
+             int kv_blocks, int max_draft, int reach, bool lookup, std::shared_ptr<LookupStats> stats)
       : head_(std::move(head)),
         ns_(std::move(ns)),
         embedding_(embedding),
         lm_head_(lm_head),
         cache_(head_->make_cache(kv_blocks)),
-        max_draft_(max_draft) {
+        max_draft_(max_draft),
+        reach_(reach),
+        lookup_(lookup),
+        stats_(std::move(stats)) {
     const Eagle3Config& c = head_->config();
     if (lm_head_) head_->use_target_rows(*lm_head_);
     width_ = 3 * static_cast<size_t>(c.target_hidden);
@@ -213,7 +217,7 @@ class Eagle3Rows : public DraftRows {
       // The drafts follow from the taps of the position before the pending token: without them
       // (not there yet, or not tapped) the row drafts nothing this round.
       if (asks[i].depth <= 0 || waiting == 0 || static_cast<int64_t>(r.pairs.size()) != waiting - 1) continue;
-      if (r.fed + waiting + asks[i].depth > max_position) continue;              // the head's context is full
+      if (r.fed + waiting + chain(asks[i]) > max_position) continue;             // the head's context is full
       if (!cache_->reserve(r.seq, static_cast<int>(r.fed + waiting))) continue;  // a full head KV pauses the row
       Eagle3Head::Row row;
       row.seq = r.seq;
@@ -250,12 +254,13 @@ class Eagle3Rows : public DraftRows {
         r.fed += static_cast<int64_t>(step_rows[j].tokens.size());
         r.waiting.clear();
         r.pairs.clear();
-        for (int k = 0; k < asks[i].depth; ++k) {
+        for (int k = 0; k < chain(asks[i]); ++k) {
           const int32_t id = d.ids[static_cast<size_t>(k) * R + j];
           if (id < 0) break;  // a NaN logit: no drafts from there on
           out[i].tokens.push_back(id);
         }
         out[i].one_off = d.one_off;
+        carry_on(asks[i], r, out[i]);
       }
       return out;
     }
@@ -285,7 +290,7 @@ class Eagle3Rows : public DraftRows {
         const std::span<const float> logits(res.logits.data() + j * vd, vd);
         const int32_t token = draw(asks[i], r, logits, out[i], step);
         out[i].tokens.push_back(token);
-        if (static_cast<int>(out[i].tokens.size()) >= asks[i].depth) continue;
+        if (static_cast<int>(out[i].tokens.size()) >= chain(asks[i])) continue;
         const int len = cache_->length(r.seq);
         if (!cache_->reserve(r.seq, len + 1)) continue;  // stops with the drafts it has
         next.push_back(i);
@@ -298,7 +303,32 @@ class Eagle3Rows : public DraftRows {
       chained = std::move(next_inputs);
       fused = false;
     }
+    for (size_t i = 0; i < asks.size(); ++i)
+      if (!out[i].tokens.empty()) carry_on(asks[i], rows_[static_cast<size_t>(asks[i].row)], out[i]);
     return out;
+  }
+
+  // The drafts a row's chain runs to: its depth, at most the chain's.
+  int chain(const DraftRequestRow& ask) const { return std::min(ask.depth, max_draft_); }
+
+  // Past the chain: a row whose whole chain is what followed the same tokens earlier in the
+  // request's text (the head is copying the text: an edit of its source, a repeated block) and
+  // that asked for more goes on along the text while it continues. The chain alone would end
+  // such rounds at its length, every draft accepted; the depth policy prices the wider windows
+  // from the row's own acceptance like any others. Exact-mode rows only: a rejection-mode row's
+  // drafts must be its own draws.
+  void carry_on(const DraftRequestRow& ask, Eagle3RowState& r, DraftProposal& p) {
+    const int reach = std::min(ask.depth, reach_);
+    if (!lookup_ || ask.want_q || static_cast<int>(p.tokens.size()) != max_draft_ || reach <= max_draft_) return;
+    r.lookup.begin(r.known, ask.pending);
+    bool copying = true;
+    for (const int32_t t : p.tokens) copying = r.lookup.follow(t) && copying;
+    for (int j = max_draft_; copying && j < reach; ++j) {
+      const int32_t t = r.lookup.extend(*stats_);
+      if (t < 0) break;
+      p.tokens.push_back(t);
+    }
+    r.lookup.end();
   }
 
   // The depth a chain on the device runs to: the deepest row's, and where chains are recorded, rounded
@@ -308,7 +338,7 @@ class Eagle3Rows : public DraftRows {
   // is a few small kernels.
   int chain_depth(std::span<const DraftRequestRow> asks, std::span<const size_t> live) const {
     int deepest = 0;
-    for (const size_t i : live) deepest = std::max(deepest, asks[i].depth);
+    for (const size_t i : live) deepest = std::max(deepest, chain(asks[i]));
     if (!head_->replays_chains()) return deepest;
     return std::max(deepest, std::min(ReplayCache::pow2(deepest), max_draft_));
   }
@@ -360,7 +390,10 @@ class Eagle3Rows : public DraftRows {
   std::vector<Eagle3RowState> rows_;
   size_t width_ = 0;  // floats of one position's fused taps
   size_t vocab_ = 0;
-  int max_draft_;  // the deepest a round may ask
+  int max_draft_;  // the deepest a round's chain runs
+  int reach_;      // the deepest a round may ask, the text's continuation past the chain included
+  bool lookup_;    // exact-mode rows whose chain copies the text carry on along it
+  std::shared_ptr<LookupStats> stats_;
   std::vector<float> full_;
   std::vector<SampleRow> draws_;  // a sampled chain's keys, [depth][rows] (kept: a round allocates nothing for them)
   std::vector<int32_t> verified_;      // a commit's verified tokens (kept: a round allocates nothing for them)
@@ -373,7 +406,7 @@ class Eagle3Rows : public DraftRows {
 Eagle3Method::Eagle3Method(std::shared_ptr<Eagle3Head> head, std::string id, int target_layers, Eagle3Options options)
     : head_(std::move(head)), id_(std::move(id)), target_layers_(target_layers), options_(options) {
   SPECDEC_CHECK(head_ != nullptr, "no EAGLE-3 head");
-  SPECDEC_CHECK(options_.num_draft >= 1, "draft depth must be at least 1, got ", options_.num_draft);
+  SPECDEC_CHECK(options_.num_draft >= 0, "draft depth must not be negative, got ", options_.num_draft);
 }
 
 std::string Eagle3Method::checkpoint_namespace() const {
@@ -407,7 +440,14 @@ std::unique_ptr<DraftRows> Eagle3Method::open(const TargetView& target) {
   if (blocks <= 0) blocks = std::max(1, target.max_rows) * ((c.layer.max_position + 15) / 16 + 1);
   return std::make_unique<Eagle3Rows>(head_, checkpoint_namespace(),
                                       head_->has_embedding() ? nullptr : target.embedding, target.lm_head, blocks,
-                                      options_.num_draft);
+                                      own_depth(), default_depth(), options_.context_lookup, stats_);
 }
+
+int Eagle3Method::default_depth() const {
+  if (options_.num_draft > 0) return options_.num_draft;
+  return options_.context_lookup ? std::max(kEagle3Chain, kLookupWindow - 1) : kEagle3Chain;
+}
+
+int Eagle3Method::own_depth() const { return std::min(default_depth(), kEagle3Chain); }
 
 }  // namespace specdec

@@ -10,15 +10,24 @@
 #include <string>
 
 #include "speculative/draft.h"
+#include "speculative/methods/context_lookup.h"
 #include "speculative/methods/eagle3_head.h"
 
 namespace specdec {
 
+// The most drafts the head chains in a round. As the draft model's cap: on text the head predicts
+// well (a repeated block, with the context rows a repeated rare name) rounds accept whole, and a
+// shallower cap would end them early.
+inline constexpr int kEagle3Chain = 8;
+
 struct Eagle3Options {
-  // The most drafts a round asks for; the depth policy picks fewer where they do not pay. As the
-  // draft model's: on text the head predicts well (a repeated block, with the context rows a
-  // repeated rare name) rounds accept whole, and a shallower cap would end them early.
-  int num_draft = 8;
+  // The most drafts a round asks for (0: the most there can be); the depth policy picks fewer
+  // where they do not pay. The head chains at most kEagle3Chain of them; with the context lookup
+  // the request's text carries a round further, up to a verify window of kLookupWindow tokens.
+  int num_draft = 0;
+  // Whether an exact-mode row whose whole chain is the request's text's continuation (the head
+  // copying the text) carries the round on along the text (context_lookup.h).
+  bool context_lookup = true;
   int kv_blocks = 0;  // 0 = the engine's rows at the head's full context
 };
 
@@ -32,13 +41,17 @@ class Eagle3Method : public DraftMethod {
   std::string checkpoint_namespace() const override;
   TargetNeeds needs() const override;
   std::unique_ptr<DraftRows> open(const TargetView& target) override;
-  int default_depth() const override { return options_.num_draft; }
+  int default_depth() const override;
+  int own_depth() const override;
+  // Drafts past the chain that rows proposed from the request's text, over every group opened.
+  int64_t extended() const { return stats_->extended; }
 
  private:
   std::shared_ptr<Eagle3Head> head_;
   std::string id_;
   int target_layers_;
   Eagle3Options options_;
+  std::shared_ptr<LookupStats> stats_ = std::make_shared<LookupStats>();
 };
 
 }  // namespace specdec
