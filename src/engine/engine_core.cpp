@@ -160,7 +160,8 @@ int64_t EngineCore::submit(Request request) {
     // timing (or by the batch's other rows) would make a seeded request differ from run to run:
     // such a row's policy prices depths at fixed figures instead (Coordinator::fixed_costs_),
     // from its own rounds' outcomes alone.
-    row->spec.policy.emplace(depth, row->req.spec.adaptive);
+    row->spec.policy.emplace(std::min(depth, coordinator_.own_depth(row->spec.method)), row->req.spec.adaptive);
+    row->spec.reach = depth;
   }
   const int64_t id = row->id;
   scheduler_.add(std::move(row));

@@ -114,6 +114,12 @@ int Coordinator::default_depth(const std::string& id) const {
   return it->second->method->default_depth();
 }
 
+int Coordinator::own_depth(const std::string& id) const {
+  auto it = groups_.find(id);
+  SPECDEC_CHECK(it != groups_.end(), "unknown draft method '", id, "'");
+  return it->second->method->own_depth();
+}
+
 Coordinator::Group& Coordinator::group_of(const SpecRow& row) const {
   auto it = groups_.find(row.method);
   SPECDEC_CHECK(it != groups_.end(), "unknown draft method '", row.method, "'");
@@ -237,6 +243,11 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     const int ahead = row.policy->rounds_to_draft();
     const bool put_off = shares && depth == 0 && g.probe_gap_left > ahead;
     row.untapped = !g.tap_layers.empty() && (ahead > lead || put_off);
+    // Past the policy's deepest lies only what the request's text continues: it costs the drafter
+    // nothing and is proposed only where the text repeats itself. Priced by the policy, those
+    // positions would take its optimistic prior for untried depths, and every round would look
+    // worth drafting on a row whose own drafts are seldom accepted.
+    if (depth > 0 && depth >= row.policy->max_depth()) depth = std::max(depth, row.reach);
     depth = std::min(depth, a.limit);
     if (depth <= 0) continue;
     g.asks.push_back(

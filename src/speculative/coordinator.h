@@ -25,6 +25,10 @@ struct SpecRow {
   std::string method;  // method instance id; empty: plain decoding
   SpecMode mode = SpecMode::exact;
   std::optional<DepthPolicy> policy;
+  // The most drafts a round may ask. The policy prices depths up to its method's own depth (the
+  // drafts its drafter computes, DraftMethod::own_depth); a round at that depth asks for the rest
+  // of the reach, which the request's text fills where it continues the drafts.
+  int reach = 0;
   SpecTelemetry telemetry;
   DraftProposal proposal;  // this round's drafts, between propose() and the forward
   bool joined = false;     // a member of its method's group
@@ -66,6 +70,8 @@ class Coordinator {
   void add_method(const std::string& id, std::shared_ptr<DraftMethod> method);
   bool has_method(const std::string& id) const { return groups_.count(id) > 0; }
   int default_depth(const std::string& id) const;
+  // The most drafts the method's drafter computes itself (DraftMethod::own_depth).
+  int own_depth(const std::string& id) const;
   // Whether the row's method can take another row whose context is `tokens` long.
   bool has_room(const SpecRow& row, int tokens) const;
 

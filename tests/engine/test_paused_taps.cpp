@@ -225,17 +225,19 @@ class PausedTaps : public ::testing::TestWithParam<const char*> {
 
   // A new instance of the method under test, on the counting backend.
   std::shared_ptr<DraftMethod> method() {
+    // At most the drafter's own drafts (a chain or a block): rounds that run on along this
+    // prompt's repeated text would end the neighbour's request before the paused row's first
+    // pauses are over.
     if (std::string(GetParam()) == "eagle3") {
       Eagle3Options o;
       o.kv_blocks = 256;
+      o.num_draft = kEagle3Chain;
       return std::make_shared<Eagle3Method>(Eagle3Head::load(source_path("models/eagle3"), counting_), "bundled-eagle3",
                                             target_->config().num_layers, o);
     }
     DflashOptions o;
     o.kv_blocks = 256;
     o.confidence_cut = false;  // every draft call proposes the depth asked
-    // At most the block's rows: rounds that run on along this prompt's repeated text would end
-    // the neighbour's request before the paused row's first pauses are over.
     o.num_draft = 7;
     return std::make_shared<DflashMethod>(source_path("models/dflash"), counting_, "bundled-dflash", o);
   }
