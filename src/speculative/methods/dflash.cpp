@@ -668,8 +668,8 @@ class DflashRows final : public DraftRows {
       }
       // Past the block: a row whose block was drafted whole, asked for more, proposes the text's
       // continuation of its drafts while there is one. On text that copies itself a block's rows
-      // are all accepted round after round, and the block alone would cap the round there; the
-      // depth policy prices these wider windows from the row's own acceptance like any others.
+      // are all accepted round after round, and the block alone would cap the round there. A
+      // round at the block's depth asks for these (Coordinator::propose); they cost no call.
       const int reach = std::min(ask.depth, max_draft_);
       if (lookup && d == gamma - 1 && static_cast<int>(p.tokens.size()) == d)
         for (int j = d; j < reach; ++j) {

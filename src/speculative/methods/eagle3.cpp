@@ -314,8 +314,8 @@ class Eagle3Rows : public DraftRows {
   // Past the chain: a row whose whole chain is what followed the same tokens earlier in the
   // request's text (the head is copying the text: an edit of its source, a repeated block) and
   // that asked for more goes on along the text while it continues. The chain alone would end
-  // such rounds at its length, every draft accepted; the depth policy prices the wider windows
-  // from the row's own acceptance like any others. Exact-mode rows only: a rejection-mode row's
+  // such rounds at its length, every draft accepted. A round at the chain's depth asks for these
+  // (Coordinator::propose); they cost no head step. Exact-mode rows only: a rejection-mode row's
   // drafts must be its own draws.
   void carry_on(const DraftRequestRow& ask, Eagle3RowState& r, DraftProposal& p) {
     const int reach = std::min(ask.depth, reach_);
