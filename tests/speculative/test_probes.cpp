@@ -2,6 +2,7 @@
 // take a small share of the batch's time, where each row alone would probe on its own back-off.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -154,6 +155,81 @@ TEST(BatchProbes, ARowWhosePauseIsRenewedWithoutAProbeIsNotTapped) {
   // tapped in its first round (a fresh row) and in the round before that probe only.
   EXPECT_EQ(probes, 1);
   EXPECT_LE(tapped, 2) << tapped << " tapped rounds of " << rounds;
+}
+
+// A method whose drafter computes two drafts a round while its rounds may reach six (the rest from
+// the request's text, as a hidden-state drafter's): its rows record the depths they are asked.
+class ReachMethod : public DraftMethod {
+ public:
+  struct Rows : DraftRows {
+    int rows = 0;
+    std::vector<int> asked;
+    int row_count() const override { return rows; }
+    PreparedChange prepare_append(std::span<const Checkpoint* const> checkpoints) override {
+      const int n = static_cast<int>(checkpoints.size());
+      return PreparedChange([this, n] { rows += n; }, [] {});
+    }
+    void filter_rows(std::span<const int> keep) override { rows = static_cast<int>(keep.size()); }
+    void prefill(int, std::span<const int32_t>, const TargetContext&) override {}
+    std::vector<DraftProposal> draft(std::span<const DraftRequestRow> asks) override {
+      for (const DraftRequestRow& a : asks) asked.push_back(a.depth);
+      return std::vector<DraftProposal>(asks.size());
+    }
+    void commit(std::span<const RowCommit>) override {}
+    Checkpoint capture(int) const override { return {}; }
+  };
+  std::string name() const override { return "reach"; }
+  std::string checkpoint_namespace() const override { return "reach-v1"; }
+  std::unique_ptr<DraftRows> open(const TargetView&) override {
+    auto r = std::make_unique<Rows>();
+    rows = r.get();
+    return r;
+  }
+  int default_depth() const override { return 6; }
+  int own_depth() const override { return 2; }
+  Rows* rows = nullptr;
+};
+
+TEST(Reach, ARoundAtTheDraftersOwnDepthAsksForTheRowsReach) {
+  Coordinator coordinator(TargetView{});
+  const auto method = std::make_shared<ReachMethod>();
+  coordinator.add_method("reach", method);
+  EXPECT_EQ(coordinator.own_depth("reach"), 2);
+  const SamplingParams greedy;
+  const CostModel costs = batch_costs(1);
+  // A fixed-depth row drafts its policy's deepest (the method's own depth) and asks for its reach,
+  // within what the row can take.
+  SpecRow fixed;
+  fixed.method = "reach";
+  fixed.policy.emplace(2, false);
+  fixed.reach = 6;
+  coordinator.join(fixed);
+  for (const int limit : {8, 4, 1}) {
+    const DraftAsk ask{&fixed, 5, 100, limit, &greedy};
+    coordinator.propose(std::span<const DraftAsk>(&ask, 1), costs, 1);
+    ASSERT_FALSE(method->rows->asked.empty());
+    EXPECT_EQ(method->rows->asked.back(), std::min(6, limit)) << "limit " << limit;
+  }
+  SpecRow* const gone[] = {&fixed};
+  coordinator.leave(gone);
+  // An adaptive row whose policy chose less than the drafter's own depth asks for just that.
+  SpecRow adaptive;
+  adaptive.method = "reach";
+  adaptive.policy.emplace(2, true, 0.9);
+  adaptive.reach = 6;
+  coordinator.join(adaptive);
+  std::vector<int> chosen, asked;
+  for (int round = 0; round < 40; ++round) {
+    const DraftAsk ask{&adaptive, 5, 100 + round, 8, &greedy};
+    const size_t before = method->rows->asked.size();
+    coordinator.propose(std::span<const DraftAsk>(&ask, 1), costs, 1);
+    if (method->rows->asked.size() == before) continue;
+    asked.push_back(method->rows->asked.back());
+    adaptive.policy->observe(1, 1);
+  }
+  ASSERT_FALSE(asked.empty());
+  for (const int d : asked) EXPECT_TRUE(d == 1 || d == 6) << d;
+  EXPECT_NE(std::find(asked.begin(), asked.end(), 6), asked.end());
 }
 
 }  // namespace
