@@ -253,7 +253,6 @@ void Coordinator::propose(std::span<const DraftAsk> asks, const CostModel& costs
     g.asks.push_back(
         DraftRequestRow{g.index_of(row), a.pending, depth, a.position, a.sampling, row.mode == SpecMode::rejection});
     g.asks.back().adaptive = row.policy->adaptive();
-    g.asks.back().reach = std::min(std::max(depth, row.reach), a.limit);
     if (costs.calibrated() && !reproducible) {
       DraftRequestRow& ask = g.asks.back();
       for (int w = 1; w <= depth + 1; ++w) ask.window_seconds.push_back(costs.row_cost(w, std::max(1, decoding)));

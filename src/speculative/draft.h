@@ -118,10 +118,6 @@ struct DraftRequestRow {
   int64_t position = 0;
   const SamplingParams* sampling = nullptr;  // the request's params; draft i samples at key_position(i)
   bool want_q = false;                       // rejection mode: also return the draft distributions
-  // The most drafts the row may take in all (at least depth): past `depth`, only the request's
-  // text's continuation of drafts it continued throughout (a chain drafter's context lookup),
-  // which the depth policy does not price. 0: depth.
-  int reach = 0;
   // The row's depth policy chose `depth` from its costs and the row's acceptance: a method's own
   // shortening of the proposal then stands aside (the policy prices every depth).
   bool adaptive = false;

@@ -431,41 +431,6 @@ TEST(ContextLookup, ProposesTheLatestContinuationAndScoresIt) {
   EXPECT_EQ(fresh.choose(0, 5, stats).token, 6);
 }
 
-TEST(ContextLookup, CarriesPastAChainWhileTheTextIsRightAndScoresItEitherWay) {
-  // A text of period 4 (3 4 5 6 ...), pending 4: a chain of 5 6 is what the text continued, so
-  // the text carries on with 3 4 ...
-  const std::vector<int32_t> known = {3, 4, 5, 6, 3, 4, 5, 6, 3};
-  ContextLookup lookup;
-  LookupStats stats;
-  const auto round = [&](std::vector<int32_t> emitted) {
-    lookup.begin(known, 4);
-    EXPECT_TRUE(lookup.follow(5));
-    EXPECT_TRUE(lookup.follow(6));
-    std::vector<int32_t> carried;
-    for (int j = 2; j < 4; ++j) {
-      const int32_t t = lookup.carry(j, stats);
-      if (t < 0) break;
-      carried.push_back(t);
-    }
-    lookup.end();
-    RowCommit c;
-    c.accepted = 2;  // the chain accepted; the target's token after it is emitted[2]
-    c.drafted = 2 + static_cast<int>(carried.size());
-    c.emitted = std::move(emitted);
-    lookup.commit(c, stats);
-    return carried;
-  };
-  EXPECT_EQ(round({5, 6, 9}), (std::vector<int32_t>{3, 4}));  // carried; the target wrote 9 there
-  // Wrong once against its head start of half an outcome: not carried, but still scored.
-  EXPECT_TRUE(round({5, 6, 3}).empty());
-  EXPECT_EQ(round({5, 6, 3}), (std::vector<int32_t>{3, 4}));  // right again: carried again
-  EXPECT_EQ(stats.extended, 4);
-  // A chain the text did not continue is not carried.
-  lookup.begin(known, 4);
-  EXPECT_FALSE(lookup.follow(7));
-  lookup.end();
-}
-
 TEST(BlockRepeats, RunnerUpOfALogitRow) {
   const std::vector<float> row = {0.5f, 3.0f, 2.0f, 2.0f, -1.0f};
   EXPECT_EQ(runner_up(row, 1), 2);  // the first of equal ones

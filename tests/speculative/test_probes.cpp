@@ -163,7 +163,7 @@ class ReachMethod : public DraftMethod {
  public:
   struct Rows : DraftRows {
     int rows = 0;
-    std::vector<int> asked, reach;
+    std::vector<int> asked;
     int row_count() const override { return rows; }
     PreparedChange prepare_append(std::span<const Checkpoint* const> checkpoints) override {
       const int n = static_cast<int>(checkpoints.size());
@@ -172,10 +172,7 @@ class ReachMethod : public DraftMethod {
     void filter_rows(std::span<const int> keep) override { rows = static_cast<int>(keep.size()); }
     void prefill(int, std::span<const int32_t>, const TargetContext&) override {}
     std::vector<DraftProposal> draft(std::span<const DraftRequestRow> asks) override {
-      for (const DraftRequestRow& a : asks) {
-        asked.push_back(a.depth);
-        reach.push_back(a.reach);
-      }
+      for (const DraftRequestRow& a : asks) asked.push_back(a.depth);
       return std::vector<DraftProposal>(asks.size());
     }
     void commit(std::span<const RowCommit>) override {}
@@ -212,12 +209,10 @@ TEST(Reach, ARoundAtTheDraftersOwnDepthAsksForTheRowsReach) {
     coordinator.propose(std::span<const DraftAsk>(&ask, 1), costs, 1);
     ASSERT_FALSE(method->rows->asked.empty());
     EXPECT_EQ(method->rows->asked.back(), std::min(6, limit)) << "limit " << limit;
-    EXPECT_EQ(method->rows->reach.back(), std::min(6, limit)) << "limit " << limit;
   }
   SpecRow* const gone[] = {&fixed};
   coordinator.leave(gone);
-  // An adaptive row whose policy chose less than the drafter's own depth asks for just that, with
-  // the row's reach beside it (for what the text may carry past a shorter chain).
+  // An adaptive row whose policy chose less than the drafter's own depth asks for just that.
   SpecRow adaptive;
   adaptive.method = "reach";
   adaptive.policy.emplace(2, true, 0.9);
@@ -230,7 +225,6 @@ TEST(Reach, ARoundAtTheDraftersOwnDepthAsksForTheRowsReach) {
     coordinator.propose(std::span<const DraftAsk>(&ask, 1), costs, 1);
     if (method->rows->asked.size() == before) continue;
     asked.push_back(method->rows->asked.back());
-    EXPECT_EQ(method->rows->reach.back(), 6);
     adaptive.policy->observe(1, 1);
   }
   ASSERT_FALSE(asked.empty());

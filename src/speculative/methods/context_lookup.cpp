@@ -17,12 +17,10 @@ constexpr double kHeadStart = 0.5;
 
 }  // namespace
 
-ContextLookup::ContextLookup()
-    : index_(kMaxNgram, kMinNgram, Occurrence::latest), score_(kHeadStart), carry_score_(kHeadStart) {}
+ContextLookup::ContextLookup() : index_(kMaxNgram, kMinNgram, Occurrence::latest), score_(kHeadStart) {}
 
 void ContextLookup::begin(std::span<const int32_t> known, int32_t pending) {
   swaps_.clear();
-  carried_ = {};
   // Past `known_` the index may hold a call's drafts that end() did not take back (a call that
   // failed half way).
   index_.truncate(std::min(known_, known.size()));
@@ -54,16 +52,6 @@ bool ContextLookup::follow(int32_t own) {
   return !next.empty() && next.front() == own;
 }
 
-int32_t ContextLookup::carry(int draft, LookupStats& stats) {
-  const std::vector<int32_t> next = index_.propose(1);
-  if (next.empty()) return -1;
-  if (carried_.draft < 0) carried_ = {draft, next.front()};
-  if (!carry_score_.swap()) return -1;
-  index_.append(next);
-  stats.extended += 1;
-  return next.front();
-}
-
 int32_t ContextLookup::extend(LookupStats& stats) {
   if (!score_.swap()) return -1;
   const std::vector<int32_t> next = index_.propose(1);
@@ -77,12 +65,6 @@ void ContextLookup::end() { index_.truncate(known_); }
 
 void ContextLookup::commit(const RowCommit& c, LookupStats& stats) {
   stats.scored += score_swaps(swaps_, c, score_, stats.own_right, stats.context_right);
-  const int at = carried_.draft;
-  if (at >= 0 && at <= c.accepted && at < static_cast<int>(c.emitted.size())) {
-    const bool right = c.emitted[static_cast<size_t>(at)] == carried_.token;
-    carry_score_.observe(!right, right);
-  }
-  carried_ = {};
 }
 
 }  // namespace specdec

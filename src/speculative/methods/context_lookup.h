@@ -50,12 +50,6 @@ class ContextLookup {
   // A draft proposed as the drafter gave it (a chain drafter, which sees its own drafts), taken
   // into the index: whether the text's continuation there was that token.
   bool follow(int32_t own);
-  // Past a chain drafter's drafts, each of which the text continued (follow()): the text's next
-  // token for draft `draft`, taken into the index; -1 where the text has none, or where at the
-  // rounds that reached such a position the text has lately been wrong more often than right.
-  // A round's first such position is scored by commit(), proposed or not, so a rule turned off
-  // is turned on again where the text is right again.
-  int32_t carry(int draft, LookupStats& stats);
   // Past the drafter's last row: the text's continuation of the drafts so far, taken into the
   // index; -1 where the text has none, or where its continuations have lately been wrong more
   // often than the drafter's own tokens (the same rule as choose()'s).
@@ -73,11 +67,6 @@ class ContextLookup {
   NgramIndex index_;
   SwapScore score_;
   std::vector<DraftSwap> swaps_;
-  SwapScore carry_score_;  // (text wrong, text right) where a round reached the text past a chain
-  struct Carried {
-    int draft = -1;  // this round's first position past the chain (-1: none)
-    int32_t token = 0;
-  } carried_;
   size_t known_ = 0;  // the index's first known_ tokens are the row's known ones
 };
 

@@ -102,7 +102,6 @@ class Eagle3Rows : public DraftRows {
       verified_.insert(verified_.end(), c.emitted.begin(), c.emitted.end() - 1);
       take_features(r, verified_, c.context);
       r.last_round = static_cast<int64_t>(verified_.size());
-      r.lookup.commit(c, *stats_);
     }
   }
 
@@ -312,23 +311,20 @@ class Eagle3Rows : public DraftRows {
   // The drafts a row's chain runs to: its depth, at most the chain's.
   int chain(const DraftRequestRow& ask) const { return std::min(ask.depth, max_draft_); }
 
-  // Past the chain: a row whose chain ran to the depth asked, every draft what followed the same
-  // tokens earlier in the request's text (the head is copying the text: an edit of its source, a
-  // repeated block), goes on along the text while it continues, up to the row's reach, and while
-  // the text has been right at least as often as wrong where rounds reached it
-  // (ContextLookup::carry). The chain alone would end such rounds at its length, every draft
-  // accepted. These drafts cost no head step; their window the depth policy does not price (a
-  // round at the chain's full depth asks for them, Coordinator::propose; a shallower one has them
-  // as its reach). Exact-mode rows only: a rejection-mode row's drafts must be its own draws.
+  // Past the chain: a row whose whole chain is what followed the same tokens earlier in the
+  // request's text (the head is copying the text: an edit of its source, a repeated block) and
+  // that asked for more goes on along the text while it continues. The chain alone would end
+  // such rounds at its length, every draft accepted. A round at the chain's depth asks for these
+  // (Coordinator::propose); they cost no head step. Exact-mode rows only: a rejection-mode row's
+  // drafts must be its own draws.
   void carry_on(const DraftRequestRow& ask, Eagle3RowState& r, DraftProposal& p) {
-    const int n = static_cast<int>(p.tokens.size());
-    const int reach = std::min(std::max(ask.depth, ask.reach), reach_);
-    if (!lookup_ || ask.want_q || n == 0 || n != chain(ask) || reach <= n) return;
+    const int reach = std::min(ask.depth, reach_);
+    if (!lookup_ || ask.want_q || static_cast<int>(p.tokens.size()) != max_draft_ || reach <= max_draft_) return;
     r.lookup.begin(r.known, ask.pending);
     bool copying = true;
     for (const int32_t t : p.tokens) copying = r.lookup.follow(t) && copying;
-    for (int j = n; copying && j < reach; ++j) {
-      const int32_t t = r.lookup.carry(j, *stats_);
+    for (int j = max_draft_; copying && j < reach; ++j) {
+      const int32_t t = r.lookup.extend(*stats_);
       if (t < 0) break;
       p.tokens.push_back(t);
     }
