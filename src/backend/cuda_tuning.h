@@ -51,8 +51,8 @@ struct CudaTuning {
   bool tile_decode = true;
   // The batch-invariant mode's decode steps (one new token a row) rotate, cache and attend in one
   // tile-decode launch whose last warp of each (row, kv head) folds the tiles, instead of three
-  // launches (rope and cache write, tile decode, merge); the same bits. Off by default: not yet
-  // run on a GPU (SPECDEC_CUDA_TILE_FUSED=1).
+  // launches (rope and cache write, tile decode, merge); the same bits. Off by default: no
+  // faster in a recorded decode step (SPECDEC_CUDA_TILE_FUSED=1; docs/perf-notes.md).
   bool tile_fused = false;
   // Batch-invariant mode runs its 16-bit linears on cuBLASLt at every M, with K never split
   // (gemm_lt.h); false takes the row-streaming kernel with f32 x instead, several times slower
@@ -100,7 +100,8 @@ struct CudaTuning {
   // The fast mode's cuBLASLt-path linears of up to this many rows on the ordered kernel where it
   // takes x in f32 (rounding it and applying the RMSNorm itself, as above; eight rows of 4,096),
   // sparing the passes before them (SPECDEC_CUDA_FAST_WHOLE_X_MAX_M, 0 to 16). Off by default:
-  // not yet run on a GPU. Changes results within rounding (K unsplit, where cuBLASLt may split).
+  // slower than cuBLASLt's split K at eight rows (docs/perf-notes.md). Changes results within
+  // rounding (K unsplit, where cuBLASLt may split).
   int fast_whole_x_max_m = 0;
   // Kernel of the tensor-core linear: 0 chosen from M and N, 1 small tile, 2 mid, 3 large, 4 the
   // stream kernel (at most 16 rows; the small tile above) (SPECDEC_CUDA_GEMM_TILE). Every choice

@@ -108,23 +108,17 @@ void Coordinator::add_method(const std::string& id, std::shared_ptr<DraftMethod>
   groups_[id] = std::move(group);
 }
 
-int Coordinator::default_depth(const std::string& id) const {
+int Coordinator::default_depth(const std::string& id) const { return group(id).method->default_depth(); }
+
+int Coordinator::own_depth(const std::string& id) const { return group(id).method->own_depth(); }
+
+Coordinator::Group& Coordinator::group(const std::string& id) const {
   auto it = groups_.find(id);
   SPECDEC_CHECK(it != groups_.end(), "unknown draft method '", id, "'");
-  return it->second->method->default_depth();
-}
-
-int Coordinator::own_depth(const std::string& id) const {
-  auto it = groups_.find(id);
-  SPECDEC_CHECK(it != groups_.end(), "unknown draft method '", id, "'");
-  return it->second->method->own_depth();
-}
-
-Coordinator::Group& Coordinator::group_of(const SpecRow& row) const {
-  auto it = groups_.find(row.method);
-  SPECDEC_CHECK(it != groups_.end(), "unknown draft method '", row.method, "'");
   return *it->second;
 }
+
+Coordinator::Group& Coordinator::group_of(const SpecRow& row) const { return group(row.method); }
 
 bool Coordinator::has_room(const SpecRow& row, int tokens) const { return group_of(row).rows->has_room(tokens); }
 

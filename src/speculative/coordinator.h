@@ -107,6 +107,7 @@ class Coordinator {
 
  private:
   struct Group;
+  Group& group(const std::string& id) const;  // throws for an unknown method id
   Group& group_of(const SpecRow& row) const;
   static void check_context(const Group& g, const SpecRow& row, const TargetContext& context, int64_t positions);
 

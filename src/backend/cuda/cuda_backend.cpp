@@ -342,8 +342,8 @@ class CudaBackend final : public Backend {
     // 16-bit weights read x's rounded copy, so out may even alias x; f32 weights would read x
     // itself while the product accumulates into out, so they keep the separate add.
     if (!sh.bias && sh.type != ElemType::f32) {
-      // The ordered kernel's blocks each read all of x while others write out: no overlap.
-      if (auto a = overlaps(x, out) ? std::nullopt : whole_x_args(x, nullptr, 0.0f, weight.data, sh)) {
+      const Tensor* outs = &out;
+      if (auto a = whole_x_args(x, nullptr, 0.0f, weight.data, sh, {&outs, 1})) {
         a->epilogue = cuda::SkinnyEpilogue::add;
         a->out[0] = out.ptr<float>();
         return launch_skinny(*a);
@@ -1006,7 +1006,8 @@ class CudaBackend final : public Backend {
 
   // out = x · weightᵀ (+ bias).
   void linear_lt(const Tensor& x, const Tensor& weight, const LinearShape& sh, const Tensor& out) {
-    if (auto a = overlaps(x, out) ? std::nullopt : whole_x_args(x, nullptr, 0.0f, weight.data, sh)) {
+    const Tensor* outs = &out;
+    if (auto a = whole_x_args(x, nullptr, 0.0f, weight.data, sh, {&outs, 1})) {
       a->out[0] = out.ptr<float>();
       launch_skinny(*a);
     } else {
@@ -1018,12 +1019,15 @@ class CudaBackend final : public Backend {
   // The ordered kernel's arguments for a call whose f32 x it rounds itself (normalised first by
   // norm_weight where that is given), sparing the pass that would write the 16-bit x; none where
   // that kernel does not take the call so (cuda::ordered_gemm_takes_f32), or where the mode's
-  // tuning keeps it off (ordered_max_m; in the fast mode fast_whole_x_max_m). launch_skinny
-  // sends it to the ordered kernel in either mode.
+  // tuning keeps it off (ordered_max_m; in the fast mode fast_whole_x_max_m), or where one of
+  // the call's outputs `outs` overlaps x (the kernel's blocks each read all of x while others
+  // write). launch_skinny sends it to the ordered kernel in either mode.
   std::optional<cuda::SkinnyArgs> whole_x_args(const Tensor& x, const Tensor* norm_weight, float eps, const void* w,
-                                               const LinearShape& sh) const {
+                                               const LinearShape& sh, std::span<const Tensor* const> outs) const {
     const int max_m = invariant() ? tuning().ordered_max_m : tuning().fast_whole_x_max_m;
     if (sh.m > max_m || !cuda::ordered_gemm_takes_f32(sh.type, sh.m, sh.k, x.ptr<float>(), w)) return std::nullopt;
+    if (std::any_of(outs.begin(), outs.end(), [&](const Tensor* out) { return overlaps(x, *out); }))
+      return std::nullopt;
     cuda::SkinnyArgs a = skinny_args(nullptr, w, sh);
     a.x32 = x.ptr<float>();
     if (norm_weight) {
@@ -1039,10 +1043,11 @@ class CudaBackend final : public Backend {
   // nothing, where it does not take the call.
   bool gated_whole_x(const Tensor& x, const Tensor* norm_weight, float eps, const Tensor& w_gate, const Tensor& w_up,
                      const Tensor& out, const LinearShape& sh) {
-    if (const std::array<const Tensor*, 2> ws = {&w_gate, &w_up}; !stacked(sh.m, ws) || overlaps(x, out)) return false;
+    if (const std::array<const Tensor*, 2> ws = {&w_gate, &w_up}; !stacked(sh.m, ws)) return false;
     LinearShape both = sh;
     both.n = 2 * sh.n;
-    auto a = whole_x_args(x, norm_weight, eps, w_gate.data, both);
+    const Tensor* outs = &out;
+    auto a = whole_x_args(x, norm_weight, eps, w_gate.data, both, {&outs, 1});
     if (!a) return false;
     a->epilogue = cuda::SkinnyEpilogue::silu_gate;
     a->out[0] = out.ptr<float>();
@@ -1214,10 +1219,12 @@ class CudaBackend final : public Backend {
     all.bias = nullptr;
     all.n = 0;
     cuda::ColumnParts parts;
+    std::array<const Tensor*, cuda::kMaxLinearSegments> outs{};
     for (size_t j = 0; stack && j < linears.size(); ++j) {
       all.n += linears[j].second.n;
       parts.out[j] = projections[j].out.ptr<float>();
       parts.n[j] = linears[j].second.n;
+      outs[j] = &projections[j].out;
     }
     // The few-row kernels write the columns to their outputs in the epilogue.
     const auto to_parts = [&](cuda::SkinnyArgs a) {
@@ -1227,10 +1234,10 @@ class CudaBackend final : public Backend {
       for (size_t j = 0; j < linears.size(); ++j) add_bias(projections[j].out, linears[j].second);
       return true;
     };
-    const bool apart =
-        std::none_of(projections.begin(), projections.end(), [&](const Projection& p) { return overlaps(x, p.out); });
-    if (stack && apart)
-      if (auto a = whole_x_args(x, norm_weight, eps, linears[0].first->data, all)) return to_parts(*a);
+    if (stack)
+      if (auto a = whole_x_args(x, norm_weight, eps, linears[0].first->data, all,
+                                std::span<const Tensor* const>(outs.data(), linears.size())))
+        return to_parts(*a);
     const void* xin = norm_weight ? lt_normed_input(x, *norm_weight, eps, normed, first) : lt_input(x, first);
     if (stack) {
       if (skinny(all, xin, linears[0].first->data)) return to_parts(skinny_args(xin, linears[0].first->data, all));

@@ -454,6 +454,7 @@ bool ordered_gemm_supports(ElemType type, int M, int K, const void* x, const voi
 }
 
 bool ordered_gemm_takes_f32(ElemType type, int M, int K, const float* x, const void* w) {
+  // K bounded first: full_x_bytes would overflow an int for a K near its limit.
   return few_rows_supported(type, M, K, x, w, kOrderedMaxM, 16) && K <= kFullXBytes &&
          full_x_bytes(M, K) <= kFullXBytes;
 }
