@@ -157,7 +157,8 @@ int run(int argc, char** argv) {
   // --ordered: the same for the batch-invariant mode's ordered kernel at 1-16 rows against
   // cuBLASLt with K unsplit (CudaTuning::ordered_max_m 16 and 0), recorded steps at 1-16 rows.
   const bool ordered = argc > 2 && std::string(argv[2]) == "--ordered";
-  // --profile: only the per-kernel times of one layer and the head, both modes, batch 1 / 8 / 64.
+  // --profile: only the per-kernel times of one layer and the head, both modes, batch 1 / 8 / 32 /
+  // 64 / 128 / 256.
   const bool profile = argc > 2 && std::string(argv[2]) == "--profile";
   SPECDEC_CHECK(cuda_available(), "bench: no CUDA device");
   cudaDeviceProp prop{};
@@ -272,8 +273,10 @@ int run(int argc, char** argv) {
     }
   }
 
-  const int pool_blocks = std::max(batches.back() * ((context + s.block_size - 1) / s.block_size),
-                                   (prefill + s.block_size - 1) / s.block_size);
+  const std::vector<int> profile_batches = {1, 8, 32, 64, 128, 256};
+  const int pool_rows = profile ? profile_batches.back() : batches.back();
+  const int pool_blocks =
+      std::max(pool_rows * ((context + s.block_size - 1) / s.block_size), (prefill + s.block_size - 1) / s.block_size);
   Weights w = make_weights(*inv, s, pool_blocks);
   for (auto* be : {inv.get(), fast.get()}) {
     if (profile) break;
@@ -306,7 +309,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> profile_json;
   for (auto* be : {inv.get(), fast.get()}) {
     const char* mode = be == inv.get() ? "invariant" : "fast";
-    for (int B : {1, 8, 64}) {
+    for (int B : profile ? profile_batches : std::vector<int>{1, 8, 64}) {
       Step step(*be, s, w, B, 1, context);
       step.run();
       std::string line = std::string("| ") + mode + " B=" + std::to_string(B) + " |";
@@ -323,10 +326,13 @@ int run(int argc, char** argv) {
         line += buf;
         js += std::string(i ? ", " : "") + "\"" + std::to_string(i) + " " + op.name + "\": " + std::to_string(us);
       }
-      char buf[96];
-      std::snprintf(buf, sizeof buf, " layer %.1f | x32 layers %.0f |", layer_us, layer_us * s.layers + head_us);
+      char buf[160];
+      // The same step recorded and replayed: what the kernels cost together, overlaps included.
+      const Result recorded = recorded_decode(*be, mode, s, w, B, context, 2, 7);
+      std::snprintf(buf, sizeof buf, " layer %.1f | x32 layers %.0f | recorded step %.0f |", layer_us,
+                    layer_us * s.layers + head_us, 1e3 * recorded.ms);
       std::printf("%s%s\n", line.c_str(), buf);
-      profile_json.push_back(js + "}}");
+      profile_json.push_back(js + "}, \"recorded_step_us\": " + std::to_string(1e3 * recorded.ms) + "}");
     }
   }
   write_json(json, prop.name, copy_bw, results, profile_json);
