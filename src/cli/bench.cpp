@@ -214,6 +214,7 @@ SpeculativeStats run_telemetry(const RunResult& run) {
 // clock that has risen) favours neither side.
 constexpr double kMinPairedSeconds = 0.5;
 constexpr int kMaxPairFactor = 4;
+constexpr int kUntimedRuns = 3;
 
 Pair measure_pair(Engine& engine, const RunMethod& method, const std::vector<std::vector<int32_t>>& prompts,
                   int max_tokens, const BenchCommand& o) {
@@ -222,12 +223,16 @@ Pair measure_pair(Engine& engine, const RunMethod& method, const std::vector<std
   auto keep = [](const RunResult& r, RunResult& into) {
     if (into.wall == 0 || r.generated / r.wall > into.generated / into.wall) into = r;
   };
-  // One untimed run of each first: a prompt's first runs bring shapes not seen before (windows
-  // and draft calls at new context bounds), which a GPU records as graphs and every backend sizes
+  // Untimed runs of each first: a prompt's first runs bring shapes not seen before (windows and
+  // draft calls at new context bounds), which a GPU records as graphs and every backend sizes
   // buffers for, once per shape over an engine's life; timed, they would sit in the first pairs
-  // and pull the median toward those one-off costs.
-  run_batch(engine, prompts, max_tokens, o.sampling);
-  run_batch(engine, prompts, max_tokens, o.sampling, method);
+  // and pull the median toward those one-off costs. A shape is recorded on its second run and a
+  // window's on its third (ReplayCache::replay_or_run), so one untimed run left the recordings
+  // to the first timed pair; three leave the pairs to replay what the prompt's runs repeat.
+  for (int warm = 0; warm < kUntimedRuns; ++warm) {
+    run_batch(engine, prompts, max_tokens, o.sampling);
+    run_batch(engine, prompts, max_tokens, o.sampling, method);
+  }
   double paired = 0;  // seconds of the shorter side so far
   for (int rep = 0; rep < o.repeats || (paired < kMinPairedSeconds && rep < kMaxPairFactor * o.repeats); ++rep) {
     RunResult plain, spec;
