@@ -27,6 +27,7 @@ size_t Model::weight_bytes() const { return impl_->weight_bytes(); }
 size_t Model::step_weight_bytes(int tokens) const { return impl_->step_weight_bytes(tokens); }
 const Tensor& Model::embedding() const { return impl_->embedding(); }
 const Weight& Model::lm_head() const { return impl_->lm_head(); }
+bool Model::replays_windows() const { return impl_->replays_windows(); }
 
 std::unique_ptr<KvCache> Model::make_cache(int num_blocks) const {
   const ModelConfig& c = config();

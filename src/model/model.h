@@ -90,6 +90,12 @@ class Model {
   const Tensor& embedding() const;
   const Weight& lm_head() const;
 
+  // Whether forwards whose every token returns its row (verify windows, one row's or a batch's)
+  // are replayed from recordings of their shapes, where other forwards of several tokens a row
+  // run call by call (on a GPU, a small model's forward then costs several replayed steps). True
+  // until the backend has shown it records nothing.
+  bool replays_windows() const;
+
   // One ragged forward over all rows. Each row's KV must already be reserved for length+n
   // (throws otherwise, before any work). Afterwards length(seq) += n for every row. Input is
   // checked completely before anything is computed: on error the cache is unchanged.

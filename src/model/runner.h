@@ -34,6 +34,7 @@ class ModelRunner {
   size_t step_weight_bytes(int tokens) const;
   const Tensor& embedding() const { return decoder_->embedding_table(); }
   const Weight& lm_head() const { return decoder_->lm_head(); }
+  bool replays_windows() const { return replays_.available(); }
 
   // Runs a validated plan; fills result (logits, or with `sampling` the tokens drawn from them;
   // views of the taps in outputs_) and writes the rows' K/V into the cache. Does not change the

@@ -20,6 +20,8 @@ namespace {
 
 // Tokens of context a draft call feeds in one forward when it catches a row up.
 constexpr int kCatchUpBlock = 512;
+// The longest first-step feed that returns every position where the model replays windows.
+constexpr int kWindowFeed = 16;
 
 struct DraftRowState {
   std::vector<int32_t> known;  // tokens before the pending one
@@ -96,6 +98,13 @@ class DraftModelRows : public DraftRows {
     // need nothing but their logits (and no q) are drawn by the backend, as the target's are.
     const bool on_backend = std::all_of(
         asks.begin(), asks.end(), [](const DraftRequestRow& a) { return draws_on_backend(*a.sampling, a.want_q); });
+    // A first step that feeds several tokens (after a full accept the last draft and the pending
+    // token; a row's catch-up after rounds it did not draft in) returns every position where the
+    // model replays windows: the forward is then a window, whose shapes are recorded, where one
+    // returning only its last position would run call by call. Only the last position's token
+    // is read; the others cost their rows of the LM head and their draws, on the device. Not
+    // where the logits come back to the host (they would be copied for nothing).
+    const bool window_feeds = on_backend && model_->replays_windows();
     for (int step = 0; !live.empty(); ++step) {
       // Rows the cache cannot take one more step of stop with the drafts they have.
       std::erase_if(live, [&](size_t i) {
@@ -109,9 +118,13 @@ class DraftModelRows : public DraftRows {
         SequenceInput in;
         in.seq = r.seq;
         in.tokens = feeds[i];
-        in.logits_at = {static_cast<int32_t>(feeds[i].size()) - 1};
+        const int n = static_cast<int>(feeds[i].size());
+        const int first = window_feeds && n <= kWindowFeed ? 0 : n - 1;
+        for (int p = first; p < n; ++p) in.logits_at.push_back(p);
+        if (on_backend)
+          req.sampling.insert(req.sampling.end(), in.logits_at.size(),
+                              sample_row(*asks[i].sampling, asks[i].key_position(step)));
         req.rows.push_back(std::move(in));
-        if (on_backend) req.sampling.push_back(sample_row(*asks[i].sampling, asks[i].key_position(step)));
       }
       ForwardResult res = model_->forward(req, *cache_);
       std::vector<size_t> next;
@@ -121,10 +134,11 @@ class DraftModelRows : public DraftRows {
         out[i].one_off = out[i].one_off || res.one_off;
         r.fed.insert(r.fed.end(), feeds[i].begin(), feeds[i].end());
         int32_t token = 0;
+        const int last = res.row_offsets[j + 1] - 1;  // the row's last returned position
         if (on_backend) {
-          token = res.tokens[static_cast<size_t>(res.row_offsets[j])];
+          token = res.tokens[static_cast<size_t>(last)];
         } else {
-          std::span<const float> logits(res.logits_row(res.row_offsets[j]), static_cast<size_t>(res.vocab));
+          std::span<const float> logits(res.logits_row(last), static_cast<size_t>(res.vocab));
           const SamplingParams& params = *asks[i].sampling;
           std::span<const int32_t> generated(out[i].tokens);
           token = sample(logits, params, r.known, generated, asks[i].key_position(step));
