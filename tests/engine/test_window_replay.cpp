@@ -292,5 +292,67 @@ TEST(WindowReplay, ReplayedEagle3ChainsGiveThePlainTokens) {
   EXPECT_GE(st.step0_replayed, st.chains / 3) << st.step0_replayed << " of " << st.chains << " chains replayed";
 }
 
+TEST(WindowReplay, DraftModelFeedsOfSeveralTokensReplayAndDraftTheSame) {
+  // A draft model call whose first step feeds several tokens (the last draft and the pending
+  // token after a full accept; the tokens of rounds the row did not draft in) returns every
+  // position where the model replays windows, so that the step replays as a window. Its drafts
+  // are those of the same calls on a backend that records nothing (one returned position, call
+  // by call), and once its shapes have come up a few times every forward of a call is a replay.
+  RecordingBackend& recorder = *Recorded::get().recorder;
+  static const std::unique_ptr<Backend> plain_backend = make_backend(test_backend_options());
+  const auto plain_draft = std::shared_ptr<Model>(Model::load(source_path("models/draft"), *plain_backend));
+  const auto open = [](const std::shared_ptr<Model>& model) {
+    DraftModelMethod method(model, "test", DraftModelOptions{4, 256});
+    TargetView view;
+    view.vocab_size = model->config().vocab_size;
+    std::unique_ptr<DraftRows> rows = method.open(view);
+    const Checkpoint* none = nullptr;
+    rows->prepare_append(std::span<const Checkpoint* const>(&none, 1)).commit();
+    return rows;
+  };
+  std::unique_ptr<DraftRows> replayed = open(Recorded::get().models.draft);
+  std::unique_ptr<DraftRows> reference = open(plain_draft);
+  const std::vector<int32_t> prompt = encode(kClass);
+  replayed->prefill(0, prompt, {});
+  reference->prefill(0, prompt, {});
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  int32_t pending = prompt.back() + 1;
+  int64_t position = static_cast<int64_t>(prompt.size());
+  int late_calls = 0, late_whole = 0;
+  for (int round = 0; round < 36; ++round) {
+    // Every sixth and seventh round drafts nothing: the next call catches up three tokens.
+    const bool drafts = round % 6 != 4 && round % 6 != 5;
+    RowCommit commit;
+    commit.pending = pending;
+    if (drafts) {
+      DraftRequestRow ask;
+      ask.pending = pending;
+      ask.depth = 3;
+      ask.position = position;
+      ask.sampling = &greedy;
+      const int before = recorder.replays();
+      const DraftProposal got = replayed->draft(std::span<const DraftRequestRow>(&ask, 1))[0];
+      const int forwards_replayed = recorder.replays() - before;
+      const DraftProposal want = reference->draft(std::span<const DraftRequestRow>(&ask, 1))[0];
+      ASSERT_EQ(got.tokens, want.tokens) << "round " << round;
+      ASSERT_EQ(got.tokens.size(), 3u);
+      if (round >= 24) {
+        ++late_calls;
+        late_whole += forwards_replayed == 3 ? 1 : 0;  // the feeding step and both chained steps
+      }
+      commit.drafted = commit.accepted = 3;  // all accepted, then a token of the target's own
+      commit.emitted = got.tokens;
+    }
+    commit.emitted.push_back(static_cast<int32_t>(100 + (round * 37) % 900));
+    replayed->commit(std::span<const RowCommit>(&commit, 1));
+    reference->commit(std::span<const RowCommit>(&commit, 1));
+    position += static_cast<int64_t>(commit.emitted.size());
+    pending = commit.emitted.back();
+  }
+  EXPECT_GT(late_calls, 0);
+  EXPECT_EQ(late_whole, late_calls) << late_whole << " of " << late_calls << " late calls replayed whole";
+}
+
 }  // namespace
 }  // namespace specdec::testing
