@@ -115,7 +115,11 @@ class Eagle3Rows : public DraftRows {
   }
 
   std::vector<DraftProposal> draft(std::span<const DraftRequestRow> asks) override {
-    return with_context("EAGLE-3 head", [&] { return draft_rows(asks); });
+    return with_context("EAGLE-3 head", [&] {
+      std::vector<DraftProposal> out = chain_rows(asks);
+      for (size_t i = 0; i < asks.size(); ++i) carry_on(asks[i], rows_.at(static_cast<size_t>(asks[i].row)), out[i]);
+      return out;
+    });
   }
 
  private:
@@ -201,7 +205,8 @@ class Eagle3Rows : public DraftRows {
     return fused.reshape({total, 3 * h});
   }
 
-  std::vector<DraftProposal> draft_rows(std::span<const DraftRequestRow> asks) {
+  // Each asking row's chain: the drafts the head computes, up to chain(ask).
+  std::vector<DraftProposal> chain_rows(std::span<const DraftRequestRow> asks) {
     std::vector<DraftProposal> out(asks.size());
     const int64_t max_position = head_->config().layer.max_position;
     // Step 0 feeds each row's waiting positions: the tokens paired with them, the last of which
@@ -260,7 +265,6 @@ class Eagle3Rows : public DraftRows {
           out[i].tokens.push_back(id);
         }
         out[i].one_off = d.one_off;
-        carry_on(asks[i], r, out[i]);
       }
       return out;
     }
@@ -303,8 +307,6 @@ class Eagle3Rows : public DraftRows {
       chained = std::move(next_inputs);
       fused = false;
     }
-    for (size_t i = 0; i < asks.size(); ++i)
-      if (!out[i].tokens.empty()) carry_on(asks[i], rows_[static_cast<size_t>(asks[i].row)], out[i]);
     return out;
   }
 
