@@ -160,6 +160,9 @@ int run(int argc, char** argv) {
   // --profile: only the per-kernel times of one layer and the head, both modes, batch 1 / 8 / 32 /
   // 64 / 128 / 256.
   const bool profile = argc > 2 && std::string(argv[2]) == "--profile";
+  // --attention B [MODE]: only one layer's rope + cache write + attention of a decode step at
+  // batch B (fast mode, or invariant), timed over twenty calls after the step: a short run for a profiler.
+  const bool attention_only = argc > 3 && std::string(argv[2]) == "--attention";
   SPECDEC_CHECK(cuda_available(), "bench: no CUDA device");
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -176,6 +179,17 @@ int run(int argc, char** argv) {
               "tokens", "ms", "ms/token", "tokens/s", "GB", "GB/s", "of copy", "TFLOP/s", "of peak");
   std::printf("|%s|\n", std::string(150, '-').c_str());
   auto fast = cuda_backend(false);
+  if (attention_only) {
+    const int B = std::stoi(argv[3]);
+    Backend& be = argc > 4 && std::string(argv[4]) == "invariant" ? *inv : *fast;
+    Weights w = make_weights(be, s, B * ((context + s.block_size - 1) / s.block_size));
+    Step step(be, s, w, B, 1, context);
+    step.run();
+    auto ops = step.layer_ops(0);
+    const double ms = time_ms(stream_of(be), ops[1].run, 3, 20);
+    std::printf("attention op, batch %d: %.1f us\n", B, 1e3 * ms);
+    return 0;
+  }
   if (gemm_kernels) {
     const int qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
     std::vector<std::pair<std::string, std::unique_ptr<Backend>>> tc;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the kernel benchmark against specdec with the CUDA backend and runs it.
-# Usage: tools/gpu/build_and_bench.sh [JSON_OUT [--quick|--linears|--gemm-kernels|--skinny|--ordered|--profile]]
+# Usage: tools/gpu/build_and_bench.sh [JSON_OUT [--quick|--linears|--gemm-kernels|--skinny|--ordered|--profile|--attention B [invariant]]]
 #   SPECDEC_BUILD_DIR  specdec build folder (default build-cuda); built first if it has no library
 #   SELF_CONTAINED=1   build core + backend inside tools/gpu instead (also builds and runs test_gpu)
 set -euo pipefail
