@@ -551,55 +551,77 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
 
   const int* table = a.block_table + static_cast<int64_t>(r) * a.max_blocks;
   const float scale2 = a.scale * 1.4426950408889634f;
-  // Tiles j0, j0 + stride, ... of the warp's pairs, each its own partial; the grid's last tile
-  // slot (tiles - 1) folds every tile from there on into one.
-  for (int j0 = static_cast<int>(blockIdx.y); work && j0 < n_tiles && j0 < tiles; j0 += stride) {
+  // Pool rows (slot * kv_heads + kvh) of tile j's positions lane and lane + 32, -1 past the
+  // warp's longest visible length or for a bad table entry (staged as zeros, as the flash kernel
+  // does), and whether each is the new token's slot (fused). Looked up before the tile's copies
+  // are issued: a table load between two copies would wait behind them.
+  struct TileRows {
+    int64_t prow[2];
+    bool is_new[2];
+  };
+  const auto lookup = [&](int j) {
+    TileRows t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t slot = cache_slot(a, table, j * kKvTile + lane + 32 * h, len, pool_slots);
+      t.prow[h] = slot >= 0 ? slot * a.kv_heads + kvh : -1;
+      t.is_new[h] = slot >= 0 && slot == new_slot;
+    }
+    return t;
+  };
+  // The new token's row from shared memory over the pool's (which tile slot 0 may be writing).
+  const auto take_new = [&](const TileRows& t, __nv_bfloat16* dst, const __nv_bfloat16* src) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (t.is_new[h])
+        for (int c = 0; c < CH; ++c)
+          reinterpret_cast<uint4*>(dst + (lane + 32 * h) * LD)[c] = reinterpret_cast<const uint4*>(src)[c];
+    __syncwarp();
+  };
+  // Copy i of a pool: position i / CH, 16-byte piece i % CH (consecutive lanes, consecutive
+  // pieces of one position); one commit group.
+  const auto stage = [&](const TileRows& t, __nv_bfloat16* dst, const void* pool) {
+    const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(pool);
+#pragma unroll 4
+    for (int i = lane; i < kKvTile * CH; i += 32) {
+      const int p = i / CH, c = i % CH;
+      const int64_t lo = __shfl_sync(0xffffffffu, t.prow[0], p % 32);
+      const int64_t hi = __shfl_sync(0xffffffffu, t.prow[1], p % 32);
+      const int64_t row = p < 32 ? lo : hi;
+      cp_async16_zfill(dst + p * LD + c * 8, src + max(row, int64_t{0}) * D + c * 8, row >= 0 ? 16 : 0);
+    }
+    cp_async_commit_group();
+  };
+  // The warp's tiles in the order it takes them: j0 = blockIdx.y, j0 + stride, ... (each its own
+  // partial), the last tile slot's run j0 .. n_tiles - 1 folded into one.
+  const int j_end = min(n_tiles, tiles);
+  const auto next_tile = [&](int j0, int j1, int j) {
+    if (j + 1 < j1) return j + 1;
+    return j0 + stride < j_end ? j0 + stride : -1;
+  };
+  // With more than one tile a warp, the next tile's K is copied while this tile's P·V waits for
+  // its V and runs, and its V while the next scores: a tile's copies are in flight during the
+  // warp's own arithmetic, not only other warps'. The arithmetic and its order are the same.
+  TileRows cur{};
+  bool staged = false;  // cur's K and V copies are in flight
+  for (int j0 = static_cast<int>(blockIdx.y); work && j0 < j_end; j0 += stride) {
     const int j1 = j0 == tiles - 1 ? n_tiles : j0 + 1;
     float o[NB][4];
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int j = j0; j < j1; ++j) {
-      // Pool row (slot * kv_heads + kvh) of positions lane and lane + 32, -1 past the warp's
-      // longest visible length or for a bad table entry (staged as zeros, as the flash kernel
-      // does). Looked up once a tile, before the copies: a table load between two copies would
-      // wait behind them.
-      int64_t prow[2];
-      bool is_new[2];  // fused: position lane + 32 h is the new token's slot
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t slot = cache_slot(a, table, j * kKvTile + lane + 32 * h, len, pool_slots);
-        prow[h] = slot >= 0 ? slot * a.kv_heads + kvh : -1;
-        is_new[h] = slot >= 0 && slot == new_slot;
+      if (!staged) {
+        cur = lookup(j);
+        stage(cur, sk, a.k_pool);
+        stage(cur, sv, a.v_pool);
       }
-      // The new token's row from shared memory over the pool's (which tile slot 0 may be writing).
-      const auto take_new = [&](__nv_bfloat16* dst, const __nv_bfloat16* src) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          if (is_new[h])
-            for (int c = 0; c < CH; ++c)
-              reinterpret_cast<uint4*>(dst + (lane + 32 * h) * LD)[c] = reinterpret_cast<const uint4*>(src)[c];
-        __syncwarp();
-      };
-      // Copy i of a pool: position i / CH, 16-byte piece i % CH (consecutive lanes, consecutive
-      // pieces of one position).
-      auto stage = [&](__nv_bfloat16* dst, const void* pool) {
-        const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(pool);
-#pragma unroll 4
-        for (int i = lane; i < kKvTile * CH; i += 32) {
-          const int p = i / CH, c = i % CH;
-          const int64_t lo = __shfl_sync(0xffffffffu, prow[0], p % 32);
-          const int64_t hi = __shfl_sync(0xffffffffu, prow[1], p % 32);
-          const int64_t row = p < 32 ? lo : hi;
-          cp_async16_zfill(dst + p * LD + c * 8, src + max(row, int64_t{0}) * D + c * 8, row >= 0 ? 16 : 0);
-        }
-        cp_async_commit_group();
-      };
-      stage(sk, a.k_pool);
-      stage(sv, a.v_pool);
+      const int nt = next_tile(j0, j1, j);
+      TileRows nxt{};
+      if (nt >= 0) nxt = lookup(nt);
       cp_async_wait_group<1>();  // K
       __syncwarp();
-      if (fused) take_new(sk, s_new);
+      if (fused) take_new(cur, sk, s_new);
       float s[kKvTile / 8][4];
       tile_scores<D, LD>(s, qa, sk, g, q4);
       float mx[2], lt[2], wa[2], wb[2];
@@ -607,11 +629,22 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
       uint32_t pa[kKvTile / 16][4];
       tile_probabilities(s, mx, lt, pa);
       fold_tile_sums(m, l, mx, lt, wa, wb);
-      cp_async_wait_group<0>();  // V
+      if (nt >= 0) {
+        __syncwarp();  // every lane's reads of sk are done
+        stage(nxt, sk, a.k_pool);
+        cp_async_wait_group<1>();  // V (the next K may stay in flight)
+      } else {
+        cp_async_wait_group<0>();  // V
+      }
       __syncwarp();
-      if (fused) take_new(sv, s_new + D);
+      if (fused) take_new(cur, sv, s_new + D);
       fold_tile_pv<D, LD>(o, pa, sv, lane, wa, wb);
       __syncwarp();  // the tile is consumed before the next one is staged over it
+      staged = nt >= 0;
+      if (staged) {
+        stage(nxt, sv, a.v_pool);
+        cur = nxt;
+      }
     }
 
 #pragma unroll
