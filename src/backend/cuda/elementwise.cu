@@ -1,5 +1,7 @@
 // Row-wise and element-wise kernels: embedding, RMSNorm, RoPE, SiLU·mul, add, gather, argmax,
 // dtype conversion and bias. Each output depends only on its own row, so all are batch invariant.
+#include <algorithm>
+
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -47,30 +49,43 @@ __global__ void rope_kernel(float* x, const int* __restrict__ positions, const f
   }
 }
 
-// One block per token: q and k heads rotated as rope_kernel does, then k and v stored in the
-// pools (after the rotation, by the same threads: __syncthreads orders the two phases).
+// One block per (token, head) of q and k, one thread per rotated pair, every load of the launch
+// issued at once: q and k heads rotated as rope_kernel does; a kv head's block then stores its
+// rotated k (from the threads' registers) and its v in the pools. A block per token walked all
+// its heads in turn, each thread a chain of dependent loads and stores, which made this the
+// longest of a one-row step's small kernels.
 template <typename T>
 __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict__ v, const int* __restrict__ positions,
                                      const float* __restrict__ inv_freq, float scaling, int heads, int kv_heads,
                                      int head_dim, T* __restrict__ k_pool, T* __restrict__ v_pool,
                                      const int* __restrict__ slots, int64_t pool_slots) {
   enter_kernel();
-  const int t = blockIdx.x;
+  const int t = blockIdx.x, h = blockIdx.y;
   const int half = head_dim / 2;
   const float pos = static_cast<float>(positions[t]);
-  for (int j = threadIdx.x; j < (heads + kv_heads) * half; j += blockDim.x) {
-    const int h = j / half, i = j % half;
+  const bool is_k = h >= heads;
+  const int kh = h - heads;
+  float* x = is_k ? k + (static_cast<int64_t>(t) * kv_heads + kh) * head_dim
+                  : q + (static_cast<int64_t>(t) * heads + h) * head_dim;
+  const int slot = is_k ? slots[t] : -1;
+  const bool store = slot >= 0 && slot < pool_slots;
+  const int64_t row = (static_cast<int64_t>(slot) * kv_heads + kh) * head_dim;
+  const float* vs = v + (static_cast<int64_t>(t) * kv_heads + kh) * head_dim;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float angle = pos * inv_freq[i];
     float s, c;
     sincosf(angle, &s, &c);
-    float* x = h < heads ? q + (static_cast<int64_t>(t) * heads + h) * head_dim
-                         : k + (static_cast<int64_t>(t) * kv_heads + (h - heads)) * head_dim;
-    rotate_pair(x[i], x[i + half], c, s, scaling, x[i], x[i + half]);
+    float a, b;
+    rotate_pair(x[i], x[i + half], c, s, scaling, a, b);
+    x[i] = a;
+    x[i + half] = b;
+    if (store) {
+      k_pool[row + i] = from_float<T>(a);
+      k_pool[row + i + half] = from_float<T>(b);
+      v_pool[row + i] = from_float<T>(vs[i]);
+      v_pool[row + i + half] = from_float<T>(vs[i + half]);
+    }
   }
-  const int slot = slots[t];
-  if (slot < 0 || slot >= pool_slots) return;
-  __syncthreads();
-  store_kv_row(k, v, k_pool, v_pool, t, slot, kv_heads * head_dim);
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t n) {
@@ -297,7 +312,8 @@ void launch_rope_kv_write(float* q, float* k, const float* v, const int* positio
   if (tokens == 0) return;
   SPECDEC_DISPATCH_ELEM(
       pool_type, T,
-      launch(rope_kv_write_kernel<T>, tokens, 256, 0, ctx, q, k, v, positions, inv_freq, scaling, heads, kv_heads,
+      launch(rope_kv_write_kernel<T>, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + kv_heads)),
+             std::min(std::max(head_dim / 2, 32), 128), 0, ctx, q, k, v, positions, inv_freq, scaling, heads, kv_heads,
              head_dim, static_cast<T*>(k_pool), static_cast<T*>(v_pool), slots, pool_slots));
 }
 
