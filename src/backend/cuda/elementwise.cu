@@ -51,9 +51,9 @@ __global__ void rope_kernel(float* x, const int* __restrict__ positions, const f
 
 // One block per (token, head) of q and k, one thread per rotated pair, every load of the launch
 // issued at once: q and k heads rotated as rope_kernel does; a kv head's block then stores its
-// rotated k (from the threads' registers) and its v in the pools. A block per token walked all
-// its heads in turn, each thread a chain of dependent loads and stores, which made this the
-// longest of a one-row step's small kernels.
+// rotated k (from the threads' registers) and its v in the pools. With a block per token, each
+// thread walked the token's heads in turn: a chain of dependent loads and stores that a one-row
+// step waits for.
 template <typename T>
 __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict__ v, const int* __restrict__ positions,
                                      const float* __restrict__ inv_freq, float scaling, int heads, int kv_heads,
