@@ -55,7 +55,13 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t ahead) {
   }
   for (int i = 0; i < MR; ++i) {
     float* out = a.out + (m0 + i) * a.N + n0;
-    for (int j = 0; j < NR; ++j) {
+    int j = 0;
+    for (; j + 4 <= NR; j += 4) {  // four at once: the same lane pairs as hsum, so the same bits
+      __m128 v = hsum4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
+      if (a.bias) v = _mm_add_ps(v, _mm_loadu_ps(a.bias + n0 + j));
+      _mm_storeu_ps(out + j, v);
+    }
+    for (; j < NR; ++j) {
       float v = hsum(acc[i][j]);
       if (a.bias) v = _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(v), _mm_set_ss(a.bias[n0 + j])));
       out[j] = v;
