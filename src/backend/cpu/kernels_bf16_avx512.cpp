@@ -87,12 +87,18 @@ void linear_bf16(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
     avx512_kernels().linear(a, n_begin, n_end);
     return;
   }
-  const int64_t nr_main = a.M == 1 ? 8 : 4;
+  // Up to four x rows: one weight row at a time, the rows' K read front to back, prefetched 16
+  // rows ahead. Weight rows walked side by side (a full cache line of each per step) stall on
+  // their loads here, where the f32 kernels' half-line steps do not; one row at a time streams
+  // them as fast as those. More rows: 4 × 4 tiles, where the products, not the loads, bound it.
+  // Each output keeps its one accumulator either way, so the bits do not change with the tile.
+  const int64_t nr_main = a.M <= kMaxMr ? 1 : 4;
+  const int64_t rows_ahead = a.M <= kMaxMr ? 16 : nr_main;
   for (int64_t n0 = n_begin; n0 < n_end; n0 += nr_main) {
     const int64_t nr = n_end - n0 < nr_main ? n_end - n0 : nr_main;
     for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMr) {
       const int64_t mr = a.M - m0 < kMaxMr ? a.M - m0 : kMaxMr;
-      const int64_t ahead = m0 == 0 ? nr_main * a.K * 2 : 0;
+      const int64_t ahead = m0 == 0 ? rows_ahead * a.K * 2 : 0;
       kTiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0, ahead);
     }
   }
