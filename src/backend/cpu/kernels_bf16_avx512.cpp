@@ -17,7 +17,7 @@ namespace specdec::cpu {
 namespace {
 
 constexpr int kMaxMr = 4;
-constexpr int kMaxNr = 8;
+constexpr int kMaxNr = 4;  // the widest tile linear_bf16 takes
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
 
@@ -55,16 +55,16 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t ahead) {
   }
   for (int i = 0; i < MR; ++i) {
     float* out = a.out + (m0 + i) * a.N + n0;
-    int j = 0;
-    for (; j + 4 <= NR; j += 4) {  // four at once: the same lane pairs as hsum, so the same bits
-      __m128 v = hsum4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
-      if (a.bias) v = _mm_add_ps(v, _mm_loadu_ps(a.bias + n0 + j));
-      _mm_storeu_ps(out + j, v);
-    }
-    for (; j < NR; ++j) {
-      float v = hsum(acc[i][j]);
-      if (a.bias) v = _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(v), _mm_set_ss(a.bias[n0 + j])));
-      out[j] = v;
+    if constexpr (NR == 4) {  // four at once: the same lane pairs as hsum, so the same bits
+      __m128 v = hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+      if (a.bias) v = _mm_add_ps(v, _mm_loadu_ps(a.bias + n0));
+      _mm_storeu_ps(out, v);
+    } else {
+      for (int j = 0; j < NR; ++j) {
+        float v = hsum(acc[i][j]);
+        if (a.bias) v = _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(v), _mm_set_ss(a.bias[n0 + j])));
+        out[j] = v;
+      }
     }
   }
 }
@@ -92,7 +92,7 @@ void linear_bf16(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   // their loads here, where the f32 kernels' half-line steps do not; one row at a time streams
   // them as fast as those. More rows: 4 × 4 tiles, where the products, not the loads, bound it.
   // Each output keeps its one accumulator either way, so the bits do not change with the tile.
-  const int64_t nr_main = a.M <= kMaxMr ? 1 : 4;
+  const int64_t nr_main = a.M <= kMaxMr ? 1 : kMaxNr;
   const int64_t rows_ahead = a.M <= kMaxMr ? 16 : nr_main;
   for (int64_t n0 = n_begin; n0 < n_end; n0 += nr_main) {
     const int64_t nr = n_end - n0 < nr_main ? n_end - n0 : nr_main;
