@@ -69,8 +69,9 @@ __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict
                   : q + (static_cast<int64_t>(t) * heads + h) * head_dim;
   const int slot = is_k ? slots[t] : -1;
   const bool store = slot >= 0 && slot < pool_slots;
-  const int64_t row = (static_cast<int64_t>(slot) * kv_heads + kh) * head_dim;
-  const float* vs = v + (static_cast<int64_t>(t) * kv_heads + kh) * head_dim;
+  // Only a kv head's block stores: the pool row and v of a q head's block are never formed.
+  const int64_t row = store ? (static_cast<int64_t>(slot) * kv_heads + kh) * head_dim : 0;
+  const float* vs = store ? v + (static_cast<int64_t>(t) * kv_heads + kh) * head_dim : v;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float angle = pos * inv_freq[i];
     float s, c;
