@@ -73,6 +73,13 @@ struct CudaTuning {
   // the down projection's 16-bit x; false keeps the column split and the rounding pass
   // (SPECDEC_CUDA_DIRECT=0). The same bits either way.
   bool direct_outputs = true;
+  // The fast mode's cuBLASLt GEMMs of gate and up (past the few-row kernels) write their products
+  // rounded to the weights' 16-bit type, as a 16-bit model's reference computes them, and the
+  // SwiGLU reads those: half the bytes of f32 products (a 2,048-token prompt's gate and up are
+  // 117 MB each a layer in f32); false keeps them in f32 (SPECDEC_CUDA_HALF_GATE_UP=0). Changes
+  // results by that rounding; the batch-invariant mode never rounds them (its few-row kernels
+  // take the SwiGLU from f32 sums).
+  bool half_gate_up = true;
   // The fast mode runs its 16-bit linears of 3 to this many rows on the skinny kernel
   // (skinny_gemm.cu: the stacked projections' column split and SwiGLU in its epilogue) instead of
   // cuBLASLt (SPECDEC_CUDA_SKINNY_MAX_M, 0 to 16). Changes results within f32 rounding (another

@@ -390,6 +390,54 @@ TEST(GpuFused, MlpAndAdjacentOutputsEqualTheirCompositions) {
   }
 }
 
+// The fast mode's gate and up products leave cuBLASLt rounded to the weights' type
+// (CudaTuning::half_gate_up): gated_linear's output is silu(g) * u of the host's rounded dot
+// products, stacked (8 rows) and separate (300 rows, past stacking), and with the switch off it
+// is not (the products stay in f32, so most outputs move by up to half a bf16 step).
+TEST(GpuFused, FastGateAndUpProductsAreRoundedTo16Bits) {
+  SPECDEC_REQUIRE_GPU();
+  const int K = 512, I = 704;
+  const DType wt = DType::bf16;
+  const auto wg = random_floats(size_t(I) * K, 15), wu = random_floats(size_t(I) * K, 16);
+  const auto wg16 = rounded(wg, wt), wu16 = rounded(wu, wt);
+  for (int M : {8, 300}) {
+    const auto x = random_floats(size_t(M) * K, 71, -1.0f, 1.0f);
+    const auto x16 = rounded(x, wt);
+    std::vector<float> g(size_t(M) * I), u(size_t(M) * I);
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < I; ++n) {
+        double dg = 0, du = 0;
+        for (int k = 0; k < K; ++k) {
+          dg += double(x16[size_t(m) * K + k]) * wg16[size_t(n) * K + k];
+          du += double(x16[size_t(m) * K + k]) * wu16[size_t(n) * K + k];
+        }
+        g[size_t(m) * I + n] = static_cast<float>(dg);
+        u[size_t(m) * I + n] = static_cast<float>(du);
+      }
+    const auto gr = rounded(g, wt), ur = rounded(u, wt);
+    std::vector<float> want(gr.size());
+    for (size_t i = 0; i < want.size(); ++i) want[i] = gr[i] / (1.0f + std::exp(-gr[i])) * ur[i];
+    for (bool half : {true, false}) {
+      CudaTuning t;
+      t.half_gate_up = half;
+      auto gpu = make_gpu(t, /*batch_invariant=*/false);
+      const Stacked st = make_stacked(*gpu, K, 64, 32, I, wt);
+      Owned xt = upload(*gpu, x, DType::f32, {M, K}), out = empty(*gpu, DType::f32, {M, I});
+      gpu->gated_linear(xt.tensor, Weight(st.w.wg.tensor), Weight(st.w.wu.tensor), out.tensor);
+      const auto got = download(*gpu, out.tensor);
+      // f32 sums in another order than the host's flip a rounding only near a tie: a few outputs.
+      size_t off = 0;
+      for (size_t i = 0; i < want.size(); ++i)
+        if (std::abs(got[i] - want[i]) > 1e-4f * std::max(1.0f, std::abs(want[i]))) ++off;
+      const std::string what = str_cat("M=", M, " half_gate_up=", half, ": ", off, " of ", want.size(), " outputs off");
+      if (half)
+        EXPECT_LE(off, want.size() / 100) << what;
+      else
+        EXPECT_GE(off, want.size() / 2) << what;
+    }
+  }
+}
+
 TEST(GpuFused, RopeKvWriteEqualsRopeThenKvWrite) {
   SPECDEC_REQUIRE_GPU();
   Backends b = make_backends(true);

@@ -101,6 +101,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_INVARIANT_LT", tuning.invariant_cublaslt);
   set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
   set_switch("SPECDEC_CUDA_DIRECT", tuning.direct_outputs);
+  set_switch("SPECDEC_CUDA_HALF_GATE_UP", tuning.half_gate_up);
   set_switch("SPECDEC_CUDA_CLUSTER_SAMPLE", tuning.cluster_sampling);
   set_switch("SPECDEC_CUDA_FAST_DRAFTS", tuning.fast_drafts);
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
@@ -286,21 +287,30 @@ class CudaBackend final : public Backend {
     // projection's 16-bit x itself, where gated_lt and linear_add would write act in f32 and
     // round it in a pass of its own (the same bits: the rounding is the same).
     const bool lt = tuning().direct_outputs && sh.type != ElemType::f32 && up.type == sh.type && down.type == sh.type &&
-                    !rows_kernel(sh) && !tensor_core_type(sh) && !rows_kernel(down) && !tensor_core_type(down) &&
-                    stacked(sh.m, ws);
-    if (!lt) return Backend::norm_mlp_add(x, norm_weight, eps, normed, gate_w, up_w, act, down_w);
+                    !rows_kernel(sh) && !tensor_core_type(sh) && !rows_kernel(down) && !tensor_core_type(down);
+    const bool stack = stacked(sh.m, ws);
+    if (!lt || (!stack && !half_gate_up(sh)))
+      return Backend::norm_mlp_add(x, norm_weight, eps, normed, gate_w, up_w, act, down_w);
     if (gated_whole_x(x, &norm_weight, eps, w_gate, w_up, act, sh)) return linear_add(act, down_w, nullptr, x);
     const void* xin = lt_normed_input(x, norm_weight, eps, normed, sh);
     LinearShape both = sh;
     both.n = 2 * sh.n;
-    if (skinny(both, xin, w_gate.data)) {  // the few-row kernels' SwiGLU epilogue writes act
+    if (skinny(stack ? both : sh, xin, w_gate.data)) {  // the few-row kernels' SwiGLU epilogue writes act
       gated_lt(xin, w_gate, w_up, act, sh);
       return linear_add(act, down_w, nullptr, x);
     }
+    // The GEMMs have read xin before the SwiGLU runs: its scratch may hold the SwiGLU's output
+    // (stream order).
+    const size_t act_bytes = static_cast<size_t>(sh.m) * sh.n * 2;
+    if (half_gate_up(sh)) {
+      const void* parts = gate_up_16(xin, w_gate, w_up, sh);
+      void* xh = scratch(act_bytes);
+      silu_mul_parts_16(parts, stack, sh, xh, sh.type);
+      return lt_gemm(xh, w_down, x, down, /*accumulate=*/true);
+    }
     const Tensor gu = wide_scratch(both);
     lt_gemm(xin, stacked_weight(w_gate, both.n), gu, both);
-    // The GEMM above has read xin: its scratch may hold the SwiGLU's output now (stream order).
-    void* xh = scratch(static_cast<size_t>(sh.m) * sh.n * 2);
+    void* xh = scratch(act_bytes);
     cuda::launch_silu_mul_halves_16(gu.ptr<float>(), xh, sh.type, sh.m, sh.n, ctx_);
     check_launch("silu_mul (stacked gate and up, to 16-bit)", sh.m, "x", sh.n);
     lt_gemm(xh, w_down, x, down, /*accumulate=*/true);
@@ -1127,24 +1137,39 @@ class CudaBackend final : public Backend {
       a.out[0] = out.ptr<float>();
       return launch_skinny(a);
     }
+    lt_run(xin, weight, out.data, /*out_16=*/false, sh, accumulate);
+  }
+
+  // The cuBLASLt call of lt_gemm, out in f32 or (out_16) in the weights' 16-bit type.
+  void lt_run(const void* xin, const Tensor& weight, void* out, bool out_16, const LinearShape& sh, bool accumulate) {
     grow(lt_workspace_, kLtWorkspaceBytes, "cuBLASLt workspace");
-    float* timing = accumulate ? epilogue_scratch(out).ptr<float>() : nullptr;
+    void* timing = nullptr;
+    if (accumulate) {
+      timing = grow(epilogue_, static_cast<size_t>(sh.m) * sh.n * (out_16 ? 2 : sizeof(float)),
+                    "scratch (fused linear epilogues)");
+    }
     if (!lt_) lt_ = std::make_unique<cuda::LtGemm>();
     const cudaDataType_t type = sh.type == ElemType::bf16  ? CUDA_R_16BF
                                 : sh.type == ElemType::f16 ? CUDA_R_16F
                                                            : CUDA_R_32F;
-    lt_->run(xin, weight.data, type, out.ptr<float>(), sh.m, sh.n, sh.k, lt_workspace_.data(), kLtWorkspaceBytes,
-             stream_, /*whole_k=*/invariant(), accumulate ? 1.0f : 0.0f, timing);
+    lt_->run(xin, weight.data, type, out, out_16 ? type : CUDA_R_32F, sh.m, sh.n, sh.k, lt_workspace_.data(),
+             kLtWorkspaceBytes, stream_, /*whole_k=*/invariant(), accumulate ? 1.0f : 0.0f, timing);
     if (tuning().sync_each_call)
       SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "linear (cuBLASLt) ", sh.m, "x", sh.n, "x", sh.k);
   }
 
   // out = silu(xin · w_gateᵀ) * (xin · w_upᵀ).
   void gated_lt(const void* xin, const Tensor& w_gate, const Tensor& w_up, const Tensor& out, const LinearShape& sh) {
-    if (const std::array<const Tensor*, 2> ws = {&w_gate, &w_up}; stacked(sh.m, ws)) {
+    const std::array<const Tensor*, 2> ws = {&w_gate, &w_up};
+    const bool stack = stacked(sh.m, ws);
+    LinearShape both = sh;
+    both.n = 2 * sh.n;
+    if (half_gate_up(sh) && !skinny(stack ? both : sh, xin, w_gate.data)) {
+      silu_mul_parts_16(gate_up_16(xin, w_gate, w_up, sh), stack, sh, out.data, ElemType::f32);
+      return;
+    }
+    if (stack) {
       // One GEMM over both weights' rows, then the gate from each row's first half.
-      LinearShape both = sh;
-      both.n = 2 * sh.n;
       if (skinny(both, xin, w_gate.data)) {  // the gate in the product's epilogue
         cuda::SkinnyArgs a = skinny_args(xin, w_gate.data, both);
         a.epilogue = cuda::SkinnyEpilogue::silu_gate;
@@ -1161,6 +1186,39 @@ class CudaBackend final : public Backend {
     lt_gemm(xin, w_gate, out, sh);
     lt_gemm(xin, w_up, tmp, sh);
     silu_mul(out, tmp, out);
+  }
+
+  // CudaTuning::half_gate_up: in the fast mode, 16-bit weights' gate and up products leave the
+  // cuBLASLt GEMMs rounded to that type.
+  bool half_gate_up(const LinearShape& sh) const {
+    return tuning().half_gate_up && !invariant() && sh.type != ElemType::f32;
+  }
+  // xin · w_gateᵀ and xin · w_upᵀ through cuBLASLt in the weights' 16-bit type, in wide scratch:
+  // stacked weights as one GEMM ([M, 2n], each row's gate then its up), else two ([M, n] gate
+  // then [M, n] up).
+  const void* gate_up_16(const void* xin, const Tensor& w_gate, const Tensor& w_up, const LinearShape& sh) {
+    const std::array<const Tensor*, 2> ws = {&w_gate, &w_up};
+    const size_t part = up_offset_16(sh);
+    auto* gu = static_cast<char*>(grow(wide_, 2 * part, "scratch (stacked projections)"));
+    if (stacked(sh.m, ws)) {
+      LinearShape both = sh;
+      both.n = 2 * sh.n;
+      lt_run(xin, stacked_weight(w_gate, both.n), gu, /*out_16=*/true, both, false);
+    } else {
+      lt_run(xin, w_gate, gu, /*out_16=*/true, sh, false);
+      lt_run(xin, w_up, gu + part, /*out_16=*/true, sh, false);
+    }
+    return gu;
+  }
+  // Where gate_up_16's separate up product starts: past the gate's, on the 256-byte boundary that
+  // cuBLASLt's algorithms assume of their operands.
+  static size_t up_offset_16(const LinearShape& sh) { return (static_cast<size_t>(sh.m) * sh.n * 2 + 255) / 256 * 256; }
+  // out [M, n] (f32, or the weights' type) = silu(gate) * up from gate_up_16's products.
+  void silu_mul_parts_16(const void* parts, bool stack, const LinearShape& sh, void* out, ElemType out_type) {
+    const auto* gu = static_cast<const char*>(parts);
+    const void* up = stack ? gu + static_cast<size_t>(sh.n) * 2 : gu + up_offset_16(sh);
+    cuda::launch_silu_mul_rows_16(gu, up, stack ? int64_t{2} * sh.n : sh.n, sh.type, out, out_type, sh.m, sh.n, ctx_);
+    check_launch("silu_mul (16-bit gate and up)", sh.m, "x", sh.n);
   }
 
   // Whether the weights lie one after another in memory, all of one type and K (the model binds

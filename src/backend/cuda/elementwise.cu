@@ -97,16 +97,39 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
   }
 }
 
-// out in f32, or rounded to 16 bits as launch_convert_f32 rounds (from_float<float> is exact).
-template <typename T>
-__global__ void silu_mul_halves_kernel(const float* gu, T* out, int M, int n) {
+// out[m, j] = silu(gate[m * ld + j]) * up[m * ld + j], in f32 or rounded to 16 bits as
+// launch_convert_f32 rounds (from_float<float> is exact).
+template <typename I, typename O>
+__global__ void silu_mul_rows_kernel(const I* gate, const I* up, int64_t ld, O* out, int M, int n) {
   enter_kernel();
   const int64_t total = int64_t{M} * n;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float* row = gu + i / n * 2 * n;
-    const int64_t j = i % n;
-    out[i] = from_float<T>(silu_times(row[j], row[n + j]));
+    const int64_t at = i / n * ld + i % n;
+    out[i] = from_float<O>(silu_times(to_float(gate[at]), to_float(up[at])));
+  }
+}
+
+// The same with gate, up and out of one type, 16 bytes of each a thread: rows of n % E == 0
+// elements at 16-byte aligned addresses.
+template <typename T>
+__global__ void silu_mul_rows_vec_kernel(const T* gate, const T* up, int64_t ld, T* out, int M, int n) {
+  enter_kernel();
+  constexpr int E = 16 / sizeof(T);
+  const int per_row = n / E;
+  const int64_t total = int64_t{M} * per_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t at = i / per_row * ld + i % per_row * E;
+    const uint4 g = *reinterpret_cast<const uint4*>(gate + at);
+    const uint4 u = *reinterpret_cast<const uint4*>(up + at);
+    const T* gs = reinterpret_cast<const T*>(&g);
+    const T* us = reinterpret_cast<const T*>(&u);
+    uint4 o;
+    T* os = reinterpret_cast<T*>(&o);
+#pragma unroll
+    for (int e = 0; e < E; ++e) os[e] = from_float<T>(silu_times(to_float(gs[e]), to_float(us[e])));
+    *reinterpret_cast<uint4*>(out + i * E) = o;
   }
 }
 
@@ -326,15 +349,37 @@ void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, 
 void launch_silu_mul_halves(const float* gu, float* out, int M, int n, const Context& ctx) {
   const int64_t total = int64_t{M} * n;
   if (total == 0) return;
-  launch(silu_mul_halves_kernel<float>, blocks_for(total, 256), 256, 0, ctx, gu, out, M, n);
+  launch(silu_mul_rows_kernel<float, float>, blocks_for(total, 256), 256, 0, ctx, gu, gu + n, int64_t{2} * n, out, M,
+         n);
 }
 
 void launch_silu_mul_halves_16(const float* gu, void* out, ElemType out_type, int M, int n, const Context& ctx) {
   const int64_t total = int64_t{M} * n;
   if (total == 0) return;
-  SPECDEC_DISPATCH_ELEM(
-      out_type, T,
-      launch(silu_mul_halves_kernel<T>, blocks_for(total, 256), 256, 0, ctx, gu, static_cast<T*>(out), M, n));
+  SPECDEC_DISPATCH_ELEM(out_type, T,
+                        launch(silu_mul_rows_kernel<float, T>, blocks_for(total, 256), 256, 0, ctx, gu, gu + n,
+                               int64_t{2} * n, static_cast<T*>(out), M, n));
+}
+
+void launch_silu_mul_rows_16(const void* gate, const void* up, int64_t ld, ElemType type, void* out, ElemType out_type,
+                             int M, int n, const Context& ctx) {
+  const int64_t total = int64_t{M} * n;
+  if (total == 0) return;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool wide = n % 8 == 0 && ld % 8 == 0 && aligned(gate) && aligned(up) && aligned(out);
+  SPECDEC_DISPATCH_ELEM(type, T, {
+    const T* g = static_cast<const T*>(gate);
+    const T* u = static_cast<const T*>(up);
+    if (out_type == ElemType::f32) {
+      launch(silu_mul_rows_kernel<T, float>, blocks_for(total, 256), 256, 0, ctx, g, u, ld, static_cast<float*>(out), M,
+             n);
+    } else if (wide) {
+      launch(silu_mul_rows_vec_kernel<T>, blocks_for(total / 8, 256), 256, 0, ctx, g, u, ld, static_cast<T*>(out), M,
+             n);
+    } else {
+      launch(silu_mul_rows_kernel<T, T>, blocks_for(total, 256), 256, 0, ctx, g, u, ld, static_cast<T*>(out), M, n);
+    }
+  });
 }
 
 void launch_split_columns(const float* src, int M, const ColumnParts& parts, const Context& ctx) {

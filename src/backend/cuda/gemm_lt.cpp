@@ -108,16 +108,16 @@ LtGemm::~LtGemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, float* out, int M, int N, int K,
-                           void* workspace, size_t workspace_bytes, cudaStream_t stream, bool whole_k) {
+LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, void* out, cudaDataType_t out_type, int M,
+                           int N, int K, void* workspace, size_t workspace_bytes, cudaStream_t stream, bool whole_k) {
   // `out` here is only where candidates are timed (see run).
-  const Key key{M, N, K, static_cast<int>(type), whole_k};
+  const Key key{M, N, K, static_cast<int>(type), static_cast<int>(out_type), whole_k};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
 
   auto p = std::make_unique<Plan>();
-  const auto sizes =
-      str_cat("linear M=", M, " N=", N, " K=", K, " type=", static_cast<int>(type), whole_k ? " (K unsplit)" : "");
+  const auto sizes = str_cat("linear M=", M, " N=", N, " K=", K, " type=", static_cast<int>(type),
+                             " out=", static_cast<int>(out_type), whole_k ? " (K unsplit)" : "");
   SPECDEC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), sizes);
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   SPECDEC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)),
@@ -126,7 +126,7 @@ LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, fl
                        sizes);
   SPECDEC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, type, K, N, K), sizes, " (layout of w)");
   SPECDEC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, type, K, M, K), sizes, " (layout of x)");
-  SPECDEC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, N, M, N), sizes, " (layout of out)");
+  SPECDEC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out_type, N, M, N), sizes, " (layout of out)");
 
   cublasLtMatmulPreference_t pref = nullptr;
   SPECDEC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), sizes);
@@ -141,7 +141,7 @@ LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, fl
   cublasLtMatmulPreferenceDestroy(pref);
   SPECDEC_CUBLAS_CHECK(st, "cublasLtMatmulAlgoGetHeuristic for ", sizes);
   SPECDEC_CHECK(found > 0, "cuBLASLt has no algorithm for ", sizes, " with ", workspace_bytes, " bytes of workspace");
-  const PinKey pin{N, K, static_cast<int>(type)};
+  const PinKey pin{N, K, static_cast<int>(type), static_cast<int>(out_type)};
   std::vector<cublasLtMatmulAlgo_t> candidates;
   if (whole_k) {
     candidates = whole_k_candidates(results, found, *p, pin, sizes);
@@ -200,11 +200,13 @@ LtGemm::Plan& LtGemm::plan(const void* x, const void* w, cudaDataType_t type, fl
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
-void LtGemm::run(const void* x, const void* w, cudaDataType_t type, float* out, int M, int N, int K, void* workspace,
-                 size_t workspace_bytes, cudaStream_t stream, bool whole_k, float beta, float* timing_out) {
+void LtGemm::run(const void* x, const void* w, cudaDataType_t type, void* out, cudaDataType_t out_type, int M, int N,
+                 int K, void* workspace, size_t workspace_bytes, cudaStream_t stream, bool whole_k, float beta,
+                 void* timing_out) {
   SPECDEC_CHECK(beta == 0.0f || timing_out != nullptr, "linear M=", M, " N=", N, " K=", K,
                 ": accumulating into out needs a separate buffer to time candidates on");
-  Plan& p = plan(x, w, type, beta == 0.0f ? out : timing_out, M, N, K, workspace, workspace_bytes, stream, whole_k);
+  Plan& p =
+      plan(x, w, type, beta == 0.0f ? out : timing_out, out_type, M, N, K, workspace, workspace_bytes, stream, whole_k);
   const float alpha = 1.0f;
   SPECDEC_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
                                       workspace, workspace_bytes, stream),

@@ -1,6 +1,7 @@
 // cuBLASLt GEMM for the linears of 16-bit weights (both modes) and f32 weights at larger M (fast
-// mode): out[M, N] (f32) = x[M, K] · w[N, K]ᵀ (+ out, with beta = 1) with x and w of one type
-// (bf16, f16 or f32) and f32 accumulation. Plans (descriptors + algorithm) are cached per shape
+// mode): out[M, N] = x[M, K] · w[N, K]ᵀ (+ out, with beta = 1) with x and w of one type (bf16, f16
+// or f32), f32 accumulation, and out in f32 or (the fast mode's wide intermediates) rounded to
+// x's 16-bit type. Plans (descriptors + algorithm) are cached per shape
 // and type; the algorithm is the fastest of cuBLASLt's heuristic candidates, timed once on the
 // first call of a shape.
 //
@@ -31,19 +32,21 @@ class LtGemm {
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
 
-  // beta = 1 adds the product to out in place (a residual add with no second pass). Timing a new
-  // shape's candidates overwrites an output, so with beta = 1 they are timed on `timing_out`, an
-  // [M, N] f32 buffer whose contents do not matter; with beta = 0, on out itself.
-  void run(const void* x, const void* w, cudaDataType_t type, float* out, int M, int N, int K, void* workspace,
-           size_t workspace_bytes, cudaStream_t stream, bool whole_k, float beta = 0.0f, float* timing_out = nullptr);
+  // out_type: CUDA_R_32F, or `type` where that is 16-bit. beta = 1 adds the product to out in place
+  // (a residual add with no second pass). Timing a new shape's candidates overwrites an output, so
+  // with beta = 1 they are timed on `timing_out`, an [M, N] buffer of out_type whose contents do
+  // not matter; with beta = 0, on out itself.
+  void run(const void* x, const void* w, cudaDataType_t type, void* out, cudaDataType_t out_type, int M, int N, int K,
+           void* workspace, size_t workspace_bytes, cudaStream_t stream, bool whole_k, float beta = 0.0f,
+           void* timing_out = nullptr);
 
  private:
   struct Plan;
-  using Key = std::tuple<int, int, int, int, bool>;  // M, N, K, type, whole_k
-  Plan& plan(const void* x, const void* w, cudaDataType_t type, float* timing_out, int M, int N, int K,
-             void* workspace, size_t workspace_bytes, cudaStream_t stream, bool whole_k);
+  using Key = std::tuple<int, int, int, int, int, bool>;  // M, N, K, type, out type, whole_k
+  Plan& plan(const void* x, const void* w, cudaDataType_t type, void* timing_out, cudaDataType_t out_type, int M, int N,
+             int K, void* workspace, size_t workspace_bytes, cudaStream_t stream, bool whole_k);
 
-  using PinKey = std::tuple<int, int, int>;  // N, K, type
+  using PinKey = std::tuple<int, int, int, int>;  // N, K, type, out type
   std::vector<cublasLtMatmulAlgo_t> whole_k_candidates(const cublasLtMatmulHeuristicResult_t* results, int found,
                                                        const Plan& p, const PinKey& pin, const std::string& sizes);
 

@@ -42,6 +42,10 @@ void launch_silu_mul_halves(const float* gu, float* out, int M, int n, const Con
 // launch_silu_mul_halves with out in out_type (bf16 or f16), rounded to nearest even: the bits of
 // launch_silu_mul_halves then launch_convert_f32, in one pass.
 void launch_silu_mul_halves_16(const float* gu, void* out, ElemType out_type, int M, int n, const Context& ctx);
+// out[m, j] = silu(gate[m * ld + j]) * up[m * ld + j] with gate and up in `type` (bf16 or f16) and
+// out [M, n] in f32 or in `type` (out_type): the arithmetic in f32, rounded once to nearest even.
+void launch_silu_mul_rows_16(const void* gate, const void* up, int64_t ld, ElemType type, void* out, ElemType out_type,
+                             int M, int n, const Context& ctx);
 // Columns of src [M, sum of n[j]] into out[j] [M, n[j]], in order (up to kMaxLinearSegments parts).
 struct ColumnParts {
   float* out[3] = {nullptr, nullptr, nullptr};
