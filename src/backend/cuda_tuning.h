@@ -80,6 +80,10 @@ struct CudaTuning {
   // results by that rounding; the batch-invariant mode never rounds them (its few-row kernels
   // take the SwiGLU from f32 sums).
   bool half_gate_up = true;
+  // With half_gate_up, gate and up of stacked weights run as one GEMM up to this many rows
+  // (SPECDEC_CUDA_HALF_STACKED_MAX_M); past it, one GEMM each. Changes results within f32
+  // rounding (cuBLASLt chooses its algorithm, and so its order over K, per shape).
+  int half_stacked_max_m = 256;
   // The fast mode runs its 16-bit linears of 3 to this many rows on the skinny kernel
   // (skinny_gemm.cu: the stacked projections' column split and SwiGLU in its epilogue) instead of
   // cuBLASLt (SPECDEC_CUDA_SKINNY_MAX_M, 0 to 16). Changes results within f32 rounding (another

@@ -102,6 +102,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
   set_switch("SPECDEC_CUDA_DIRECT", tuning.direct_outputs);
   set_switch("SPECDEC_CUDA_HALF_GATE_UP", tuning.half_gate_up);
+  set_level("SPECDEC_CUDA_HALF_STACKED_MAX_M", 1 << 30, tuning.half_stacked_max_m);
   set_switch("SPECDEC_CUDA_CLUSTER_SAMPLE", tuning.cluster_sampling);
   set_switch("SPECDEC_CUDA_FAST_DRAFTS", tuning.fast_drafts);
   set_level("SPECDEC_CUDA_GEMM_TILE", 9, tuning.gemm_tile);
@@ -288,7 +289,7 @@ class CudaBackend final : public Backend {
     // round it in a pass of its own (the same bits: the rounding is the same).
     const bool lt = tuning().direct_outputs && sh.type != ElemType::f32 && up.type == sh.type && down.type == sh.type &&
                     !rows_kernel(sh) && !tensor_core_type(sh) && !rows_kernel(down) && !tensor_core_type(down);
-    const bool stack = stacked(sh.m, ws);
+    const bool stack = gate_up_stacked(sh, ws);
     if (!lt || (!stack && !half_gate_up(sh)))
       return Backend::norm_mlp_add(x, norm_weight, eps, normed, gate_w, up_w, act, down_w);
     if (gated_whole_x(x, &norm_weight, eps, w_gate, w_up, act, sh)) return linear_add(act, down_w, nullptr, x);
@@ -1161,7 +1162,7 @@ class CudaBackend final : public Backend {
   // out = silu(xin · w_gateᵀ) * (xin · w_upᵀ).
   void gated_lt(const void* xin, const Tensor& w_gate, const Tensor& w_up, const Tensor& out, const LinearShape& sh) {
     const std::array<const Tensor*, 2> ws = {&w_gate, &w_up};
-    const bool stack = stacked(sh.m, ws);
+    const bool stack = gate_up_stacked(sh, ws);
     LinearShape both = sh;
     both.n = 2 * sh.n;
     if (half_gate_up(sh) && !skinny(stack ? both : sh, xin, w_gate.data)) {
@@ -1200,7 +1201,7 @@ class CudaBackend final : public Backend {
     const std::array<const Tensor*, 2> ws = {&w_gate, &w_up};
     const size_t part = up_offset_16(sh);
     auto* gu = static_cast<char*>(grow(wide_, 2 * part, "scratch (stacked projections)"));
-    if (stacked(sh.m, ws)) {
+    if (gate_up_stacked(sh, ws)) {
       LinearShape both = sh;
       both.n = 2 * sh.n;
       lt_run(xin, stacked_weight(w_gate, both.n), gu, /*out_16=*/true, both, false);
@@ -1209,6 +1210,11 @@ class CudaBackend final : public Backend {
       lt_run(xin, w_up, gu + part, /*out_16=*/true, sh, false);
     }
     return gu;
+  }
+  // Whether gate and up run as one GEMM: stacked, up to CudaTuning::half_stacked_max_m rows where
+  // their products come in 16 bits (no pass then splits the wide product's columns).
+  bool gate_up_stacked(const LinearShape& sh, std::span<const Tensor* const> weights) const {
+    return stacked(sh.m, weights, half_gate_up(sh) ? tuning().half_stacked_max_m : kStackedMaxM);
   }
   // Where gate_up_16's separate up product starts: past the gate's, on the 256-byte boundary that
   // cuBLASLt's algorithms assume of their operands.
@@ -1224,8 +1230,8 @@ class CudaBackend final : public Backend {
   // Whether the weights lie one after another in memory, all of one type and K (the model binds
   // q/k/v and gate/up so: BoundWeights::adjacent), and m rows are few enough to gain from reading
   // them in one GEMM.
-  bool stacked(int m, std::span<const Tensor* const> weights) const {
-    if (!tuning().stacked_projections || m > kStackedMaxM) return false;
+  bool stacked(int m, std::span<const Tensor* const> weights, int max_m = kStackedMaxM) const {
+    if (!tuning().stacked_projections || m > max_m) return false;
     const Tensor* prev = nullptr;
     for (const Tensor* w : weights) {
       if (w->rank != 2) return false;
