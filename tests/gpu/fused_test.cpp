@@ -28,6 +28,15 @@ struct Results {
   std::vector<float> q, k, v, gated, residual;
 };
 
+// The tolerance of output i (q, k, v, gated, residual) where the fast mode's results agree within
+// rounding (`tol`): its gated_linear rounds 16-bit weights' gate and up products to their type
+// (CudaTuning::half_gate_up), so gated and residual agree with f32 products, or with products
+// summed in another order (a rounding flipped), within that type's step.
+double fast_tol(double tol, DType wt, size_t i) {
+  if (i < 3 || wt == DType::f32) return tol;
+  return wt == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
+}
+
 Results run(Backend& g, const Weights& w, int M, int K, int Nq, int Nkv, int I, bool fused) {
   Owned x = upload(g, random_floats(size_t(M) * K, 21), DType::f32, {M, K});
   Owned q = empty(g, DType::f32, {M, Nq}), k = empty(g, DType::f32, {M, Nkv}), v = empty(g, DType::f32, {M, Nkv});
@@ -87,7 +96,7 @@ TEST(GpuFused, EqualsComposedCalls) {
         EXPECT_TRUE(bit_equal(pairs[i].first->data(), pairs[i].second->data(), pairs[i].second->size()))
             << what << " output " << i;
       } else {
-        EXPECT_LE(rel_error(*pairs[i].first, *pairs[i].second), c.tol) << what << " output " << i;
+        EXPECT_LE(rel_error(*pairs[i].first, *pairs[i].second), fast_tol(c.tol, c.wt, i)) << what << " output " << i;
       }
     }
   }
@@ -173,7 +182,7 @@ TEST(GpuFused, StackedWeightsEqualSeparateOnes) {
         EXPECT_TRUE(bit_equal(pairs[i].first->data(), pairs[i].second->data(), pairs[i].second->size()))
             << what << " output " << i;
       } else {
-        EXPECT_LE(rel_error(*pairs[i].first, *pairs[i].second), c.tol) << what << " output " << i;
+        EXPECT_LE(rel_error(*pairs[i].first, *pairs[i].second), fast_tol(c.tol, c.wt, i)) << what << " output " << i;
       }
     }
   }

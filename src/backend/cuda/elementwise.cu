@@ -49,18 +49,21 @@ __global__ void rope_kernel(float* x, const int* __restrict__ positions, const f
   }
 }
 
-// One block per (token, head) of q and k, one thread per rotated pair, every load of the launch
-// issued at once: q and k heads rotated as rope_kernel does; a kv head's block then stores its
-// rotated k (from the threads' registers) and its v in the pools. With a block per token, each
+// One thread per rotated pair, kRopeHeads heads of q and k a block (threadIdx.y), every load of
+// the launch issued at once: q and k heads rotated as rope_kernel does; a kv head's threads then
+// store its rotated k (from their registers) and its v in the pools. With a block per token, each
 // thread walked the token's heads in turn: a chain of dependent loads and stores that a one-row
-// step waits for.
+// step waits for; with a block per head, a 256-row step launched ten thousand blocks of two warps.
+constexpr int kRopeHeads = 4;
+
 template <typename T>
 __global__ void rope_kv_write_kernel(float* q, float* k, const float* __restrict__ v, const int* __restrict__ positions,
                                      const float* __restrict__ inv_freq, float scaling, int heads, int kv_heads,
                                      int head_dim, T* __restrict__ k_pool, T* __restrict__ v_pool,
                                      const int* __restrict__ slots, int64_t pool_slots) {
   enter_kernel();
-  const int t = blockIdx.x, h = blockIdx.y;
+  const int t = blockIdx.x, h = static_cast<int>(blockIdx.y * blockDim.y + threadIdx.y);
+  if (h >= heads + kv_heads) return;
   const int half = head_dim / 2;
   const float pos = static_cast<float>(positions[t]);
   const bool is_k = h >= heads;
@@ -334,11 +337,13 @@ void launch_rope_kv_write(float* q, float* k, const float* v, const int* positio
                           float scaling, int tokens, int heads, int kv_heads, int head_dim, void* k_pool, void* v_pool,
                           ElemType pool_type, const int* slots, int64_t pool_slots, const Context& ctx) {
   if (tokens == 0) return;
-  SPECDEC_DISPATCH_ELEM(
-      pool_type, T,
-      launch(rope_kv_write_kernel<T>, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + kv_heads)),
-             std::min(std::max(head_dim / 2, 32), 128), 0, ctx, q, k, v, positions, inv_freq, scaling, heads, kv_heads,
-             head_dim, static_cast<T*>(k_pool), static_cast<T*>(v_pool), slots, pool_slots));
+  SPECDEC_DISPATCH_ELEM(pool_type, T,
+                        launch(rope_kv_write_kernel<T>,
+                               dim3(static_cast<unsigned>(tokens),
+                                    static_cast<unsigned>((heads + kv_heads + kRopeHeads - 1) / kRopeHeads)),
+                               dim3(static_cast<unsigned>(std::min(std::max(head_dim / 2, 32), 128)), kRopeHeads), 0,
+                               ctx, q, k, v, positions, inv_freq, scaling, heads, kv_heads, head_dim,
+                               static_cast<T*>(k_pool), static_cast<T*>(v_pool), slots, pool_slots));
 }
 
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, const Context& ctx) {
