@@ -284,9 +284,10 @@ class CudaBackend final : public Backend {
     const LinearShape up = check_linear(op, x, w_up, nullptr, act);
     const LinearShape down = check_linear(op, act, w_down, nullptr, x);
     const std::array<const Tensor*, 2> ws = {&w_gate, &w_up};
-    // Both halves on the cuBLASLt path, gate and up as one GEMM: the SwiGLU then writes the down
-    // projection's 16-bit x itself, where gated_lt and linear_add would write act in f32 and
-    // round it in a pass of its own (the same bits: the rounding is the same).
+    // Both halves on the cuBLASLt path, gate and up as one GEMM (or as two, where their products
+    // come in 16 bits): the SwiGLU then writes the down projection's 16-bit x itself, where
+    // gated_lt and linear_add would write act in f32 and round it in a pass of its own (the same
+    // bits: the rounding is the same).
     const bool lt = tuning().direct_outputs && sh.type != ElemType::f32 && up.type == sh.type && down.type == sh.type &&
                     !rows_kernel(sh) && !tensor_core_type(sh) && !rows_kernel(down) && !tensor_core_type(down);
     const bool stack = gate_up_stacked(sh, ws);
