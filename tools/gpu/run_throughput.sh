@@ -2,7 +2,7 @@
 # The throughput measurements in one call on the GPU host: build, GPU tests (kernels, and the
 # engine's identity tests on the GPU), the bench's input checks on the bundled model, then the 8B
 # shape: prefill of one 2,048-token prompt in both modes, 64 rows of 2,048-token prompts, and
-# decode at batch 1 to 256 with 512-token prompts and 128 new tokens (fast; invariant at 1 and 8).
+# decode at batch 1 to 256 with 512-token prompts and 128 new tokens in both modes.
 # Logs go to OUT_DIR/logs.tar.gz, refreshed after every step; a summary is printed last.
 # Usage: tools/gpu/run_throughput.sh OUT_DIR [DEPS_PREFIX [SECONDS]]: SECONDS (default 3600) bounds
 # the whole run; a step that would start with less than 15 s left is skipped.
@@ -52,8 +52,8 @@ run prefill_2048 150 "$spec" bench --model "$model8b" --device cuda --modes fast
   --prompt-tokens 2048 --new-tokens 8 --json
 run prefill_2048_f32_attention 60 env SPECDEC_CUDA_FLASH=0 "$spec" bench --model "$model8b" --device cuda --fast-gpu \
   --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8
-run decode_fast 200 "$spec" bench --model "$model8b" --device cuda --fast-gpu --batch-sizes 1,8,32,64,128,256 \
-  --prompt-tokens 512 --new-tokens 128 --json
+run decode 200 "$spec" bench --model "$model8b" --device cuda --modes fast,invariant \
+  --batch-sizes 1,8,32,64,128,256 --prompt-tokens 512 --new-tokens 128 --json
 run identity_gpu 150 env SPECDEC_TEST_DEVICE=cuda "$build/test_engine"
 # Input checks on the bundled model (context 2048): a prompt past the context fails at once; a
 # prompt that leaves no room for a decode step says so instead of printing 0 tok/s.
@@ -61,12 +61,10 @@ run check_context 30 bash -c "time $spec bench --device cuda --prompt-tokens 500
 run check_no_room 60 "$spec" bench --device cuda --batch-sizes 1 --prompt-tokens 2047 --new-tokens 8
 run rows64_2048_fast 120 "$spec" bench --model "$model8b" --device cuda --fast-gpu --batch-sizes 1,8,64 \
   --prompt-tokens 2048 --new-tokens 8 --json
-run decode_invariant 120 "$spec" bench --model "$model8b" --device cuda --batch-sizes 1,8 --prompt-tokens 512 \
-  --new-tokens 128 --json
 
 echo "=== summary"
 grep -h -E "^\[  (PASSED|FAILED)|tests? ran" "$out"/test_gpu.log "$out"/identity_gpu.log
-for f in check_context check_no_room prefill_2048 prefill_2048_f32_attention rows64_2048_fast decode_fast decode_invariant; do
+for f in check_context check_no_room prefill_2048 prefill_2048_f32_attention rows64_2048_fast decode; do
   echo "--- $f"
   grep -v '^{' "$out/$f.log" | grep -E "^(mode|fast|invariant|cpu|specdec|error|real|measured|.*decode not)" | head -20
 done
