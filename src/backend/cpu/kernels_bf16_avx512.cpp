@@ -53,20 +53,7 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t ahead) {
       for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv[i], wv);
     }
   }
-  for (int i = 0; i < MR; ++i) {
-    float* out = a.out + (m0 + i) * a.N + n0;
-    if constexpr (NR == 4) {  // four at once: the same lane pairs as hsum, so the same bits
-      __m128 v = hsum4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-      if (a.bias) v = _mm_add_ps(v, _mm_loadu_ps(a.bias + n0));
-      _mm_storeu_ps(out, v);
-    } else {
-      for (int j = 0; j < NR; ++j) {
-        float v = hsum(acc[i][j]);
-        if (a.bias) v = _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(v), _mm_set_ss(a.bias[n0 + j])));
-        out[j] = v;
-      }
-    }
-  }
+  store_tile_sums(acc, a.out + m0 * a.N + n0, a.N, a.bias, n0);
 }
 
 using TileFn = void (*)(const LinearArgs&, int64_t, int64_t, int64_t);
