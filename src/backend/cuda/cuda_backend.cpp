@@ -305,7 +305,7 @@ class CudaBackend final : public Backend {
     // (stream order).
     const size_t act_bytes = static_cast<size_t>(sh.m) * sh.n * 2;
     if (half_gate_up(sh)) {
-      const void* parts = gate_up_16(xin, w_gate, w_up, sh);
+      const void* parts = gate_up_16(xin, w_gate, w_up, stack, sh);
       void* xh = scratch(act_bytes);
       silu_mul_parts_16(parts, stack, sh, xh, sh.type);
       return lt_gemm(xh, w_down, x, down, /*accumulate=*/true);
@@ -1167,7 +1167,7 @@ class CudaBackend final : public Backend {
     LinearShape both = sh;
     both.n = 2 * sh.n;
     if (half_gate_up(sh) && !skinny(stack ? both : sh, xin, w_gate.data)) {
-      silu_mul_parts_16(gate_up_16(xin, w_gate, w_up, sh), stack, sh, out.data, ElemType::f32);
+      silu_mul_parts_16(gate_up_16(xin, w_gate, w_up, stack, sh), stack, sh, out.data, ElemType::f32);
       return;
     }
     if (stack) {
@@ -1198,11 +1198,11 @@ class CudaBackend final : public Backend {
   // xin · w_gateᵀ and xin · w_upᵀ through cuBLASLt in the weights' 16-bit type, in wide scratch:
   // stacked weights as one GEMM ([M, 2n], each row's gate then its up), else two ([M, n] gate
   // then [M, n] up).
-  const void* gate_up_16(const void* xin, const Tensor& w_gate, const Tensor& w_up, const LinearShape& sh) {
-    const std::array<const Tensor*, 2> ws = {&w_gate, &w_up};
+  // `stack`: gate_up_stacked, as the caller decided it.
+  const void* gate_up_16(const void* xin, const Tensor& w_gate, const Tensor& w_up, bool stack, const LinearShape& sh) {
     const size_t part = up_offset_16(sh);
     auto* gu = static_cast<char*>(grow(wide_, 2 * part, "scratch (stacked projections)"));
-    if (gate_up_stacked(sh, ws)) {
+    if (stack) {
       LinearShape both = sh;
       both.n = 2 * sh.n;
       lt_run(xin, stacked_weight(w_gate, both.n), gu, /*out_16=*/true, both, false);
