@@ -77,9 +77,15 @@ struct CudaTuning {
   // rounded to the weights' 16-bit type, as a 16-bit model's reference computes them, and the
   // SwiGLU reads those: half the bytes of f32 products (a 2,048-token prompt's gate and up are
   // 117 MB each a layer in f32); false keeps them in f32 (SPECDEC_CUDA_HALF_GATE_UP=0). Changes
-  // results by that rounding; the batch-invariant mode never rounds them (its few-row kernels
-  // take the SwiGLU from f32 sums).
+  // results by that rounding. The batch-invariant mode has a switch of its own
+  // (invariant_half_gate_up).
   bool half_gate_up = true;
+  // The same rounding in the batch-invariant mode, on its cuBLASLt-path shapes (invariant_cublaslt)
+  // (SPECDEC_CUDA_INVARIANT_HALF_GATE_UP=0 keeps f32 products): cuBLASLt writes the products in
+  // the weights' 16-bit type, rounding each unsplit f32 sum to nearest even, and the few-row
+  // kernels beside it round their sums the same way before the SwiGLU, so that a row keeps its
+  // bits at every M. Changes results by that rounding.
+  bool invariant_half_gate_up = true;
   // With half_gate_up, gate and up of stacked weights run as one GEMM up to this many rows
   // (SPECDEC_CUDA_HALF_STACKED_MAX_M); past it, one GEMM each. Changes results within f32
   // rounding (cuBLASLt chooses its algorithm, and so its order over K, per shape).

@@ -37,7 +37,11 @@ double fast_tol(double tol, DType wt, size_t i) {
   return wt == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
 }
 
-Results run(Backend& g, const Weights& w, int M, int K, int Nq, int Nkv, int I, bool fused) {
+// round_gate_up: the composition rounds the gate and up products to the weights' type on the
+// host before the SwiGLU, as the batch-invariant mode's gated_linear does where
+// invariant_rounds_gate_up.
+Results run(Backend& g, const Weights& w, int M, int K, int Nq, int Nkv, int I, bool fused,
+            bool round_gate_up = false) {
   Owned x = upload(g, random_floats(size_t(M) * K, 21), DType::f32, {M, K});
   Owned q = empty(g, DType::f32, {M, Nq}), k = empty(g, DType::f32, {M, Nkv}), v = empty(g, DType::f32, {M, Nkv});
   Owned gate = empty(g, DType::f32, {M, I}), up = empty(g, DType::f32, {M, I});
@@ -56,6 +60,12 @@ Results run(Backend& g, const Weights& w, int M, int K, int Nq, int Nkv, int I, 
     g.linear(x.tensor, Weight(w.wv.tensor), nullptr, v.tensor);
     g.linear(x.tensor, Weight(w.wg.tensor), nullptr, gate.tensor);
     g.linear(x.tensor, Weight(w.wu.tensor), nullptr, up.tensor);
+    if (round_gate_up) {
+      for (const Tensor* t : {&gate.tensor, &up.tensor}) {
+        auto r = rounded(download(g, *t), w.wg.tensor.dtype);
+        g.copy(Tensor(r.data(), DType::f32, {M, I}, Device::cpu), *t);
+      }
+    }
     g.silu_mul(gate.tensor, up.tensor, gate.tensor);
     g.linear(gate.tensor, Weight(w.wd.tensor), nullptr, tmp.tensor);
     g.add(res.tensor, tmp.tensor, res.tensor);
@@ -82,7 +92,8 @@ TEST(GpuFused, EqualsComposedCalls) {
   for (const Case& c : cases) {
     Backends b = make_backends(c.invariant);
     const Weights w = make_weights(*b.gpu, c.K, c.Nq, c.Nkv, c.I, c.wt);
-    const Results composed = run(*b.gpu, w, c.M, c.K, c.Nq, c.Nkv, c.I, false);
+    const Results composed =
+        run(*b.gpu, w, c.M, c.K, c.Nq, c.Nkv, c.I, false, c.invariant && invariant_rounds_gate_up(c.wt, c.K, c.I));
     const Results fused = run(*b.gpu, w, c.M, c.K, c.Nq, c.Nkv, c.I, true);
     const std::string what = str_cat("invariant=", c.invariant, " M=", c.M, " K=", c.K, " ", dtype_name(c.wt));
     const std::vector<std::pair<const std::vector<float>*, const std::vector<float>*>> pairs = {
@@ -399,50 +410,67 @@ TEST(GpuFused, MlpAndAdjacentOutputsEqualTheirCompositions) {
   }
 }
 
-// The fast mode's gate and up products leave cuBLASLt rounded to the weights' type
-// (CudaTuning::half_gate_up): gated_linear's output is silu(g) * u of the host's rounded dot
-// products, stacked (8 rows) and separate (300 rows, past stacking), and with the switch off it
-// is not (the products stay in f32, so most outputs move by up to half a bf16 step).
-TEST(GpuFused, FastGateAndUpProductsAreRoundedTo16Bits) {
+// Gate and up products leave cuBLASLt rounded to the weights' type (CudaTuning::half_gate_up in
+// the fast mode, invariant_half_gate_up in the batch-invariant mode): gated_linear's output is
+// silu(g) * u of the host's rounded dot products, stacked (up to 256 rows) and separate (300
+// rows), and with the switch off it is not (the products stay in f32, so most outputs move by up
+// to half a bf16 step). In the batch-invariant mode the few-row kernels (one and two rows) round
+// their sums the same way: each row has the bits of its row among 300.
+TEST(GpuFused, GateAndUpProductsAreRoundedTo16Bits) {
   SPECDEC_REQUIRE_GPU();
-  const int K = 512, I = 704;
+  const int K = 512, I = 704, big = 300;
   const DType wt = DType::bf16;
   const auto wg = random_floats(size_t(I) * K, 15), wu = random_floats(size_t(I) * K, 16);
   const auto wg16 = rounded(wg, wt), wu16 = rounded(wu, wt);
-  for (int M : {8, 300}) {
-    const auto x = random_floats(size_t(M) * K, 71, -1.0f, 1.0f);
-    const auto x16 = rounded(x, wt);
-    std::vector<float> g(size_t(M) * I), u(size_t(M) * I);
-    for (int m = 0; m < M; ++m)
-      for (int n = 0; n < I; ++n) {
-        double dg = 0, du = 0;
-        for (int k = 0; k < K; ++k) {
-          dg += double(x16[size_t(m) * K + k]) * wg16[size_t(n) * K + k];
-          du += double(x16[size_t(m) * K + k]) * wu16[size_t(n) * K + k];
-        }
-        g[size_t(m) * I + n] = static_cast<float>(dg);
-        u[size_t(m) * I + n] = static_cast<float>(du);
+  const auto x_all = random_floats(size_t(big) * K, 71, -1.0f, 1.0f);
+  const auto x16 = rounded(x_all, wt);
+  std::vector<float> g(size_t(big) * I), u(size_t(big) * I);
+  for (int m = 0; m < big; ++m)
+    for (int n = 0; n < I; ++n) {
+      double dg = 0, du = 0;
+      for (int k = 0; k < K; ++k) {
+        dg += double(x16[size_t(m) * K + k]) * wg16[size_t(n) * K + k];
+        du += double(x16[size_t(m) * K + k]) * wu16[size_t(n) * K + k];
       }
-    const auto gr = rounded(g, wt), ur = rounded(u, wt);
-    std::vector<float> want(gr.size());
-    for (size_t i = 0; i < want.size(); ++i) want[i] = gr[i] / (1.0f + std::exp(-gr[i])) * ur[i];
-    for (bool half : {true, false}) {
-      CudaTuning t;
-      t.half_gate_up = half;
-      auto gpu = make_gpu(t, /*batch_invariant=*/false);
-      const Stacked st = make_stacked(*gpu, K, 64, 32, I, wt);
-      Owned xt = upload(*gpu, x, DType::f32, {M, K}), out = empty(*gpu, DType::f32, {M, I});
-      gpu->gated_linear(xt.tensor, Weight(st.w.wg.tensor), Weight(st.w.wu.tensor), out.tensor);
-      const auto got = download(*gpu, out.tensor);
-      // f32 sums in another order than the host's flip a rounding only near a tie: a few outputs.
-      size_t off = 0;
-      for (size_t i = 0; i < want.size(); ++i)
-        if (std::abs(got[i] - want[i]) > 1e-4f * std::max(1.0f, std::abs(want[i]))) ++off;
-      const std::string what = str_cat("M=", M, " half_gate_up=", half, ": ", off, " of ", want.size(), " outputs off");
-      if (half)
-        EXPECT_LE(off, want.size() / 100) << what;
-      else
-        EXPECT_GE(off, want.size() / 2) << what;
+      g[size_t(m) * I + n] = static_cast<float>(dg);
+      u[size_t(m) * I + n] = static_cast<float>(du);
+    }
+  const auto gr = rounded(g, wt), ur = rounded(u, wt);
+  std::vector<float> want_all(gr.size());
+  for (size_t i = 0; i < want_all.size(); ++i) want_all[i] = gr[i] / (1.0f + std::exp(-gr[i])) * ur[i];
+  for (bool invariant : {false, true}) {
+    const std::vector<int> sizes = invariant ? std::vector<int>{big, 1, 2, 8} : std::vector<int>{8, big};
+    std::vector<float> rows_of_big;
+    for (int M : sizes) {
+      const std::vector<float> x(x_all.begin(), x_all.begin() + size_t(M) * K);
+      const std::vector<float> want(want_all.begin(), want_all.begin() + size_t(M) * I);
+      for (bool half : {true, false}) {
+        CudaTuning t;
+        t.half_gate_up = half;
+        t.invariant_half_gate_up = half;
+        auto gpu = make_gpu(t, invariant);
+        const Stacked st = make_stacked(*gpu, K, 64, 32, I, wt);
+        Owned xt = upload(*gpu, x, DType::f32, {M, K}), out = empty(*gpu, DType::f32, {M, I});
+        gpu->gated_linear(xt.tensor, Weight(st.w.wg.tensor), Weight(st.w.wu.tensor), out.tensor);
+        const auto got = download(*gpu, out.tensor);
+        // f32 sums in another order than the host's flip a rounding only near a tie: a few outputs.
+        size_t off = 0;
+        for (size_t i = 0; i < want.size(); ++i)
+          if (std::abs(got[i] - want[i]) > 1e-4f * std::max(1.0f, std::abs(want[i]))) ++off;
+        const std::string what = str_cat("invariant=", invariant, " M=", M, " rounded=", half, ": ", off, " of ",
+                                         want.size(), " outputs off");
+        if (half) {
+          EXPECT_LE(off, want.size() / 100) << what;
+        } else {
+          EXPECT_GE(off, want.size() / 2) << what;
+        }
+        if (!invariant || !half) continue;
+        if (M == big) {
+          rows_of_big = got;
+        } else {
+          EXPECT_TRUE(bit_equal(got.data(), rows_of_big.data(), got.size())) << what << ": rows against M=" << big;
+        }
+      }
     }
   }
 }

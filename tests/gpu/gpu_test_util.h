@@ -94,6 +94,20 @@ inline bool invariant_rounds_x(DType wt, int64_t K, int64_t N) {
   return (lt || gemm) && wt != DType::f32 && K % 8 == 0;
 }
 
+// Whether the batch-invariant mode rounds gated_linear's gate and up products of 16-bit weights
+// [N, K] to their type before the SwiGLU (CudaTuning::invariant_half_gate_up, on the shapes it runs
+// on cuBLASLt), under the environment's switches.
+inline bool invariant_rounds_gate_up(DType wt, int64_t K, int64_t N) {
+  auto on = [](const char* name, bool fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::strcmp(v, "0") != 0 : fallback;
+  };
+  const CudaTuning d;
+  return on("SPECDEC_CUDA_INVARIANT_HALF_GATE_UP", d.invariant_half_gate_up) &&
+         on("SPECDEC_CUDA_INVARIANT_LT", d.invariant_cublaslt) &&
+         !on("SPECDEC_CUDA_INVARIANT_GEMM", d.invariant_tensor_cores) && wt != DType::f32 && K % 8 == 0 && N % 8 == 0;
+}
+
 // A tensor owned together with its buffer.
 struct Owned {
   Buffer buffer;

@@ -356,7 +356,9 @@ TEST(GpuLinear, MoreRowsThanOneGridMatchCpu) {
   }
   const double tol = invariant_rounds_x(DType::bf16, K, N) ? kMmaTol : 1e-5;
   EXPECT_LE(rel_error(got[0], want[0]), tol) << "linear";
-  EXPECT_LE(rel_error(got[1], want[1]), tol) << "gated_linear";
+  // The CPU keeps the gate and up products in f32: a bf16 step apart where the GPU rounds them.
+  EXPECT_LE(rel_error(got[1], want[1]), invariant_rounds_gate_up(DType::bf16, K, N) ? 1.0 / 128 : tol)
+      << "gated_linear";
   EXPECT_LE(rel_error(got[2], want[2]), tol) << "linear_add";
 }
 

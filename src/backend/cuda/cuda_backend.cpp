@@ -102,6 +102,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
   set_switch("SPECDEC_CUDA_DIRECT", tuning.direct_outputs);
   set_switch("SPECDEC_CUDA_HALF_GATE_UP", tuning.half_gate_up);
+  set_switch("SPECDEC_CUDA_INVARIANT_HALF_GATE_UP", tuning.invariant_half_gate_up);
   set_level("SPECDEC_CUDA_HALF_STACKED_MAX_M", 1 << 30, tuning.half_stacked_max_m);
   set_switch("SPECDEC_CUDA_CLUSTER_SAMPLE", tuning.cluster_sampling);
   set_switch("SPECDEC_CUDA_FAST_DRAFTS", tuning.fast_drafts);
@@ -1062,6 +1063,7 @@ class CudaBackend final : public Backend {
     auto a = whole_x_args(x, norm_weight, eps, w_gate.data, both, {&outs, 1});
     if (!a) return false;
     a->epilogue = cuda::SkinnyEpilogue::silu_gate;
+    a->round_gate_up = rounds_gate_up(sh, /*whole_x=*/true);
     a->out[0] = out.ptr<float>();
     launch_skinny(*a);
     return true;
@@ -1175,6 +1177,7 @@ class CudaBackend final : public Backend {
       if (skinny(both, xin, w_gate.data)) {  // the gate in the product's epilogue
         cuda::SkinnyArgs a = skinny_args(xin, w_gate.data, both);
         a.epilogue = cuda::SkinnyEpilogue::silu_gate;
+        a.round_gate_up = rounds_gate_up(sh);
         a.out[0] = out.ptr<float>();
         return launch_skinny(a);
       }
@@ -1187,13 +1190,27 @@ class CudaBackend final : public Backend {
     const Tensor tmp = epilogue_scratch(out);
     lt_gemm(xin, w_gate, out, sh);
     lt_gemm(xin, w_up, tmp, sh);
+    if (rounds_gate_up(sh)) {
+      cuda::launch_silu_mul_rounded(out.ptr<float>(), tmp.ptr<float>(), sh.type, out.ptr<float>(), sh.m, sh.n, ctx_);
+      return check_launch("silu_mul (gate and up rounded to 16-bit)", sh.m, "x", sh.n);
+    }
     silu_mul(out, tmp, out);
   }
 
-  // CudaTuning::half_gate_up: in the fast mode, 16-bit weights' gate and up products leave the
-  // cuBLASLt GEMMs rounded to that type.
+  // CudaTuning::half_gate_up and invariant_half_gate_up: 16-bit weights' gate and up products
+  // leave the cuBLASLt GEMMs rounded to that type (in the batch-invariant mode, on the shapes it
+  // runs on cuBLASLt, where its few-row kernels round theirs too: rounds_gate_up).
   bool half_gate_up(const LinearShape& sh) const {
-    return tuning().half_gate_up && !invariant() && sh.type != ElemType::f32;
+    if (sh.type == ElemType::f32) return false;
+    return invariant() ? tuning().invariant_half_gate_up && invariant_lt(sh) : tuning().half_gate_up;
+  }
+  // Whether the ordered kernel's SwiGLU epilogue or the separate-weights SwiGLU of a few-row call
+  // rounds the gate and up sums to the weights' type: where cuBLASLt's products of the same call
+  // at more rows come rounded, in the batch-invariant mode (its rows keep their bits at every M),
+  // or wherever the ordered kernel takes x in f32 (`whole_x`: either mode, one order of summation
+  // for the fast mode's opt-in use of it too).
+  bool rounds_gate_up(const LinearShape& sh, bool whole_x = false) const {
+    return half_gate_up(sh) && (invariant() || whole_x);
   }
   // xin · w_gateᵀ and xin · w_upᵀ through cuBLASLt in the weights' 16-bit type, in wide scratch:
   // stacked weights as one GEMM ([M, 2n], each row's gate then its up), else two ([M, n] gate

@@ -101,15 +101,17 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
 }
 
 // out[m, j] = silu(gate[m * ld + j]) * up[m * ld + j], in f32 or rounded to 16 bits as
-// launch_convert_f32 rounds (from_float<float> is exact).
-template <typename I, typename O>
+// launch_convert_f32 rounds (from_float<float> is exact); gate and up first rounded to R (for R =
+// float, or R = I, as they are).
+template <typename I, typename O, typename R = I>
 __global__ void silu_mul_rows_kernel(const I* gate, const I* up, int64_t ld, O* out, int M, int n) {
   enter_kernel();
   const int64_t total = int64_t{M} * n;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t at = i / n * ld + i % n;
-    out[i] = from_float<O>(silu_times(to_float(gate[at]), to_float(up[at])));
+    const float g = to_float(from_float<R>(to_float(gate[at]))), u = to_float(from_float<R>(to_float(up[at])));
+    out[i] = from_float<O>(silu_times(g, u));
   }
 }
 
@@ -364,6 +366,15 @@ void launch_silu_mul_halves_16(const float* gu, void* out, ElemType out_type, in
   SPECDEC_DISPATCH_ELEM(out_type, T,
                         launch(silu_mul_rows_kernel<float, T>, blocks_for(total, 256), 256, 0, ctx, gu, gu + n,
                                int64_t{2} * n, static_cast<T*>(out), M, n));
+}
+
+void launch_silu_mul_rounded(const float* gate, const float* up, ElemType type, float* out, int M, int n,
+                             const Context& ctx) {
+  const int64_t total = int64_t{M} * n;
+  if (total == 0) return;
+  SPECDEC_DISPATCH_ELEM(type, T,
+                        launch(silu_mul_rows_kernel<float, float, T>, blocks_for(total, 256), 256, 0, ctx, gate, up,
+                               int64_t{n}, out, M, n));
 }
 
 void launch_silu_mul_rows_16(const void* gate, const void* up, int64_t ld, ElemType type, void* out, ElemType out_type,

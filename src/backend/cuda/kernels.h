@@ -36,6 +36,10 @@ void launch_rms_norm_16(const float* x, const void* weight, ElemType type, float
 void launch_rope(float* x, const int* positions, const float* inv_freq, float scaling, int tokens, int heads,
                  int head_dim, const Context& ctx);
 void launch_silu_mul(const float* gate, const float* up, float* out, int64_t n, const Context& ctx);
+// launch_silu_mul of gate and up each first rounded to `type` (bf16 or f16, nearest even): the
+// bits of launch_silu_mul_rows_16 over those products had they been written in that type.
+void launch_silu_mul_rounded(const float* gate, const float* up, ElemType type, float* out, int M, int n,
+                             const Context& ctx);
 // out[m, j] = silu(gu[m, j]) * gu[m, n + j] for rows of gu [M, 2n] (gate then up, as one product
 // over stacked weights writes them): launch_silu_mul's arithmetic.
 void launch_silu_mul_halves(const float* gu, float* out, int M, int n, const Context& ctx);
@@ -145,6 +149,9 @@ struct SkinnyArgs {
   const void* norm = nullptr;
   ElemType norm_type = ElemType::f32;
   float eps = 0.0f;
+  // The ordered kernel's silu_gate only: each gate and up sum rounded to `type` (nearest even)
+  // before the SwiGLU, as cuBLASLt rounds the products it writes in that type.
+  bool round_gate_up = false;
 };
 bool skinny_gemm_supports(ElemType type, int M, int K, const void* x, const void* w);
 void launch_skinny_gemm(const SkinnyArgs& args, const Context& ctx);

@@ -137,6 +137,11 @@ static_assert(2 * stage_bytes(8, 1, kOrderedMaxM) <= kRingBytes, "two stages of 
 static_assert(2 * stage_bytes(4, 2, 0) + kFullXBytes <= kRingBytes, "and beside the largest whole x");
 static_assert(kBarrierBytes + kScratchBytes + 1023 <= kHeader, "the header holds the barriers and the scratch");
 
+// v rounded to the 16-bit `type` (nearest even) and back.
+__device__ __forceinline__ float round_16(ElemType type, float v) {
+  return type == ElemType::f16 ? to_float(from_float<__half>(v)) : to_float(from_float<__nv_bfloat16>(v));
+}
+
 // Stores tile column col0 .. col0 + 7's accumulators by the epilogue E. Accumulator e: row g
 // (+8 for e >= 2), column 2t (+1 for odd e) of the tile.
 template <int T, SkinnyEpilogue E>
@@ -149,7 +154,9 @@ __device__ __forceinline__ void store_tile(const SkinnyArgs& a, const float (&ac
     const int col = col0 + 2 * t + (e & 1);
     if (row >= a.M || col >= cols) continue;
     if constexpr (E == SkinnyEpilogue::silu_gate) {
-      a.out[0][static_cast<int64_t>(row) * cols + col] = silu_times(acc[0][e], acc[1][e]);
+      float g = acc[0][e], u = acc[1][e];
+      if (a.round_gate_up) g = round_16(a.type, g), u = round_16(a.type, u);
+      a.out[0][static_cast<int64_t>(row) * cols + col] = silu_times(g, u);
     } else if constexpr (E == SkinnyEpilogue::add) {
       float* o = a.out[0] + static_cast<int64_t>(row) * cols + col;
       *o += acc[0][e];
