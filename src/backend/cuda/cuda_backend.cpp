@@ -97,6 +97,7 @@ CudaTuning with_environment(CudaTuning tuning) {
   set_switch("SPECDEC_CUDA_FLASH", tuning.flash_prefill);
   set_level("SPECDEC_CUDA_FLASH_DECODE_BLOCKS", 1 << 30, tuning.flash_decode_blocks);
   set_switch("SPECDEC_CUDA_TILE_DECODE", tuning.tile_decode);
+  set_switch("SPECDEC_CUDA_TILE_WARP_FOLD", tuning.tile_warp_fold);
   set_switch("SPECDEC_CUDA_INVARIANT_GEMM", tuning.invariant_tensor_cores);
   set_switch("SPECDEC_CUDA_INVARIANT_LT", tuning.invariant_cublaslt);
   set_switch("SPECDEC_CUDA_STACKED", tuning.stacked_projections);
@@ -550,7 +551,9 @@ class CudaBackend final : public Backend {
       const int64_t pair_blocks = (int64_t{batch.max_row_tokens} * (a.heads / a.kv_heads) + 15) / 16;
       a.arrivals = arrivals(static_cast<size_t>(int64_t{a.rows} * a.kv_heads * pair_blocks));
     }
-    if (!cuda::launch_tile_decode_attention(a, batch.max_row_tokens, static_cast<int>(tiles), ctx_)) return false;
+    const bool warp_fold = !invariant() && tuning().tile_warp_fold;
+    if (!cuda::launch_tile_decode_attention(a, batch.max_row_tokens, static_cast<int>(tiles), warp_fold, ctx_))
+      return false;
     check_launch("attention (tensor cores, tiles)", a.tokens, " tokens x ", a.heads, " heads x ", a.head_dim,
                  ", tiles ", tiles);
     return true;

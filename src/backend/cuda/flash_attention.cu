@@ -466,14 +466,16 @@ __device__ __forceinline__ void merge_pair(const AttentionArgs& a, int tiles, in
 // or, with a.arrivals, by the last warp of each (row, kv head, pairs) to finish (the same fold,
 // so the same bits; its counter reset for the next launch). The grid's last tile slot also folds
 // any tiles past the partials' room, in order (a stated max_row_len below a row's length: close,
-// not the flash kernel's bits).
+// not the flash kernel's bits). With warp_fold (tiles == stride), the warp of tile slot y folds
+// all its tiles y, y + stride, ... into one running softmax and writes one partial, at slot y.
 // Fused decode step (a.k_new set; one new token a row): as rope_kv_write and then this kernel.
 // Each warp rotates its pairs' q heads into shared memory, and the new token's k (and takes its
 // v), rounded as the cache holds them, as the rope and cache-write kernels do; the warp of tile
 // slot 0 writes them at slots[t]; a warp whose tile holds that slot takes them from shared
 // memory in place of the pool's row. q and k are left as they were.
 template <int D>
-__global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int tiles, int pair_blocks, int stride) {
+__global__ void __launch_bounds__(32)
+    tile_decode_kernel(AttentionArgs a, int tiles, int pair_blocks, int stride, bool warp_fold) {
   static_assert(D % 16 == 0 && D <= 128, "head_dim a multiple of 16, at most 128");
   constexpr int LD = D + 8;
   constexpr int KK = D / 16;
@@ -593,10 +595,12 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
     cp_async_commit_group();
   };
   // The warp's tiles in the order it takes them: j0 = blockIdx.y, j0 + stride, ... (each its own
-  // partial), the last tile slot's run j0 .. n_tiles - 1 folded into one.
+  // partial), the last tile slot's run j0 .. n_tiles - 1 folded into one; with warp_fold all of
+  // them folded into one (j0 + stride is then past j_end).
   const int j_end = min(n_tiles, tiles);
+  const int step = warp_fold ? stride : 1;
   const auto next_tile = [&](int j0, int j1, int j) {
-    if (j + 1 < j1) return j + 1;
+    if (j + step < j1) return j + step;
     return j0 + stride < j_end ? j0 + stride : -1;
   };
   // With more than one tile a warp, the next tile's K is copied while this tile's P·V waits for
@@ -605,12 +609,12 @@ __global__ void __launch_bounds__(32) tile_decode_kernel(AttentionArgs a, int ti
   TileRows cur{};
   bool staged = false;  // cur's K and V copies are in flight
   for (int j0 = static_cast<int>(blockIdx.y); work && j0 < j_end; j0 += stride) {
-    const int j1 = j0 == tiles - 1 ? n_tiles : j0 + 1;
+    const int j1 = warp_fold || j0 == tiles - 1 ? n_tiles : j0 + 1;
     float o[NB][4];
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    for (int j = j0; j < j1; ++j) {
+    for (int j = j0; j < j1; j += step) {
       if (!staged) {
         cur = lookup(j);
         stage(cur, sk, a.k_pool);
@@ -690,7 +694,8 @@ __global__ void __launch_bounds__(128) tile_decode_merge_kernel(AttentionArgs a,
 }
 
 template <int D>
-bool launch_tile_decode_typed(const AttentionArgs& a, int max_row_tokens, int tiles, const Context& ctx) {
+bool launch_tile_decode_typed(const AttentionArgs& a, int max_row_tokens, int tiles, bool warp_fold,
+                              const Context& ctx) {
   const int group = a.heads / a.kv_heads;
   const int pair_blocks = static_cast<int>((int64_t{max_row_tokens} * group + 15) / 16);
   const int64_t blocks = int64_t{a.rows} * a.kv_heads * pair_blocks;
@@ -705,10 +710,12 @@ bool launch_tile_decode_typed(const AttentionArgs& a, int max_row_tokens, int ti
   // stated length is padded past the rows' own).
   constexpr int64_t kWarpsWanted = 2048;
   const int stride = static_cast<int>(std::min<int64_t>(tiles, std::max<int64_t>(1, (kWarpsWanted + blocks - 1) / blocks)));
+  // With warp_fold, one partial a warp: the room per token is the stride.
+  const int slots = warp_fold ? stride : tiles;
   launch(tile_decode_kernel<D>, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(stride)), 32, smem, ctx, a,
-         tiles, pair_blocks, stride);
+         slots, pair_blocks, stride, warp_fold);
   if (a.arrivals == nullptr)
-    launch(tile_decode_merge_kernel<D>, dim3(static_cast<unsigned>(merge_blocks)), 128, 0, ctx, a, tiles);
+    launch(tile_decode_merge_kernel<D>, dim3(static_cast<unsigned>(merge_blocks)), 128, 0, ctx, a, slots);
   return true;
 }
 
@@ -736,16 +743,17 @@ bool launch_flash_attention(const AttentionArgs& a, int max_row_tokens, bool fol
   }
 }
 
-bool launch_tile_decode_attention(const AttentionArgs& a, int max_row_tokens, int tiles, const Context& ctx) {
+bool launch_tile_decode_attention(const AttentionArgs& a, int max_row_tokens, int tiles, bool warp_fold,
+                                  const Context& ctx) {
   if (a.tokens == 0 || a.heads == 0 || max_row_tokens <= 0) return true;
   if (!flash_attention_supports(a.pool_type, a.head_dim) || a.partial_acc == nullptr) return false;
   switch (a.head_dim) {
     case 64:
-      return launch_tile_decode_typed<64>(a, max_row_tokens, tiles, ctx);
+      return launch_tile_decode_typed<64>(a, max_row_tokens, tiles, warp_fold, ctx);
     case 96:
-      return launch_tile_decode_typed<96>(a, max_row_tokens, tiles, ctx);
+      return launch_tile_decode_typed<96>(a, max_row_tokens, tiles, warp_fold, ctx);
     case 128:
-      return launch_tile_decode_typed<128>(a, max_row_tokens, tiles, ctx);
+      return launch_tile_decode_typed<128>(a, max_row_tokens, tiles, warp_fold, ctx);
     default:
       return false;
   }

@@ -258,9 +258,13 @@ bool launch_flash_attention(const AttentionArgs& args, int max_row_tokens, bool 
 // ([tokens, heads, tiles]) and partial_acc ([tokens, heads, tiles, head_dim]); a second kernel
 // folds them in tile order. tiles: the room per token, normally ceil(max_row_len / 64); a token
 // with more tiles has the rest folded into its last slot (close, but not the flash kernel's bits).
-// With room enough, each token's bits equal launch_flash_attention's with fold. Returns false,
-// having launched nothing, where it does not apply.
-bool launch_tile_decode_attention(const AttentionArgs& args, int max_row_tokens, int tiles, const Context& ctx);
+// With room enough, each token's bits equal launch_flash_attention's with fold. warp_fold (the
+// fast mode): a warp that takes several of a row's tiles folds them into one running softmax as it
+// goes and writes one partial, so a launch with fewer warps than tiles writes and rereads fewer
+// partials; a token's bits then depend on how many warps the launch has (close, not the
+// flash kernel's bits). Returns false, having launched nothing, where it does not apply.
+bool launch_tile_decode_attention(const AttentionArgs& args, int max_row_tokens, int tiles, bool warp_fold,
+                                  const Context& ctx);
 
 // out[i] = the token logits[i, :] draws under rows[i] (sampling.cu): the host pipeline of
 // sampling.cpp in one block per row, -1 where the host would throw (a NaN logit, or no finite
