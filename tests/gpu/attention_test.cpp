@@ -601,8 +601,8 @@ struct FastRun {
 };
 
 FastRun fast_against_cpu(const std::vector<RowSpec>& rows, const Shape& s, int pool_blocks, int max_blocks, int T,
-                         uint32_t seed) {
-  FastRun r{backends_with_kv(s.kv, false), {}, {}, {}, 0};
+                         uint32_t seed, const CudaTuning& tuning = {}) {
+  FastRun r{backends_with_kv(s.kv, false, tuning), {}, {}, {}, 0};
   r.q = random_floats(static_cast<size_t>(T) * s.heads * s.D, seed, 0.05f, 2.0f);
   Pools cp = filled_pools_blocks(*r.b.cpu, rows, s, pool_blocks, max_blocks, seed + 1);
   r.gp = filled_pools_blocks(*r.b.gpu, rows, s, pool_blocks, max_blocks, seed + 1);
@@ -658,14 +658,20 @@ std::vector<RowSpec> many_decode_rows(int& pool) {
 
 // Fast mode, decode steps of many rows: on the tensor cores (the tile decode kernel, or the flash
 // kernel past enough (row, kv head) blocks without it) they must match the CPU's f32 attention
-// within bf16 rounding, for one kv head as for eight.
+// within bf16 rounding, for one kv head as for eight; and with CudaTuning::tile_warp_fold, where
+// with eight kv heads each warp folds every 7th tile of its row into one partial.
 TEST(GpuAttention, FastModeManyDecodeRowsMatchCpu) {
   SPECDEC_REQUIRE_GPU();
   int pool = 0;
   const auto rows = many_decode_rows(pool);
   const int mb = max_blocks_of(rows), T = tokens_of(rows);
-  for (const Shape& s : {Shape{32, 8, 128, DType::bf16}, Shape{8, 8, 64, DType::bf16}, Shape{8, 1, 128, DType::bf16}}) {
-    EXPECT_LE(fast_against_cpu(rows, s, pool, mb, T, 61).error, 2e-2) << shape_name(s);
+  for (bool fold : {false, true}) {
+    CudaTuning t;
+    t.tile_warp_fold = fold;
+    for (const Shape& s :
+         {Shape{32, 8, 128, DType::bf16}, Shape{8, 8, 64, DType::bf16}, Shape{8, 1, 128, DType::bf16}}) {
+      EXPECT_LE(fast_against_cpu(rows, s, pool, mb, T, 61, t).error, 2e-2) << shape_name(s) << " warp_fold=" << fold;
+    }
   }
 }
 
