@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The throughput measurements in one call on the GPU host: build, GPU tests (kernels, and the
 # engine's identity tests on the GPU), the bench's input checks on the bundled model, then the 8B
-# shape: prefill of one 2,048-token prompt in both modes, 64 rows of 2,048-token prompts, and
-# decode at batch 1 to 256 with 512-token prompts and 128 new tokens in both modes.
+# shape: prefill of one 2,048-token prompt in both modes, 64 rows of 2,048-token prompts,
+# decode at batch 1 to 256 with 512-token prompts and 128 new tokens in both modes, and the fast
+# mode's opt-in tile warp fold against the default at 128 and 256 rows.
 # Logs go to OUT_DIR/logs.tar.gz, refreshed after every step; a summary is printed last.
 # Usage: tools/gpu/run_throughput.sh OUT_DIR [DEPS_PREFIX [SECONDS]]: SECONDS (default 3600) bounds
 # the whole run; a step that would start with less than 15 s left is skipped.
@@ -54,6 +55,13 @@ run prefill_2048_f32_attention 60 env SPECDEC_CUDA_FLASH=0 "$spec" bench --model
   --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8
 run decode 200 "$spec" bench --model "$model8b" --device cuda --modes fast,invariant \
   --batch-sizes 1,8,32,64,128,256 --prompt-tokens 512 --new-tokens 128 --json
+# The fast mode's opt-in tile warp fold (CudaTuning::tile_warp_fold) on and off in turn, twice.
+for i in 1 2; do
+  for v in 1 0; do
+    run "warp_fold_${v}_$i" 60 env SPECDEC_CUDA_TILE_WARP_FOLD=$v "$spec" bench --model "$model8b" --device cuda \
+      --fast-gpu --batch-sizes 128,256 --prompt-tokens 512 --new-tokens 128
+  done
+done
 run identity_gpu 150 env SPECDEC_TEST_DEVICE=cuda "$build/test_engine"
 # Input checks on the bundled model (context 2048): a prompt past the context fails at once; a
 # prompt that leaves no room for a decode step says so instead of printing 0 tok/s.
@@ -64,7 +72,8 @@ run rows64_2048_fast 120 "$spec" bench --model "$model8b" --device cuda --fast-g
 
 echo "=== summary"
 grep -h -E "^\[  (PASSED|FAILED)|tests? ran" "$out"/test_gpu.log "$out"/identity_gpu.log
-for f in check_context check_no_room prefill_2048 prefill_2048_f32_attention rows64_2048_fast decode; do
+for f in check_context check_no_room prefill_2048 prefill_2048_f32_attention rows64_2048_fast decode \
+  warp_fold_1_1 warp_fold_0_1 warp_fold_1_2 warp_fold_0_2; do
   echo "--- $f"
   grep -v '^{' "$out/$f.log" | grep -E "^(mode|fast|invariant|cpu|specdec|error|real|measured|.*decode not)" | head -20
 done
