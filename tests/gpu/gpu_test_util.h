@@ -80,17 +80,20 @@ inline std::vector<float> rounded(const std::vector<float>& values, DType dtype)
   return out;
 }
 
+// A CudaTuning switch as the backend reads it from the environment (any value but "0" turns it
+// on), else `fallback`.
+inline bool env_switch(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::strcmp(v, "0") != 0 : fallback;
+}
+
 // Whether the batch-invariant CUDA linear rounds x to the weights' type for this shape: 16-bit
 // weights with K a multiple of 8 take cuBLASLt (CudaTuning::invariant_cublaslt,
 // SPECDEC_CUDA_INVARIANT_LT; N a multiple of 8 too) or the tensor-core linear
 // (CudaTuning::invariant_tensor_cores, SPECDEC_CUDA_INVARIANT_GEMM) (see cuda_backend.cpp).
 inline bool invariant_rounds_x(DType wt, int64_t K, int64_t N) {
-  auto on = [](const char* name, bool fallback) {
-    const char* v = std::getenv(name);
-    return v != nullptr ? std::strcmp(v, "0") != 0 : fallback;
-  };
-  const bool lt = on("SPECDEC_CUDA_INVARIANT_LT", CudaTuning{}.invariant_cublaslt) && N % 8 == 0;
-  const bool gemm = on("SPECDEC_CUDA_INVARIANT_GEMM", CudaTuning{}.invariant_tensor_cores);
+  const bool lt = env_switch("SPECDEC_CUDA_INVARIANT_LT", CudaTuning{}.invariant_cublaslt) && N % 8 == 0;
+  const bool gemm = env_switch("SPECDEC_CUDA_INVARIANT_GEMM", CudaTuning{}.invariant_tensor_cores);
   return (lt || gemm) && wt != DType::f32 && K % 8 == 0;
 }
 
@@ -98,14 +101,11 @@ inline bool invariant_rounds_x(DType wt, int64_t K, int64_t N) {
 // [N, K] to their type before the SwiGLU (CudaTuning::invariant_half_gate_up, on the shapes it runs
 // on cuBLASLt), under the environment's switches.
 inline bool invariant_rounds_gate_up(DType wt, int64_t K, int64_t N) {
-  auto on = [](const char* name, bool fallback) {
-    const char* v = std::getenv(name);
-    return v != nullptr ? std::strcmp(v, "0") != 0 : fallback;
-  };
   const CudaTuning d;
-  return on("SPECDEC_CUDA_INVARIANT_HALF_GATE_UP", d.invariant_half_gate_up) &&
-         on("SPECDEC_CUDA_INVARIANT_LT", d.invariant_cublaslt) &&
-         !on("SPECDEC_CUDA_INVARIANT_GEMM", d.invariant_tensor_cores) && wt != DType::f32 && K % 8 == 0 && N % 8 == 0;
+  return env_switch("SPECDEC_CUDA_INVARIANT_HALF_GATE_UP", d.invariant_half_gate_up) &&
+         env_switch("SPECDEC_CUDA_INVARIANT_LT", d.invariant_cublaslt) &&
+         !env_switch("SPECDEC_CUDA_INVARIANT_GEMM", d.invariant_tensor_cores) && wt != DType::f32 && K % 8 == 0 &&
+         N % 8 == 0;
 }
 
 // A tensor owned together with its buffer.

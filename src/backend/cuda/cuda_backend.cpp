@@ -285,14 +285,13 @@ class CudaBackend final : public Backend {
     const LinearShape sh = check_linear(op, x, w_gate, nullptr, act);
     const LinearShape up = check_linear(op, x, w_up, nullptr, act);
     const LinearShape down = check_linear(op, act, w_down, nullptr, x);
-    const std::array<const Tensor*, 2> ws = {&w_gate, &w_up};
     // Both halves on the cuBLASLt path, gate and up as one GEMM (or as two, where their products
     // come in 16 bits): the SwiGLU then writes the down projection's 16-bit x itself, where
     // gated_lt and linear_add would write act in f32 and round it in a pass of its own (the same
     // bits: the rounding is the same).
     const bool lt = tuning().direct_outputs && sh.type != ElemType::f32 && up.type == sh.type && down.type == sh.type &&
                     !rows_kernel(sh) && !tensor_core_type(sh) && !rows_kernel(down) && !tensor_core_type(down);
-    const bool stack = gate_up_stacked(sh, ws);
+    const bool stack = gate_up_stacked(sh, w_gate, w_up);
     if (!lt || (!stack && !half_gate_up(sh)))
       return Backend::norm_mlp_add(x, norm_weight, eps, normed, gate_w, up_w, act, down_w);
     if (gated_whole_x(x, &norm_weight, eps, w_gate, w_up, act, sh)) return linear_add(act, down_w, nullptr, x);
@@ -1167,8 +1166,7 @@ class CudaBackend final : public Backend {
 
   // out = silu(xin · w_gateᵀ) * (xin · w_upᵀ).
   void gated_lt(const void* xin, const Tensor& w_gate, const Tensor& w_up, const Tensor& out, const LinearShape& sh) {
-    const std::array<const Tensor*, 2> ws = {&w_gate, &w_up};
-    const bool stack = gate_up_stacked(sh, ws);
+    const bool stack = gate_up_stacked(sh, w_gate, w_up);
     LinearShape both = sh;
     both.n = 2 * sh.n;
     if (half_gate_up(sh) && !skinny(stack ? both : sh, xin, w_gate.data)) {
@@ -1234,8 +1232,9 @@ class CudaBackend final : public Backend {
   }
   // Whether gate and up run as one GEMM: stacked, up to CudaTuning::half_stacked_max_m rows where
   // their products come in 16 bits (no pass then splits the wide product's columns).
-  bool gate_up_stacked(const LinearShape& sh, std::span<const Tensor* const> weights) const {
-    return stacked(sh.m, weights, half_gate_up(sh) ? tuning().half_stacked_max_m : kStackedMaxM);
+  bool gate_up_stacked(const LinearShape& sh, const Tensor& w_gate, const Tensor& w_up) const {
+    const std::array<const Tensor*, 2> ws = {&w_gate, &w_up};
+    return stacked(sh.m, ws, half_gate_up(sh) ? tuning().half_stacked_max_m : kStackedMaxM);
   }
   // Where gate_up_16's separate up product starts: past the gate's, on the 256-byte boundary that
   // cuBLASLt's algorithms assume of their operands.

@@ -101,8 +101,8 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
 }
 
 // out[m, j] = silu(gate[m * ld + j]) * up[m * ld + j], in f32 or rounded to 16 bits as
-// launch_convert_f32 rounds (from_float<float> is exact); gate and up first rounded to R (for R =
-// float, or R = I, as they are).
+// launch_convert_f32 rounds (from_float<float> is exact); gate and up first rounded to R where
+// R is not their own type I.
 template <typename I, typename O, typename R = I>
 __global__ void silu_mul_rows_kernel(const I* gate, const I* up, int64_t ld, O* out, int M, int n) {
   enter_kernel();
@@ -110,7 +110,8 @@ __global__ void silu_mul_rows_kernel(const I* gate, const I* up, int64_t ld, O* 
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t at = i / n * ld + i % n;
-    const float g = to_float(from_float<R>(to_float(gate[at]))), u = to_float(from_float<R>(to_float(up[at])));
+    float g = to_float(gate[at]), u = to_float(up[at]);
+    if constexpr (!std::is_same_v<R, I>) g = to_float(from_float<R>(g)), u = to_float(from_float<R>(u));
     out[i] = from_float<O>(silu_times(g, u));
   }
 }
