@@ -3,7 +3,7 @@
 # engine's identity tests on the GPU), the bench's input checks on the bundled model, then the 8B
 # shape: prefill of one 2,048-token prompt in both modes, 64 rows of 2,048-token prompts,
 # decode at batch 1 to 256 with 512-token prompts and 128 new tokens in both modes, and the fast
-# mode's opt-in tile warp fold against the default at 128 and 256 rows.
+# mode's tile warp fold on and off at 128 and 256 rows.
 # Logs go to OUT_DIR/logs.tar.gz, refreshed after every step; a summary is printed last.
 # Usage: tools/gpu/run_throughput.sh OUT_DIR [DEPS_PREFIX [SECONDS]]: SECONDS (default 3600) bounds
 # the whole run; a step that would start with less than 15 s left is skipped.
@@ -55,7 +55,7 @@ run prefill_2048_f32_attention 60 env SPECDEC_CUDA_FLASH=0 "$spec" bench --model
   --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8
 run decode 200 "$spec" bench --model "$model8b" --device cuda --modes fast,invariant \
   --batch-sizes 1,8,32,64,128,256 --prompt-tokens 512 --new-tokens 128 --json
-# The fast mode's opt-in tile warp fold (CudaTuning::tile_warp_fold) on and off in turn, twice.
+# The fast mode's tile warp fold (CudaTuning::tile_warp_fold, on by default) on and off in turn, twice.
 for i in 1 2; do
   for v in 1 0; do
     run "warp_fold_${v}_$i" 60 env SPECDEC_CUDA_TILE_WARP_FOLD=$v "$spec" bench --model "$model8b" --device cuda \
