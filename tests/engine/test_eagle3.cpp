@@ -154,6 +154,43 @@ TEST(Eagle3Engine, RoundsThatCopyTheTextGoOnPastTheChain) {
   }
 }
 
+TEST(Eagle3Engine, ChainsThatLeaveTheTextTakeItsToken) {
+  // The same looping text, three arguments a line: the head, which sees a few lines back, cannot
+  // count them and breaks the line at the wrong argument, where the text's latest long match
+  // breaks it where the target does. With the lookup, the text's token replaces the head's where
+  // they part, the text is right there more often than the head, and rounds are longer than
+  // without it (every round drafts the whole chain). Output identical to plain either way.
+  const auto prompt = encode(
+      "import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
+      "argparse.ArgumentParser(description=");
+  const auto want = plain(prompt, 128, 0.0f, 0);
+  double mean_length[2] = {0, 0};
+  for (const bool lookup : {true, false}) {
+    Eagle3Options o;
+    o.kv_blocks = 1024;
+    o.context_lookup = lookup;
+    const auto method = bundled_eagle3(o);
+    auto engine = make_engine(0);
+    engine->add_method("eagle3", method);
+    Request r = make_request(prompt, 128);
+    r.spec.method = "eagle3";
+    r.spec.adaptive = false;
+    const RequestResult got = run_one(*engine, std::move(r));
+    EXPECT_EQ(got.tokens, want) << "lookup " << lookup;
+    const auto& s = got.stats.speculative;
+    ASSERT_GT(s.rounds, 0);
+    mean_length[lookup] = s.mean_accepted_length();
+    const LookupStats& l = method->lookup_stats();
+    if (lookup) {
+      EXPECT_GT(l.looked_up, 0);
+      EXPECT_GT(l.context_right, l.own_right) << l.scored << " scored";
+    } else {
+      EXPECT_EQ(l.looked_up + l.scored, 0);
+    }
+  }
+  EXPECT_GT(mean_length[1], mean_length[0] + 0.25);
+}
+
 TEST(Eagle3Engine, MixedBatchJoinAndLeave) {
   // EAGLE-3 rows beside rows of the other methods and plain rows, joining and leaving mid-run
   // (so the head's rows are filtered and appended around live ones); each row gives its solo

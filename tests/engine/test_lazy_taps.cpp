@@ -87,16 +87,20 @@ struct Cursor {
 class LazyTaps : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
+    // The drafter's own drafts: the request's text's lookup keeps a score per row that rows
+    // drafting at different rounds set differently (context_lookup.h).
     const std::string which = GetParam();
     if (which == "eagle3") {
       Eagle3Options o;
       o.num_draft = 4;
       o.kv_blocks = 512;
+      o.context_lookup = false;
       method_ = bundled_eagle3(o);
     } else {
       DflashOptions o;
       o.confidence_cut = false;
       o.kv_blocks = 512;
+      o.context_lookup = false;
       method_ = bundled_dflash(o);
     }
     depth_ = method_->default_depth();

@@ -5,8 +5,9 @@
 // are checked against that continuation one by one; where they differ, the continuation is
 // proposed instead while it has been right at least as often as the drafter (SwapScore, scored
 // per request at every such row a verified round reaches, since it is the request's text that
-// repeats itself or not). A chain drafter sees its own drafts and follows such text by itself:
-// checked the same way, its rounds got shorter.
+// repeats itself or not). A chain drafter sees its own drafts and follows such text by itself,
+// but for what a few lines back cannot tell (which repeat of a line it is in): its chain takes
+// the text's token where it first leaves the text, and the text's continuation after it.
 #pragma once
 
 #include <cstdint>

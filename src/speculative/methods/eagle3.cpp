@@ -102,6 +102,7 @@ class Eagle3Rows : public DraftRows {
       verified_.insert(verified_.end(), c.emitted.begin(), c.emitted.end() - 1);
       take_features(r, verified_, c.context);
       r.last_round = static_cast<int64_t>(verified_.size());
+      r.lookup.commit(c, *stats_);
     }
   }
 
@@ -313,19 +314,33 @@ class Eagle3Rows : public DraftRows {
   // The drafts a row's chain runs to: its depth, at most the chain's.
   int chain(const DraftRequestRow& ask) const { return std::min(ask.depth, max_draft_); }
 
-  // Past the chain: a row whose whole chain is what followed the same tokens earlier in the
-  // request's text (the head is copying the text: an edit of its source, a repeated block) and
-  // that asked for more goes on along the text while it continues. The chain alone would end
+  // The request's text against the chain. A row whose whole chain is what followed the same
+  // tokens earlier in the text (the head is copying it: an edit of its source, a repeated block)
+  // and that asked for more goes on along the text while it continues; the chain alone would end
   // such rounds at its length, every draft accepted. A round at the chain's depth asks for these
-  // (Coordinator::propose); they cost no head step. Exact-mode rows only: a rejection-mode row's
-  // drafts must be its own draws.
+  // (Coordinator::propose); they cost no head step. Where the chain first leaves the text's
+  // continuation, the text's token replaces the head's while the text has been right there at
+  // least as often as the head on this request (ContextLookup::choose), and the round goes on
+  // along the text: the head's later drafts followed its own token. A head that sees a few
+  // lines back cannot count repeats (three arguments a line, then a line break): the text's
+  // latest long match can. Exact-mode rows only: a rejection-mode row's drafts must be its own
+  // draws.
   void carry_on(const DraftRequestRow& ask, Eagle3RowState& r, DraftProposal& p) {
-    const int reach = std::min(ask.depth, reach_);
-    if (!lookup_ || ask.want_q || static_cast<int>(p.tokens.size()) != max_draft_ || reach <= max_draft_) return;
+    if (!lookup_ || ask.want_q || p.tokens.empty()) return;
+    const int drafted = static_cast<int>(p.tokens.size());
+    const int reach = drafted == max_draft_ ? std::max(drafted, std::min(ask.depth, reach_)) : drafted;
     r.lookup.begin(r.known, ask.pending);
-    bool copying = true;
-    for (const int32_t t : p.tokens) copying = r.lookup.follow(t) && copying;
-    for (int j = max_draft_; copying && j < reach; ++j) {
+    bool copying = true, swapped = false;
+    for (int j = 0; j < drafted && !swapped; ++j) {
+      const ContextLookup::Choice c = r.lookup.choose(j, p.tokens[static_cast<size_t>(j)], *stats_);
+      if (c.token != p.tokens[static_cast<size_t>(j)]) {
+        p.tokens.resize(static_cast<size_t>(j));
+        p.tokens.push_back(c.token);
+        swapped = true;
+      }
+      copying = copying && c.agreed;
+    }
+    for (int j = static_cast<int>(p.tokens.size()); (copying || swapped) && j < reach; ++j) {
       const int32_t t = r.lookup.extend(*stats_);
       if (t < 0) break;
       p.tokens.push_back(t);

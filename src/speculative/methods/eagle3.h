@@ -25,8 +25,11 @@ struct Eagle3Options {
   // where they do not pay. The head chains at most kEagle3Chain of them; with the context lookup
   // the request's text carries a round further, up to a verify window of kLookupWindow tokens.
   int num_draft = 0;
-  // Whether an exact-mode row whose whole chain is the request's text's continuation (the head
-  // copying the text) carries the round on along the text (context_lookup.h).
+  // Whether an exact-mode row's chain is checked against the request's text's continuation: a
+  // chain the text continues throughout (the head copying the text) carries the round on along
+  // the text, and where the chain leaves the text while the text has been right at least as
+  // often as the head, the text's token replaces the head's and the round goes on along the
+  // text (context_lookup.h).
   bool context_lookup = true;
   int kv_blocks = 0;  // 0 = the engine's rows at the head's full context
 };
@@ -45,6 +48,9 @@ class Eagle3Method : public DraftMethod {
   int own_depth() const override;
   // Drafts past the chain that rows proposed from the request's text, over every group opened.
   int64_t extended() const { return stats_->extended; }
+  // The request's text's tokens proposed in place of the head's, and of the rows that reached
+  // such a place, those where the head's token and where the text's was the target's.
+  const LookupStats& lookup_stats() const { return *stats_; }
 
  private:
   std::shared_ptr<Eagle3Head> head_;
