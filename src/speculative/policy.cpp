@@ -165,10 +165,23 @@ double CostModel::forward_cost(int tokens) const {
   // first forward is not a fair price of it: the first forward of a new, larger width grows the
   // model's buffers and pays their page faults, and a width priced by that figure alone would
   // never be chosen again, so the figure would stand for good.
+  // A count seen fewer than kWarm times is priced at most as the nearest settled count below it
+  // extrapolates: its few figures may all come from an engine's first, slow iterations, and a
+  // width priced by them alone is not chosen again, so that they would stand for good. Priced
+  // so, it is chosen where it would pay, measured, and settles at its own median.
+  const auto from = [&](int t) { return measured_[static_cast<size_t>(t)] * speed_ + per_token_ * (tokens - t); };
   for (int need : {2, 1})
-    for (int t = std::min(tokens, kTable); t >= 1; --t)
-      if (seen_[static_cast<size_t>(t)] >= need)
-        return measured_[static_cast<size_t>(t)] * speed_ + per_token_ * (tokens - t);
+    for (int t = std::min(tokens, kTable); t >= 1; --t) {
+      if (seen_[static_cast<size_t>(t)] < need) continue;
+      double price = from(t);
+      if (seen_[static_cast<size_t>(t)] < kWarm)
+        for (int s = t - 1; s >= 1; --s)
+          if (seen_[static_cast<size_t>(s)] >= kWarm) {
+            price = std::min(price, from(s));
+            break;
+          }
+      return price;
+    }
   return fixed_ + per_token_ * tokens;
 }
 
