@@ -39,6 +39,33 @@ std::unique_ptr<EngineCore> engine_with_eagle3(int depth = 0, EngineOptions opti
   return engine;
 }
 
+// A prompt after which the target's greedy text loops: argparse arguments, three a line.
+std::vector<int32_t> looping_prompt() {
+  return encode(
+      "import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
+      "argparse.ArgumentParser(description=");
+}
+
+// One greedy request of 128 tokens after looping_prompt() on a fresh head with or without the
+// context lookup, every round at the method's full depth; the method is returned for its counts.
+struct LoopingRun {
+  std::shared_ptr<Eagle3Method> method;
+  RequestResult result;
+};
+LoopingRun run_looping(bool lookup) {
+  Eagle3Options o;
+  o.kv_blocks = 1024;
+  o.context_lookup = lookup;
+  LoopingRun run{bundled_eagle3(o), {}};
+  auto engine = make_engine(0);
+  engine->add_method("eagle3", run.method);
+  Request r = make_request(looping_prompt(), 128);
+  r.spec.method = "eagle3";
+  r.spec.adaptive = false;
+  run.result = run_one(*engine, std::move(r));
+  return run;
+}
+
 struct Case {
   int depth;
   float temperature;
@@ -100,9 +127,7 @@ TEST(Eagle3Engine, DraftsTokensOutsideItsVocabularyThatTheTextRepeats) {
   // (" help='skip" "ping'," and so on). A round emits at most one token its drafts did not
   // propose, so when the output holds more such tokens than there were rounds, some were drafted
   // (through the context rows) and accepted. Output identical to plain.
-  const auto prompt = encode(
-      "import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
-      "argparse.ArgumentParser(description=");
+  const auto prompt = looping_prompt();
   const auto want = plain(prompt, 96, 0.0f, 0);
   auto engine = engine_with_eagle3(6);
   Request r = make_request(prompt, 96);
@@ -124,23 +149,11 @@ TEST(Eagle3Engine, RoundsThatCopyTheTextGoOnPastTheChain) {
   // in the text, a round goes on along the text (up to 15 drafts), and drafts past the chain are
   // accepted. Without the context lookup no round drafts past the chain. Output identical to
   // plain either way.
-  const auto prompt = encode(
-      "import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
-      "argparse.ArgumentParser(description=");
-  const auto want = plain(prompt, 128, 0.0f, 0);
+  const auto want = plain(looping_prompt(), 128, 0.0f, 0);
   for (const bool lookup : {true, false}) {
-    Eagle3Options o;
-    o.kv_blocks = 1024;
-    o.context_lookup = lookup;
-    const auto method = bundled_eagle3(o);
+    const auto [method, got] = run_looping(lookup);
     EXPECT_EQ(method->default_depth(), lookup ? 15 : 8);
     EXPECT_EQ(method->own_depth(), 8);
-    auto engine = make_engine(0);
-    engine->add_method("eagle3", method);
-    Request r = make_request(prompt, 128);
-    r.spec.method = "eagle3";
-    r.spec.adaptive = false;
-    const RequestResult got = run_one(*engine, std::move(r));
     EXPECT_EQ(got.tokens, want) << "lookup " << lookup;
     const std::vector<int64_t>& at = got.stats.speculative.accepted_at;
     const int64_t past = at.size() > 8 ? std::accumulate(at.begin() + 8, at.end(), int64_t{0}) : 0;
@@ -160,22 +173,10 @@ TEST(Eagle3Engine, ChainsThatLeaveTheTextTakeItsToken) {
   // breaks it where the target does. With the lookup, the text's token replaces the head's where
   // they part, the text is right there more often than the head, and rounds are longer than
   // without it (every round drafts the whole chain). Output identical to plain either way.
-  const auto prompt = encode(
-      "import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
-      "argparse.ArgumentParser(description=");
-  const auto want = plain(prompt, 128, 0.0f, 0);
+  const auto want = plain(looping_prompt(), 128, 0.0f, 0);
   double mean_length[2] = {0, 0};
   for (const bool lookup : {true, false}) {
-    Eagle3Options o;
-    o.kv_blocks = 1024;
-    o.context_lookup = lookup;
-    const auto method = bundled_eagle3(o);
-    auto engine = make_engine(0);
-    engine->add_method("eagle3", method);
-    Request r = make_request(prompt, 128);
-    r.spec.method = "eagle3";
-    r.spec.adaptive = false;
-    const RequestResult got = run_one(*engine, std::move(r));
+    const auto [method, got] = run_looping(lookup);
     EXPECT_EQ(got.tokens, want) << "lookup " << lookup;
     const auto& s = got.stats.speculative;
     ASSERT_GT(s.rounds, 0);
@@ -286,9 +287,7 @@ TEST(Eagle3Engine, SeededRejectionModeIgnoresWhatOtherRequestsLeftInTheContextRo
   // follows its drafts' distribution, so it draws from the draft vocabulary alone and a seeded
   // request gives the same tokens whether or not a request before it filled the rows (here the
   // same prompt greedily: the tokens outside the draft vocabulary that this text loops through).
-  const auto prompt = encode(
-      "import argparse\nimport sys\n\n\ndef parse_args(argv=None):\n    parser = "
-      "argparse.ArgumentParser(description=");
+  const auto prompt = looping_prompt();
   const auto run = [&](bool after_other) {
     auto engine = engine_with_eagle3(4);
     if (after_other) {
