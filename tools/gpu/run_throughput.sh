@@ -2,8 +2,9 @@
 # The throughput measurements in one call on the GPU host: build, GPU tests (kernels, and the
 # engine's identity tests on the GPU), the bench's input checks on the bundled model, then the 8B
 # shape: prefill of one 2,048-token prompt in both modes, 64 rows of 2,048-token prompts,
-# decode at batch 1 to 256 with 512-token prompts and 128 new tokens in both modes, and the fast
-# mode's tile warp fold on and off at 128 and 256 rows.
+# decode at batch 1 to 256 with 512-token prompts and 128 new tokens in both modes, the fast
+# mode's tile warp fold on and off at 128 and 256 rows, and the bundled speculative suite (the
+# four methods at batch 1 and 8).
 # Logs go to OUT_DIR/logs.tar.gz, refreshed after every step; a summary is printed last.
 # Usage: tools/gpu/run_throughput.sh OUT_DIR [DEPS_PREFIX [SECONDS]]: SECONDS (default 3600) bounds
 # the whole run; a step that would start with less than 15 s left is skipped.
@@ -63,6 +64,9 @@ for i in 1 2; do
   done
 done
 run identity_gpu 150 env SPECDEC_TEST_DEVICE=cuda "$build/test_engine"
+# The bundled speculative suite, the four methods at batch 1 and 8 (issue 23's GPU figures).
+run spec_suite 200 "$spec" bench --device cuda --skip-plain --draft models/eagle3 --draft models/dflash \
+  --draft models/draft --draft ngram --repeats 2
 # Input checks on the bundled model (context 2048): a prompt past the context fails at once; a
 # prompt that leaves no room for a decode step says so instead of printing 0 tok/s.
 run check_context 30 bash -c "time $spec bench --device cuda --prompt-tokens 5000"
@@ -77,4 +81,6 @@ for f in check_context check_no_room prefill_2048 prefill_2048_f32_attention row
   echo "--- $f"
   grep -v '^{' "$out/$f.log" | grep -E "^(mode|fast|invariant|cpu|specdec|error|real|measured|.*decode not)" | head -20
 done
+echo "--- spec_suite"
+grep -E "^(speculative|complete|edit|quote|free|batch|error)" "$out/spec_suite.log" | head -48
 tar czf "$dest/logs.tar.gz" -C "$out" .
