@@ -170,17 +170,15 @@ double CostModel::forward_cost(int tokens) const {
   // width priced by them alone is not chosen again, so that they would stand for good. Priced
   // so, it is chosen where it would pay, measured, and settles at its own median.
   const auto from = [&](int t) { return measured_[static_cast<size_t>(t)] * speed_ + per_token_ * (tokens - t); };
+  const auto settled_below = [&](int t) {
+    for (int s = t - 1; s >= 1; --s)
+      if (seen_[static_cast<size_t>(s)] >= kWarm) return from(s);
+    return std::numeric_limits<double>::infinity();
+  };
   for (int need : {2, 1})
     for (int t = std::min(tokens, kTable); t >= 1; --t) {
-      if (seen_[static_cast<size_t>(t)] < need) continue;
-      double price = from(t);
-      if (seen_[static_cast<size_t>(t)] < kWarm)
-        for (int s = t - 1; s >= 1; --s)
-          if (seen_[static_cast<size_t>(s)] >= kWarm) {
-            price = std::min(price, from(s));
-            break;
-          }
-      return price;
+      const int seen = seen_[static_cast<size_t>(t)];
+      if (seen >= need) return seen < kWarm ? std::min(from(t), settled_below(t)) : from(t);
     }
   return fixed_ + per_token_ * tokens;
 }

@@ -158,10 +158,10 @@ TEST(Eagle3Engine, RoundsThatCopyTheTextGoOnPastTheChain) {
     const std::vector<int64_t>& at = got.stats.speculative.accepted_at;
     const int64_t past = at.size() > 8 ? std::accumulate(at.begin() + 8, at.end(), int64_t{0}) : 0;
     if (lookup) {
-      EXPECT_GT(method->extended(), 0);
+      EXPECT_GT(method->lookup_stats().extended, 0);
       EXPECT_GT(past, 0) << "no draft past the chain accepted";
     } else {
-      EXPECT_EQ(method->extended(), 0);
+      EXPECT_EQ(method->lookup_stats().extended, 0);
       EXPECT_EQ(past, 0);
     }
   }

@@ -46,12 +46,6 @@ ContextLookup::Choice ContextLookup::choose(int draft, int32_t own, LookupStats&
   return c;
 }
 
-bool ContextLookup::follow(int32_t own) {
-  const std::vector<int32_t> next = index_.propose(1);
-  index_.append(std::span<const int32_t>(&own, 1));
-  return !next.empty() && next.front() == own;
-}
-
 int32_t ContextLookup::extend(LookupStats& stats) {
   if (!score_.swap()) return -1;
   const std::vector<int32_t> next = index_.propose(1);

@@ -48,9 +48,6 @@ class ContextLookup {
     bool agreed = false;
   };
   Choice choose(int draft, int32_t own, LookupStats& stats);
-  // A draft proposed as the drafter gave it (a chain drafter, which sees its own drafts), taken
-  // into the index: whether the text's continuation there was that token.
-  bool follow(int32_t own);
   // Past the drafter's last row: the text's continuation of the drafts so far, taken into the
   // index; -1 where the text has none, or where its continuations have lately been wrong more
   // often than the drafter's own tokens (the same rule as choose()'s).

@@ -46,10 +46,8 @@ class Eagle3Method : public DraftMethod {
   std::unique_ptr<DraftRows> open(const TargetView& target) override;
   int default_depth() const override;
   int own_depth() const override;
-  // Drafts past the chain that rows proposed from the request's text, over every group opened.
-  int64_t extended() const { return stats_->extended; }
-  // The request's text's tokens proposed in place of the head's, and of the rows that reached
-  // such a place, those where the head's token and where the text's was the target's.
+  // What rows proposed from the request's text, over every group opened: tokens in place of the
+  // head's and how often each side was right where a round reached them, drafts past the chain.
   const LookupStats& lookup_stats() const { return *stats_; }
 
  private:
