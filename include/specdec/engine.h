@@ -116,6 +116,9 @@ class Engine {
   // Bytes of weights one forward over `tokens` tokens reads (an untied embedding table only for
   // the tokens' rows): a decode step's weight traffic.
   size_t step_weight_bytes(int tokens) const;
+  // Parameters each token of a forward multiplies (all but an untied embedding table): twice
+  // this is a token's FLOPs in the linears, the figure a large batch's step is bound by.
+  size_t matmul_parameters() const;
   // Bytes of K and V one cached position holds across all layers, in the KV cache's type.
   size_t kv_bytes_per_token() const;
   // The target's KV cache: how many blocks, tokens and bytes it holds.

@@ -153,6 +153,7 @@ DeviceKind Engine::device() const { return impl_->device; }
 std::string Engine::device_name() const { return impl_->session.backend->name(); }
 
 size_t Engine::step_weight_bytes(int tokens) const { return impl_->session.model->step_weight_bytes(tokens); }
+size_t Engine::matmul_parameters() const { return impl_->session.model->matmul_parameters(); }
 
 size_t Engine::kv_bytes_per_token() const {
   const ModelConfig& c = impl_->session.model->config();

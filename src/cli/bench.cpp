@@ -133,8 +133,8 @@ void plain_rows(const BenchCommand& o, Engine& engine, bool invariant, const Mem
     nlohmann::json row = {
         {"mode", mode}, {"batch", b}, {"prefill_tokens_per_s", prefill_tps}, {"ttft_ms", r.max_ttft * 1e3}};
     if (!why.empty()) {
-      std::printf("%-10s %6d %14.1f %14s %10.1f %12s %9s %9s\n", mode.c_str(), b, prefill_tps, "-", r.max_ttft * 1e3,
-                  "-", "-", "-");
+      std::printf("%-10s %6d %14.1f %14s %10.1f %12s %9s %9s %9s\n", mode.c_str(), b, prefill_tps, "-",
+                  r.max_ttft * 1e3, "-", "-", "-", "-");
       notes.push_back(mode + ", batch " + std::to_string(b) + ": " + why);
       row["decode_unmeasured"] = why;
     } else {
@@ -146,11 +146,17 @@ void plain_rows(const BenchCommand& o, Engine& engine, bool invariant, const Mem
       const double kv_bytes = double(engine.kv_bytes_per_token()) * mean_ctx * b;
       const double step_bytes = double(engine.step_weight_bytes(b)) + kv_bytes;
       const double fraction = step_bytes * (decode_tps / b) / bandwidth.bytes_per_s;
-      std::printf("%-10s %6d %14.1f %14.1f %10.1f %12.2f %9.3f %9.3f\n", mode.c_str(), b, prefill_tps, decode_tps,
-                  r.max_ttft * 1e3, fraction, step_ms, host_ms);
+      // The linears' arithmetic per second of the whole step: each decoded token multiplies every
+      // matmul parameter once (attention's own products left out). Where the linears' share of it
+      // nears the device's peak, the step is bound by compute and its bandwidth fraction cannot
+      // reach 1.
+      const double tflops = 2.0 * double(engine.matmul_parameters()) * decode_tps / 1e12;
+      std::printf("%-10s %6d %14.1f %14.1f %10.1f %12.2f %9.3f %9.3f %9.3f\n", mode.c_str(), b, prefill_tps, decode_tps,
+                  r.max_ttft * 1e3, fraction, tflops, step_ms, host_ms);
       row["decode_tokens_per_s"] = decode_tps;
       row["bytes_per_step"] = step_bytes;
       row["bandwidth_fraction"] = fraction;
+      row["matmul_tflops_per_s"] = tflops;
       row["decode_step_ms"] = step_ms;
       row["host_ms_per_step"] = host_ms;
     }
@@ -432,8 +438,8 @@ void run_bench(const BenchCommand& o) {
       if (i == 0) {
         std::printf("\nplain decoding, %s, prompt %d tokens, %d new tokens, %s\n", engine.device_name().c_str(),
                     o.prompt_tokens, o.gen_tokens, describe(o.sampling).c_str());
-        std::printf("%-10s %6s %14s %14s %10s %12s %9s %9s\n", "mode", "batch", "prefill tok/s", "decode tok/s",
-                    "TTFT ms", "BW fraction", "step ms", "host ms");
+        std::printf("%-10s %6s %14s %14s %10s %12s %9s %9s %9s\n", "mode", "batch", "prefill tok/s", "decode tok/s",
+                    "TTFT ms", "BW fraction", "TFLOP/s", "step ms", "host ms");
       }
       plain_rows(o, engine, modes[i], bandwidth, rows, notes);
       const bool gpu = engine.device() == DeviceKind::cuda;

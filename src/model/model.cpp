@@ -25,6 +25,7 @@ Backend& Model::backend() const { return impl_->backend(); }
 size_t Model::parameter_count() const { return impl_->parameter_count(); }
 size_t Model::weight_bytes() const { return impl_->weight_bytes(); }
 size_t Model::step_weight_bytes(int tokens) const { return impl_->step_weight_bytes(tokens); }
+size_t Model::matmul_parameters() const { return impl_->matmul_parameters(); }
 const Tensor& Model::embedding() const { return impl_->embedding(); }
 const Weight& Model::lm_head() const { return impl_->lm_head(); }
 bool Model::replays_windows() const { return impl_->replays_windows(); }

@@ -81,6 +81,10 @@ class Model {
   // embedding table that is not also the LM head, of which only the tokens' rows are read.
   // The numerator of a decode step's bandwidth figure.
   size_t step_weight_bytes(int tokens) const;
+  // Parameters each token of a forward multiplies: every parameter but an embedding table that is
+  // not also the LM head (a token reads one of its rows). Twice this is a token's FLOPs in the
+  // linears; the norms' few weights are counted with them.
+  size_t matmul_parameters() const;
   // A KV cache shaped for this model, with num_blocks blocks of 16 positions.
   std::unique_ptr<KvCache> make_cache(int num_blocks) const;
 

@@ -94,6 +94,11 @@ size_t ModelRunner::step_weight_bytes(int tokens) const {
   return all - embed.bytes() + std::min(embed.bytes(), row * static_cast<size_t>(tokens));
 }
 
+size_t ModelRunner::matmul_parameters() const {
+  if (config_.tie_word_embeddings) return parameter_count();
+  return parameter_count() - static_cast<size_t>(decoder_->embedding_table().numel());
+}
+
 template <typename Make>
 auto ModelRunner::scratch(Buffer& buffer, const Make& make, size_t* laid_out) {
   Carver measure = Carver::measure();

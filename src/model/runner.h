@@ -32,6 +32,7 @@ class ModelRunner {
   size_t parameter_count() const { return weights_.parameter_count(); }
   size_t weight_bytes() const { return weights_.bytes(); }
   size_t step_weight_bytes(int tokens) const;
+  size_t matmul_parameters() const;
   const Tensor& embedding() const { return decoder_->embedding_table(); }
   const Weight& lm_head() const { return decoder_->lm_head(); }
   bool replays_windows() const { return replays_.available(); }

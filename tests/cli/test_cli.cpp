@@ -53,6 +53,18 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
+// The bundled target's parameters a decoded token multiplies, from its config.json: its tied
+// table as the LM head, the final norm, and per layer q/k/v/o, gate/up/down and two norms.
+double bundled_matmul_parameters() {
+  const auto c = nlohmann::json::parse(slurp(kTarget + "/config.json"));
+  const double h = c["hidden_size"], v = c["vocab_size"], inter = c["intermediate_size"];
+  const double q = c["num_attention_heads"].get<double>() * c["head_dim"].get<double>();
+  const double kv = c["num_key_value_heads"].get<double>() * c["head_dim"].get<double>();
+  EXPECT_TRUE(c["tie_word_embeddings"].get<bool>());
+  const double layer = h * q + 2 * h * kv + q * h + 3 * h * inter + 2 * h;
+  return v * h + h + c["num_hidden_layers"].get<double>() * layer;
+}
+
 std::vector<std::string> lines(const std::string& s) {
   std::vector<std::string> v;
   std::istringstream in(s);
@@ -202,6 +214,10 @@ TEST_F(Cli, BenchComparesPlainAndSpeculativeRuns) {
   for (const auto& row : plain["rows"]) {
     EXPECT_GT(row["decode_tokens_per_s"].get<double>(), 0) << row;
     EXPECT_GT(row["bandwidth_fraction"].get<double>(), 0) << row;
+    // Two FLOPs per matmul parameter per decoded token.
+    EXPECT_DOUBLE_EQ(row["matmul_tflops_per_s"].get<double>(),
+                     2.0 * bundled_matmul_parameters() * row["decode_tokens_per_s"].get<double>() / 1e12)
+        << row;
     // The host's share is a part of the decode iteration, and the device's part is not empty.
     EXPECT_GT(row["decode_step_ms"].get<double>(), 0) << row;
     EXPECT_GE(row["host_ms_per_step"].get<double>(), 0) << row;

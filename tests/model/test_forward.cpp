@@ -195,6 +195,14 @@ TEST_F(ForwardApi, ReportsTheModelItLoaded) {
   ASSERT_FALSE(c.tie_word_embeddings);
   EXPECT_EQ(model->step_weight_bytes(3), model->weight_bytes() - (V - 3) * H * 4);
   EXPECT_EQ(model->step_weight_bytes(100000), model->weight_bytes());
+  // A token multiplies the LM head, the final norm and every layer's weights, not the table.
+  EXPECT_EQ(model->matmul_parameters(), V * H + H + 2 * per_layer);
+  // Tied (qwen2, with q/k/v biases): the table is the LM head, multiplied by every token.
+  const auto tied = Model::load(model_dir("qwen2"), *backend);
+  ASSERT_TRUE(tied->config().tie_word_embeddings);
+  const size_t tied_layer = per_layer + q + 2 * kv;
+  EXPECT_EQ(tied->matmul_parameters(), V * H + H + 2 * tied_layer);
+  EXPECT_EQ(tied->matmul_parameters(), tied->parameter_count());
   auto cache = model->make_cache(3);
   EXPECT_EQ(cache->total_blocks(), 3);
   EXPECT_EQ(cache->num_layers(), 2);
