@@ -200,8 +200,12 @@ TEST_F(ForwardApi, ReportsTheModelItLoaded) {
   // Tied (qwen2, with q/k/v biases): the table is the LM head, multiplied by every token.
   const auto tied = Model::load(model_dir("qwen2"), *backend);
   ASSERT_TRUE(tied->config().tie_word_embeddings);
-  const size_t tied_layer = per_layer + q + 2 * kv;
-  EXPECT_EQ(tied->matmul_parameters(), V * H + H + 2 * tied_layer);
+  const ModelConfig& t = tied->config();
+  const size_t tH = static_cast<size_t>(t.hidden_size), tV = static_cast<size_t>(t.vocab_size);
+  const size_t tI = static_cast<size_t>(t.intermediate_size), tq = static_cast<size_t>(t.num_heads * t.head_dim);
+  const size_t tkv = static_cast<size_t>(t.num_kv_heads * t.head_dim);
+  const size_t tied_layer = tH * tq + 2 * tH * tkv + tq * tH + 3 * tH * tI + 2 * tH + tq + 2 * tkv;
+  EXPECT_EQ(tied->matmul_parameters(), tV * tH + tH + static_cast<size_t>(t.num_layers) * tied_layer);
   EXPECT_EQ(tied->matmul_parameters(), tied->parameter_count());
   auto cache = model->make_cache(3);
   EXPECT_EQ(cache->total_blocks(), 3);
