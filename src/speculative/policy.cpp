@@ -162,13 +162,11 @@ double CostModel::forward_cost(int tokens) const {
   tokens = std::max(1, tokens);
   // The nearest count at or below `tokens` measured more than once, plus the fitted slope for
   // the rest; then one measured once; the fit alone when none has been measured. A count's
-  // first forward is not a fair price of it: the first forward of a new, larger width grows the
-  // model's buffers and pays their page faults, and a width priced by that figure alone would
-  // never be chosen again, so the figure would stand for good.
-  // A count seen fewer than kWarm times is priced at most as the nearest settled count below it
-  // extrapolates: its few figures may all come from an engine's first, slow iterations, and a
-  // width priced by them alone is not chosen again, so that they would stand for good. Priced
-  // so, it is chosen where it would pay, measured, and settles at its own median.
+  // first forwards are not a fair price of it: the first forward of a new, larger width grows
+  // the model's buffers and pays their page faults, and an engine's first iterations may all be
+  // slow; a width priced by such figures is not chosen again, so they would stand for good. So
+  // a count seen fewer than kWarm times is priced at most as the nearest settled count below it
+  // extrapolates: it is chosen where it would pay, measured, and settles at its own median.
   const auto from = [&](int t) { return measured_[static_cast<size_t>(t)] * speed_ + per_token_ * (tokens - t); };
   const auto settled_below = [&](int t) {
     for (int s = t - 1; s >= 1; --s)

@@ -185,10 +185,15 @@ TEST_F(ForwardApi, ReportsTheModelItLoaded) {
   const ModelConfig& c = model->config();
   EXPECT_EQ(c.num_layers, 2);
   EXPECT_EQ(&model->backend(), backend.get());
-  // embed + lm_head + final norm + per layer (q, k, v, o, gate, up, down, two norms).
-  const size_t H = 64, V = 512, I = static_cast<size_t>(c.intermediate_size);
-  const size_t kv = static_cast<size_t>(c.num_kv_heads * c.head_dim), q = static_cast<size_t>(c.num_heads * c.head_dim);
-  const size_t per_layer = H * q + 2 * H * kv + q * H + 3 * H * I + 2 * H;
+  // Per layer: q, k, v, o, gate, up, down and two norms.
+  const auto layer_params = [](const ModelConfig& m) {
+    const auto h = static_cast<size_t>(m.hidden_size), i = static_cast<size_t>(m.intermediate_size);
+    const auto q = static_cast<size_t>(m.num_heads * m.head_dim), kv = static_cast<size_t>(m.num_kv_heads * m.head_dim);
+    return h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h;
+  };
+  // embed + lm_head + final norm + the layers.
+  const size_t H = 64, V = 512;
+  const size_t per_layer = layer_params(c);
   EXPECT_EQ(model->parameter_count(), 2 * V * H + H + 2 * per_layer);
   EXPECT_EQ(model->weight_bytes(), model->parameter_count() * 4);  // f32 fixture
   // Untied: a step over 3 tokens reads 3 rows of the embedding table, not all V.
@@ -201,11 +206,9 @@ TEST_F(ForwardApi, ReportsTheModelItLoaded) {
   const auto tied = Model::load(model_dir("qwen2"), *backend);
   ASSERT_TRUE(tied->config().tie_word_embeddings);
   const ModelConfig& t = tied->config();
-  const size_t tH = static_cast<size_t>(t.hidden_size), tV = static_cast<size_t>(t.vocab_size);
-  const size_t tI = static_cast<size_t>(t.intermediate_size), tq = static_cast<size_t>(t.num_heads * t.head_dim);
-  const size_t tkv = static_cast<size_t>(t.num_kv_heads * t.head_dim);
-  const size_t tied_layer = tH * tq + 2 * tH * tkv + tq * tH + 3 * tH * tI + 2 * tH + tq + 2 * tkv;
-  EXPECT_EQ(tied->matmul_parameters(), tV * tH + tH + static_cast<size_t>(t.num_layers) * tied_layer);
+  const auto tH = static_cast<size_t>(t.hidden_size), tV = static_cast<size_t>(t.vocab_size);
+  const auto biases = static_cast<size_t>((t.num_heads + 2 * t.num_kv_heads) * t.head_dim);
+  EXPECT_EQ(tied->matmul_parameters(), tV * tH + tH + static_cast<size_t>(t.num_layers) * (layer_params(t) + biases));
   EXPECT_EQ(tied->matmul_parameters(), tied->parameter_count());
   auto cache = model->make_cache(3);
   EXPECT_EQ(cache->total_blocks(), 3);
