@@ -6,13 +6,16 @@
 # tests on the GPU, the GPU kernel tests, the bench's input checks on the bundled model, and 64
 # rows of 2,048-token prompts.
 # Logs go to OUT_DIR/logs.tar.gz, refreshed after every step; a summary is printed last.
-# Usage: tools/gpu/run_throughput.sh OUT_DIR [DEPS_PREFIX [SECONDS]]: SECONDS (default 570, under
-# a ten-minute call) bounds the whole run; a step that would start with less than 15 s left is
-# skipped, and a step's limit is cut to what is left.
+# Usage: tools/gpu/run_throughput.sh OUT_DIR [DEPS_PREFIX [SECONDS [STEPS]]]: SECONDS (default 570,
+# under a ten-minute call) bounds the whole run; a step that would start with less than 15 s left
+# is skipped, and a step's limit is cut to what is left. STEPS, comma-separated, picks the steps
+# after the build and their order (default: all, in the order above): decode, prefill_2048,
+# spec_suite, identity_gpu, test_gpu, check_context, check_no_room, rows64_2048_fast.
 set -uo pipefail
 dest=$1
 deps=${2:-}
 budget=${3:-570}
+steps=${4:-decode,prefill_2048,spec_suite,identity_gpu,test_gpu,check_context,check_no_room,rows64_2048_fast}
 out=/tmp/specdec-throughput
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -43,36 +46,56 @@ date -u > "$out/date.txt"
 prefix=()
 [ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
 run configure 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
-(python3 tools/gpu/make_llama8b_shape.py "$model8b" > "$out/make_8b.log" 2>&1) &
-maker=$!
+maker=
+if [[ ",$steps," =~ ,(decode|prefill_2048|rows64_2048_fast), ]]; then
+  (python3 tools/gpu/make_llama8b_shape.py "$model8b" > "$out/make_8b.log" 2>&1) &
+  maker=$!
+fi
 run build 300 cmake --build "$build" -j"$(nproc)" --target specdec_cli test_gpu test_engine
 spec=$build/specdec
 
-while kill -0 "$maker" 2>/dev/null && ((SECONDS < budget - 60)); do sleep 2; done
-tail -n 3 "$out/make_8b.log"
-run decode 150 "$spec" bench --model "$model8b" --device cuda --modes fast,invariant \
-  --batch-sizes 1,8,32,64,128,256 --prompt-tokens 512 --new-tokens 128 --json
-run prefill_2048 60 "$spec" bench --model "$model8b" --device cuda --modes fast,invariant --batch-sizes 1 \
-  --prompt-tokens 2048 --new-tokens 8 --json
-# The bundled speculative suite, the four methods at batch 1 and 8 (issue 23's GPU figures).
-run spec_suite 130 "$spec" bench --device cuda --skip-plain --draft models/eagle3 --draft models/dflash \
-  --draft models/draft --draft ngram --repeats 2
-run identity_gpu 150 env SPECDEC_TEST_DEVICE=cuda "$build/test_engine"
-run test_gpu 100 "$build/test_gpu"
-# Input checks on the bundled model (context 2048): a prompt past the context fails at once; a
-# prompt that leaves no room for a decode step says so instead of printing 0 tok/s.
-run check_context 30 bash -c "time $spec bench --device cuda --prompt-tokens 5000"
-run check_no_room 60 "$spec" bench --device cuda --batch-sizes 1 --prompt-tokens 2047 --new-tokens 8
-run rows64_2048_fast 120 "$spec" bench --model "$model8b" --device cuda --fast-gpu --batch-sizes 1,8,64 \
-  --prompt-tokens 2048 --new-tokens 8 --json
+wait_for_model() {
+  while [ -n "$maker" ] && kill -0 "$maker" 2>/dev/null && ((SECONDS < budget - 60)); do sleep 2; done
+  [ -n "$maker" ] && tail -n 3 "$out/make_8b.log"
+  maker=
+}
+
+IFS=, read -r -a order <<< "$steps"
+for step in "${order[@]}"; do
+  case $step in
+    decode)
+      wait_for_model
+      run decode 150 "$spec" bench --model "$model8b" --device cuda --modes fast,invariant \
+        --batch-sizes 1,8,32,64,128,256 --prompt-tokens 512 --new-tokens 128 --json ;;
+    prefill_2048)
+      wait_for_model
+      run prefill_2048 60 "$spec" bench --model "$model8b" --device cuda --modes fast,invariant \
+        --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8 --json ;;
+    spec_suite)  # the bundled speculative suite, the four methods at batch 1 and 8 (issue 23)
+      run spec_suite 130 "$spec" bench --device cuda --skip-plain --draft models/eagle3 \
+        --draft models/dflash --draft models/draft --draft ngram --repeats 2 ;;
+    identity_gpu) run identity_gpu 150 env SPECDEC_TEST_DEVICE=cuda "$build/test_engine" ;;
+    test_gpu) run test_gpu 100 "$build/test_gpu" ;;
+    # Input checks on the bundled model (context 2048): a prompt past the context fails at once; a
+    # prompt that leaves no room for a decode step says so instead of printing 0 tok/s.
+    check_context) run check_context 30 bash -c "time $spec bench --device cuda --prompt-tokens 5000" ;;
+    check_no_room)
+      run check_no_room 60 "$spec" bench --device cuda --batch-sizes 1 --prompt-tokens 2047 --new-tokens 8 ;;
+    rows64_2048_fast)
+      wait_for_model
+      run rows64_2048_fast 120 "$spec" bench --model "$model8b" --device cuda --fast-gpu \
+        --batch-sizes 1,8,64 --prompt-tokens 2048 --new-tokens 8 --json ;;
+    *) echo "=== unknown step $step (known: decode, prefill_2048, spec_suite, identity_gpu, test_gpu, check_context, check_no_room, rows64_2048_fast)" ;;
+  esac
+done
 
 echo "=== summary"
 cat "$out/gpu.txt"
 grep -h -E "^\[  (PASSED|FAILED)|tests? ran" "$out"/test_gpu.log "$out"/identity_gpu.log 2>/dev/null
 for f in decode prefill_2048 check_context check_no_room rows64_2048_fast; do
   echo "--- $f"
-  grep -v '^{' "$out/$f.log" | grep -E "^(mode|fast|invariant|cpu|specdec|error|real|measured|.*decode not)" | head -20
+  grep -v "^{" "$out/$f.log" 2>/dev/null | grep -E "^(mode|fast|invariant|cpu|specdec|error|real|measured|.*decode not)" | head -20
 done
 echo "--- spec_suite"
-grep -E "^(speculative|complete|edit|quote|free|batch|error)" "$out/spec_suite.log" | head -48
+grep -E "^(speculative|complete|edit|quote|free|batch|error)" "$out/spec_suite.log" 2>/dev/null | head -48
 tar czf "$dest/logs.tar.gz" -C "$out" .
