@@ -120,6 +120,23 @@ void ModelRunner::ensure(Buffer& buffer, size_t bytes) {
   replays_.clear();  // they point into the old buffer
 }
 
+void ModelRunner::reserve_for_windows(int max_blocks, size_t tap_count) {
+  constexpr int64_t W = ReplayCache::kMaxPaddedWindowTokens;
+  ForwardPlan widest;
+  widest.rows = static_cast<int>(W / 2);  // the most rows whose windows pad to W tokens
+  widest.tokens = widest.outputs = widest.taps = static_cast<int>(W);
+  widest.max_blocks = max_blocks;
+  Carver meta = Carver::measure();
+  MetaViews(meta, widest);
+  ensure(meta_, meta.size());
+  Carver act = Carver::measure();
+  ActivationViews(act, config_.hidden_size, W, decoder_->scratch_bytes(W));
+  ensure(activations_, act.size());
+  Carver out = Carver::measure();
+  OutputViews(out, config_, W, W, tap_count);
+  ensure(outputs_, out.size());
+}
+
 ModelRunner::MetaViews ModelRunner::upload_meta(const ForwardPlan& plan, std::span<const SampleRow> sampling) {
   const auto meta_of = [&plan](Carver& m) { return MetaViews(m, plan); };
   size_t laid_out = 0;
@@ -150,10 +167,10 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
   // Decode steps (one token and one returned row per sequence), one row's verify windows (every
   // new token returns its row) and batches of windows are replayed from a recording of their
   // calls where the backend can record; everything else runs call by call. Called one by one, a
-  // small model's forward costs a GPU several replayed steps. A batch's windows would come in a
-  // shape per combination of its rows' depths, so each row's window is padded to one of a few
-  // widths (ReplayCache::padded_windows). Taps are gathered by kernel calls, so they take part in
-  // the recording.
+  // small model's forward costs a GPU several replayed steps. Windows would come in a shape per
+  // depth (per combination of depths in a batch), so each row's window is padded to one of a
+  // few widths (ReplayCache::padded_windows). Taps are gathered by kernel calls, so they take
+  // part in the recording.
   const bool one_row_window = given.rows == 1 && given.outputs == given.tokens;
   const bool decode_step = given.tokens == given.rows && given.outputs == given.rows;
   const bool batch_windows = replays_.available() && ReplayCache::batch_windows(given);
@@ -173,6 +190,7 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
   }
 
   one_off_ = false;
+  if (replayable && replays_.recorded()) reserve_for_windows(plan.max_blocks, tap_layers.size());
   const MetaViews meta = upload_meta(plan, sampling);
   const AttentionBatch batch = attention_batch(plan, meta);
   const size_t decoder_bytes = decoder_->scratch_bytes(T);

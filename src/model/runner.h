@@ -54,6 +54,12 @@ class ModelRunner {
   // Grows `buffer` to at least `bytes` (never shrinks), so steady-state forwards allocate nothing.
   // Moving a buffer drops the recordings that point into it and marks the forward one-off.
   void ensure(Buffer& buffer, size_t bytes);
+  // Once the backend has recorded: grows the three buffers to what the widest windows that replay
+  // take (ReplayCache::kMaxPaddedWindowTokens tokens, every one returning its row and tapped at
+  // `tap_count` layers, over `max_blocks` blocks a row). A buffer that moves drops every
+  // recording, and each shape then runs call by call and records again; sized at the first such
+  // forward, they do not move when a wider window than any before comes late in a request.
+  void reserve_for_windows(int max_blocks, size_t tap_count);
   // Lays the plan's i32 arrays and the sampling rows out in meta_ and uploads them in one copy.
   MetaViews upload_meta(const ForwardPlan& plan, std::span<const SampleRow> sampling);
   // Copies the selected tokens or the logits back, waits, and checks the tokens.
