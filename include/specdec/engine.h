@@ -51,9 +51,13 @@ struct EngineStats {
   int64_t iterations = 0;                               // target forwards
   // Iterations whose rows all decoded: how many, their wall seconds, and the seconds of those
   // in which the target's forward kept the device (or the CPU backend) working; the difference
-  // is work between forwards (scheduling, drafting, verifying, streaming).
+  // is work between forwards (scheduling, drafting, verifying, streaming). Iterations whose
+  // forward paid one-off costs (a buffer grown; on a GPU, a shape run call by call before it is
+  // recorded, or recorded) are counted apart, in one_off_iterations and their wall seconds.
   int64_t decode_iterations = 0;
   double decode_iteration_seconds = 0, decode_device_seconds = 0;
+  int64_t one_off_iterations = 0;
+  double one_off_seconds = 0;
   std::map<std::string, DraftMethodStats> speculation;  // by draft method id
 };
 

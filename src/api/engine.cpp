@@ -125,6 +125,8 @@ EngineStats Engine::stats() const {
   s.decode_iterations = c.decode_iterations;
   s.decode_iteration_seconds = c.decode_iteration_seconds;
   s.decode_device_seconds = c.decode_device_seconds;
+  s.one_off_iterations = c.one_off_iterations;
+  s.one_off_seconds = c.one_off_seconds;
   for (const auto& [id, t] : c.speculation)
     s.speculation[id] = DraftMethodStats{t.drafted, t.accepted, t.emitted, t.rounds, t.accepted_at};
   return s;

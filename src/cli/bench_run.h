@@ -27,6 +27,10 @@ struct RunResult {
   // seconds the target's forward held the device: the rest is the host's share.
   int64_t decode_iterations = 0;
   double iteration_seconds = 0, device_seconds = 0;
+  // Decode iterations whose forward paid one-off costs (EngineStats::one_off_iterations) and
+  // their wall seconds: not in the three figures above, but in the run's wall time.
+  int64_t one_off_iterations = 0;
+  double one_off_seconds = 0;
 };
 
 // The method a run speculates with ("" = plain decoding) and how.

@@ -196,6 +196,9 @@ bool EngineCore::step() {
     ++decode_iterations_;
     decode_iteration_seconds_ += iteration;
     decode_device_seconds_ += out.device_seconds;
+  } else if (decode_only) {
+    ++one_off_iterations_;
+    one_off_seconds_ += iteration;
   }
   return true;
 }
@@ -414,6 +417,8 @@ EngineCounters EngineCore::stats() const {
   c.decode_iterations = decode_iterations_;
   c.decode_iteration_seconds = decode_iteration_seconds_;
   c.decode_device_seconds = decode_device_seconds_;
+  c.one_off_iterations = one_off_iterations_;
+  c.one_off_seconds = one_off_seconds_;
   c.speculation = speculation_.methods();
   return c;
 }

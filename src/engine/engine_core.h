@@ -40,9 +40,12 @@ struct EngineCounters {
   // Iterations whose rows all decoded (no prefill chunk, no one-off costs): their count, their
   // wall seconds, and of those the seconds the target's forward kept the device working
   // (ForwardResult::device_seconds). The rest is the host's share of a decode iteration, during
-  // which the device waits.
+  // which the device waits. Decode iterations whose forward paid one-off costs: their count and
+  // wall seconds.
   int64_t decode_iterations = 0;
   double decode_iteration_seconds = 0, decode_device_seconds = 0;
+  int64_t one_off_iterations = 0;
+  double one_off_seconds = 0;
   std::map<std::string, SpecTelemetry> speculation;  // by method id, over finished requests
 };
 
@@ -135,6 +138,8 @@ class EngineCore {
   int64_t forwards_ = 0;
   int64_t decode_iterations_ = 0;
   double decode_iteration_seconds_ = 0, decode_device_seconds_ = 0;
+  int64_t one_off_iterations_ = 0;
+  double one_off_seconds_ = 0;
 };
 
 }  // namespace specdec

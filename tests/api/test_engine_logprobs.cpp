@@ -182,3 +182,27 @@ TEST(EngineQueue, AFullQueueRefusesWithQueueFullAndStatsTellTheState) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(EngineStats, EveryDecodeIterationIsTimedOrCountedOneOff) {
+  // One plain request alone: the prefill covers all of the prompt but its last token, which is
+  // the first decode step's, so each of the 16 tokens comes from an iteration that only decoded,
+  // which the stats count either among the timed decode iterations or among those whose forward
+  // paid one-off costs, never both.
+  specdec::Engine engine(config());
+  const specdec::GenerationResult r = engine.wait(engine.submit(request(prompt(2), 16, "")));
+  ASSERT_EQ(r.stats.generated_tokens, 16);
+  specdec::EngineStats s = engine.stats();
+  for (int i = 0; i < 200 && s.running; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    s = engine.stats();
+  }
+  EXPECT_EQ(s.decode_iterations + s.one_off_iterations, 16);
+  EXPECT_GE(s.one_off_iterations, 0);
+  EXPECT_GE(s.one_off_seconds, 0.0);
+  EXPECT_EQ(s.one_off_iterations == 0, s.one_off_seconds == 0.0);
+  EXPECT_GT(s.decode_iteration_seconds, 0.0);
+}
+
+}  // namespace

@@ -73,7 +73,7 @@ for step in "${order[@]}"; do
         --batch-sizes 1 --prompt-tokens 2048 --new-tokens 8 --json ;;
     spec_suite)  # the bundled speculative suite, the four methods at batch 1 and 8 (issue 23)
       run spec_suite 130 "$spec" bench --device cuda --skip-plain --draft models/eagle3 \
-        --draft models/dflash --draft models/draft --draft ngram --repeats 2 ;;
+        --draft models/dflash --draft models/draft --draft ngram --repeats 2 --json ;;
     identity_gpu) run identity_gpu 150 env SPECDEC_TEST_DEVICE=cuda "$build/test_engine" ;;
     test_gpu) run test_gpu 100 "$build/test_gpu" ;;
     # Input checks on the bundled model (context 2048): a prompt past the context fails at once; a
