@@ -130,6 +130,11 @@ std::string Metrics::engine_state(const EngineStats& e, const std::string& label
   out += sample("specdec:num_preemptions_total", labels, e.preemptions);
   out += header("specdec:iterations_total", "Engine iterations (target forwards).", "counter");
   out += sample("specdec:iterations_total", labels, e.iterations);
+  out += header("specdec:one_off_iterations_total",
+                "Decode iterations whose forward paid one-off costs (a buffer grown, a shape recorded).", "counter");
+  out += sample("specdec:one_off_iterations_total", labels, e.one_off_iterations);
+  out += header("specdec:one_off_seconds_total", "Wall seconds of those iterations.", "counter");
+  out += sample("specdec:one_off_seconds_total", labels, e.one_off_seconds);
   const std::vector<std::pair<std::string, int64_t DraftMethodStats::*>> totals{
       {"specdec:spec_decode_num_draft_tokens_total", &DraftMethodStats::drafted},
       {"specdec:spec_decode_num_accepted_tokens_total", &DraftMethodStats::accepted},

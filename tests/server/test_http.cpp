@@ -428,7 +428,8 @@ TEST(Http, QueueFullIs429AndMetricsShowTheEngine) {
   for (const char* line : {"specdec:num_requests_running{model_name=\"target\"} 0",
                            "specdec:num_requests_waiting{model_name=\"target\"} 0",
                            "specdec:kv_cache_blocks_used{model_name=\"target\"} 0", "specdec:prefix_cache_hits_total",
-                           "specdec:num_preemptions_total{model_name=\"target\"} 0"})
+                           "specdec:num_preemptions_total{model_name=\"target\"} 0",
+                           "specdec:one_off_iterations_total{model_name=\"target\"} ", "specdec:one_off_seconds_total"})
     EXPECT_NE(metrics.find(line), std::string::npos) << line << "\n" << metrics;
 }
 
