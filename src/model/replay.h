@@ -73,8 +73,8 @@ class ReplayCache {
   // up to a power of two up to 16), so that a batch's windows come in a few recorded shapes
   // instead of one per combination of depths, and one row's in a few instead of one per depth:
   // every shape runs call by call and records once, and a depth the policy picks for the first
-  // time late in a request would pay that inside it. A padding token repeats its row's last real token
-  // at that token's position, writes no K/V (slot -1) and attends as that token does; its
+  // time late in a request would pay that inside it. A padding token repeats its row's last real
+  // token at that token's position, writes no K/V (slot -1) and attends as that token does; its
   // returned row and tap come after every real one, so the first outputs and taps of the padded
   // plan are the given plan's, in its order (its row_offsets and tap_offsets still hold).
   static ForwardPlan padded_windows(const ForwardPlan& plan);
