@@ -121,6 +121,12 @@ void ModelRunner::ensure(Buffer& buffer, size_t bytes) {
 }
 
 void ModelRunner::reserve_for_windows(int max_blocks, size_t tap_count) {
+  // Buffers only grow, so a reservation holds until a forward needs more blocks or taps.
+  if (max_blocks <= reserved_blocks_ && tap_count <= reserved_taps_) return;
+  reserved_blocks_ = std::max(reserved_blocks_, max_blocks);
+  reserved_taps_ = std::max(reserved_taps_, tap_count);
+  max_blocks = reserved_blocks_;
+  tap_count = reserved_taps_;
   constexpr int64_t W = ReplayCache::kMaxPaddedWindowTokens;
   ForwardPlan widest;
   widest.rows = static_cast<int>(W / 2);  // the most rows whose windows pad to W tokens

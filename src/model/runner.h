@@ -72,6 +72,8 @@ class ModelRunner {
   std::unique_ptr<Decoder> decoder_;
   ReplayCache replays_;
   bool one_off_ = false;  // this forward grew a buffer or did not replay a replayable shape
+  int reserved_blocks_ = -1;  // the block-table width and tap count reserve_for_windows sized for
+  size_t reserved_taps_ = 0;
 
   // Scratch, reused across forwards.
   Buffer meta_;         // the plan's i32 arrays
