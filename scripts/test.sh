@@ -27,7 +27,14 @@ if [ "${1:-}" = "--gpu" ]; then
   exit 0
 fi
 stage_start=$(date +%s)
-ctest --output-on-failure -LE gpu -j"$(nproc)"
+if ! ctest --output-on-failure -LE gpu -j"$(nproc)"; then
+  # The failed tests once more, alone and verbose, so that their output ends the log (a log cut
+  # to its tail still shows why) and a failure that does not repeat shows as one; the run fails
+  # whatever the second attempt does.
+  echo "--- the failed tests again, alone (this run fails either way) ---"
+  ctest --rerun-failed -V || true
+  exit 1
+fi
 # The engine's identity and tap tests once more on a backend that records and replays its calls
 # as a GPU's does (tests/engine/recording_backend.h): the replayed decode steps and windows, which
 # only a recording backend runs, checked where there is no GPU.

@@ -21,14 +21,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# The openai package, once per build folder (offline afterwards).
-if [ ! -d "$cache/node_modules/openai" ]; then
-  (cd "$cache" && npm install --no-audit --no-fund --silent openai@4 > "$cache/npm.log" 2>&1) || {
-    cat "$cache/npm.log"
-    echo "serve_openai: npm could not install the openai package" >&2
-    exit 1
-  }
-fi
+# The openai package, once per build folder (offline afterwards); three tries, since a registry
+# that drops one connection is not a failure of the server under test.
+for try in 1 2 3; do
+  [ -d "$cache/node_modules/openai" ] && break
+  (cd "$cache" && npm install --no-audit --no-fund --silent openai@4 > "$cache/npm.log" 2>&1) && break
+  cat "$cache/npm.log"
+  echo "serve_openai: npm could not install the openai package (try $try of 3)" >&2
+  [ "$try" = 3 ] && exit 1
+  sleep 10
+done
 
 # start_server NAME FLAGS...: starts `specdec serve` on a free port; sets PORT and PID.
 start_server() {
