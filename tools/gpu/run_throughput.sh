@@ -6,7 +6,10 @@
 # tests on the GPU, the GPU kernel tests, the bench's input checks on the bundled model, and 64
 # rows of 2,048-token prompts.
 # Logs go to OUT_DIR/logs.tar.gz, refreshed after every step; a summary is printed last.
-# Usage: tools/gpu/run_throughput.sh OUT_DIR [DEPS_PREFIX [SECONDS [STEPS]]]: SECONDS (default 570,
+# DEPS is either the unpacked tools/gpu/pack_deps.sh archive (the build's Debian dependencies) or
+# the unpacked tools/gpu/pack_prebuilt.sh archive (binaries built elsewhere from this commit: no
+# build here; it falls back to building when they cannot run).
+# Usage: tools/gpu/run_throughput.sh OUT_DIR [DEPS [SECONDS [STEPS]]]: SECONDS (default 570,
 # under a ten-minute call) bounds the whole run; a step that would start with less than 15 s left
 # is skipped, and a step's limit is cut to what is left. STEPS, comma-separated, picks the steps
 # after the build and their order (default: all, in the order above): decode, prefill_2048,
@@ -43,16 +46,55 @@ run() {  # run NAME SECONDS CMD...: log to OUT/NAME.log, stop it after SECONDS, 
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv > "$out/gpu.txt" 2>&1
 date -u > "$out/date.txt"
-prefix=()
-[ -n "$deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
-run configure 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
 maker=
 if [[ ",$steps," =~ ,(decode|prefill_2048|rows64_2048_fast), ]]; then
   (python3 tools/gpu/make_llama8b_shape.py "$model8b" > "$out/make_8b.log" 2>&1) &
   maker=$!
 fi
-run build 300 cmake --build "$build" -j"$(nproc)" --target specdec_cli test_gpu test_engine
-spec=$build/specdec
+
+# Prebuilt binaries (pack_prebuilt.sh): their libraries first on the search path, then the
+# host's CUDA libraries; the source folder they were built in pointed at this checkout.
+use_prebuilt() {
+  local pre=$1 src
+  [ -x "$pre/bin/specdec" ] && [ -f "$pre/manifest.txt" ] || return 1
+  cat "$pre/manifest.txt"
+  echo "this checkout: $(git rev-parse HEAD 2> /dev/null || echo unknown)"
+  src=$(sed -n 's/^source //p' "$pre/manifest.txt")
+  if [ "$src" != "$root" ]; then
+    if [ ! -e "$src" ]; then
+      mkdir -p "$(dirname "$src")" && ln -s "$root" "$src" || return 1
+    elif [ "$(cd "$src" && pwd -P)" != "$(pwd -P)" ]; then
+      echo "the binaries read $src, which is another folder than this checkout"
+      return 1
+    fi
+  fi
+  local cuda_lib
+  cuda_lib=$(dirname "$(command -v nvcc 2> /dev/null || echo /usr/local/cuda/bin/nvcc)")/../lib64
+  export LD_LIBRARY_PATH="$pre/lib:$cuda_lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  if (cd "$pre/bin" && ldd specdec test_engine test_gpu) | grep "not found"; then return 1; fi
+  "$pre/bin/specdec" --help > /dev/null || return 1
+  spec=$pre/bin/specdec
+  tests=$pre/bin
+}
+spec=
+if [ -n "$deps" ] && [ -x "$deps/bin/specdec" ]; then
+  library_path=${LD_LIBRARY_PATH:-}
+  if use_prebuilt "$deps" > "$out/prebuilt.log" 2>&1; then
+    echo "=== prebuilt binaries: $spec"
+  else
+    echo "=== prebuilt binaries unusable, building here"
+    export LD_LIBRARY_PATH=$library_path
+  fi
+  cat "$out/prebuilt.log"
+fi
+if [ -z "$spec" ]; then
+  prefix=()
+  [ -n "$deps" ] && [ ! -x "$deps/bin/specdec" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
+  run configure 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
+  run build 300 cmake --build "$build" -j"$(nproc)" --target specdec_cli test_gpu test_engine
+  spec=$build/specdec
+  tests=$build
+fi
 
 wait_for_model() {
   while [ -n "$maker" ] && kill -0 "$maker" 2>/dev/null && ((SECONDS < budget - 60)); do sleep 2; done
@@ -74,8 +116,8 @@ for step in "${order[@]}"; do
     spec_suite)  # the bundled speculative suite, the four methods at batch 1 and 8 (issue 23)
       run spec_suite 130 "$spec" bench --device cuda --skip-plain --draft models/eagle3 \
         --draft models/dflash --draft models/draft --draft ngram --repeats 2 --json ;;
-    identity_gpu) run identity_gpu 150 env SPECDEC_TEST_DEVICE=cuda "$build/test_engine" ;;
-    test_gpu) run test_gpu 100 "$build/test_gpu" ;;
+    identity_gpu) run identity_gpu 150 env SPECDEC_TEST_DEVICE=cuda "$tests/test_engine" ;;
+    test_gpu) run test_gpu 100 "$tests/test_gpu" ;;
     # Input checks on the bundled model (context 2048): a prompt past the context fails at once; a
     # prompt that leaves no room for a decode step says so instead of printing 0 tok/s.
     check_context) run check_context 30 bash -c "time $spec bench --device cuda --prompt-tokens 5000" ;;
