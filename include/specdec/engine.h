@@ -44,6 +44,11 @@ struct EngineStats {
   int running = 0;                                      // requests holding a row (prefilling or decoding)
   int waiting = 0;                                      // requests queued for a row (preempted ones included)
   int kv_blocks_used = 0, kv_blocks_total = 0;          // the target's KV; cached blocks no request holds count as free
+  // Bytes of the KV caches (the target's and the draft methods') ever handed out: the pools are
+  // allocated untouched, so on the CPU this is their share of resident memory. It grows with the
+  // most blocks held at once and with the prefix cache (free blocks go before cached ones are
+  // evicted), up to the whole pools.
+  size_t kv_touched_bytes = 0;
   int kv_block_size = 0;                                // tokens per block
   int64_t prefix_cache_queries = 0;                     // prompt tokens looked up in the prefix cache
   int64_t prefix_cache_hits = 0;                        // of which found

@@ -117,6 +117,7 @@ EngineStats Engine::stats() const {
   s.waiting = c.waiting;
   s.kv_blocks_used = c.kv_blocks_used;
   s.kv_blocks_total = c.kv_blocks_total;
+  s.kv_touched_bytes = c.kv_touched_bytes;
   s.kv_block_size = c.kv_block_size;
   s.prefix_cache_queries = c.prefix_queried_tokens;
   s.prefix_cache_hits = c.prefix_hit_tokens;

@@ -409,6 +409,7 @@ EngineCounters EngineCore::stats() const {
   c.waiting = scheduler_.waiting();
   c.kv_blocks_total = kv_->total_blocks();
   c.kv_blocks_used = kv_->total_blocks() - kv_->free_blocks();
+  c.kv_touched_bytes = kv_->touched_bytes() + coordinator_.kv_touched_bytes();
   c.kv_block_size = kv_->block_size();
   c.prefix_queried_tokens = kv_->prefix_queried_tokens();
   c.prefix_hit_tokens = kv_->prefix_hit_tokens();

@@ -34,6 +34,9 @@ class QueueFullError : public Error {
 struct EngineCounters {
   int running = 0, waiting = 0;
   int kv_blocks_used = 0, kv_blocks_total = 0, kv_block_size = 0;
+  // Bytes of the KV caches' blocks (the target's and the draft methods') handed out at least
+  // once: on the CPU, their share of resident memory (KvCache::touched_bytes).
+  size_t kv_touched_bytes = 0;
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t forwards = 0;

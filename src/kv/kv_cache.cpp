@@ -24,6 +24,8 @@ KvCache::KvCache(Backend& backend, int num_layers, int kv_heads, int head_dim, i
   const size_t pool_elems = static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size) *
                             static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim);
   const size_t pool_bytes = pool_elems * dtype_size(dtype);
+  block_bytes_ =
+      num_blocks > 0 ? 2 * static_cast<size_t>(num_layers) * (pool_bytes / static_cast<size_t>(num_blocks)) : 0;
   buffers_.reserve(static_cast<size_t>(num_layers));
   for (int layer = 0; layer < num_layers; ++layer) {
     buffers_.push_back(backend.allocate(2 * pool_bytes));
@@ -79,6 +81,7 @@ int32_t KvCache::take_block() {
     b.tokens.clear();
   }
   blocks_[static_cast<size_t>(id)].refs = 1;
+  touched_blocks_ = std::max(touched_blocks_, id + 1);
   return id;
 }
 

@@ -122,6 +122,11 @@ std::string Metrics::engine_state(const EngineStats& e, const std::string& label
   out += sample("specdec:kv_cache_blocks_used", labels, e.kv_blocks_used);
   out += header("specdec:kv_cache_blocks_total", "KV blocks of the target's cache.", "gauge");
   out += sample("specdec:kv_cache_blocks_total", labels, e.kv_blocks_total);
+  out +=
+      header("specdec:kv_cache_touched_bytes",
+             "Bytes of the KV caches (target and drafts) handed out at least once: on the CPU, their resident share.",
+             "gauge");
+  out += sample("specdec:kv_cache_touched_bytes", labels, e.kv_touched_bytes);
   out += header("specdec:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", "counter");
   out += sample("specdec:prefix_cache_queries_total", labels, e.prefix_cache_queries);
   out += header("specdec:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", "counter");

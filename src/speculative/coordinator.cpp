@@ -122,6 +122,12 @@ Coordinator::Group& Coordinator::group_of(const SpecRow& row) const { return gro
 
 bool Coordinator::has_room(const SpecRow& row, int tokens) const { return group_of(row).rows->has_room(tokens); }
 
+size_t Coordinator::kv_touched_bytes() const {
+  size_t bytes = 0;
+  for (const auto& [id, g] : groups_) bytes += g->rows->kv_touched_bytes();
+  return bytes;
+}
+
 void Coordinator::join(SpecRow& row) {
   Group& g = group_of(row);
   const Checkpoint* fresh = nullptr;

@@ -74,6 +74,8 @@ class Coordinator {
   int own_depth(const std::string& id) const;
   // Whether the row's method can take another row whose context is `tokens` long.
   bool has_room(const SpecRow& row, int tokens) const;
+  // Bytes of the methods' own KV caches handed out at least once (DraftRows::kv_touched_bytes).
+  size_t kv_touched_bytes() const;
 
   // Two-phase membership: the row joins its method's group fresh (its prompt follows through
   // prefill()); leave() takes rows out of their groups.

@@ -181,6 +181,9 @@ class DraftRows {
     (void)tokens;
     return true;
   }
+  // Bytes of the group's own KV cache handed out at least once (KvCache::touched_bytes); 0 for
+  // a method without one.
+  virtual size_t kv_touched_bytes() const { return 0; }
 };
 
 class DraftMethod {

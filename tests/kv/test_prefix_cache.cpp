@@ -131,5 +131,40 @@ TEST_F(PrefixCacheTest, OnlyBlocksTheTokensCoverAreRegistered) {
   EXPECT_THROW(cache.share_prefix(probe, t), Error);  // not empty any more
 }
 
+// The blocks ever handed out, which on the CPU is the cache's resident share (the pools are
+// allocated untouched): a block taken again is not counted twice, free blocks go before cached
+// ones are evicted, and the count stops at the pool.
+TEST_F(PrefixCacheTest, TouchedBlocksCountEachBlockHandedOutOnce) {
+  const int layers = 2, heads = 1, head_dim = 4, block = 16, total = 10;
+  KvCache cache(*backend, layers, heads, head_dim, total, block);
+  const size_t block_bytes = 2 * layers * block * heads * head_dim * dtype_size(backend->kv_dtype());
+  EXPECT_EQ(cache.touched_blocks(), 0);
+  EXPECT_EQ(cache.touched_bytes(), 0u);
+
+  const auto a_tokens = tokens(40);  // 2 full blocks + 8
+  const KvCache::SeqId a = filled(cache, a_tokens);
+  EXPECT_EQ(cache.touched_blocks(), 3);
+  cache.release(a);  // 2 stay cached, the partial one goes back to the free blocks
+  const KvCache::SeqId b = cache.create();
+  EXPECT_EQ(cache.share_prefix(b, a_tokens), 32);
+  ASSERT_TRUE(cache.reserve(b, 40));  // the freed partial block again
+  EXPECT_EQ(cache.touched_blocks(), 3);
+  EXPECT_EQ(cache.touched_bytes(), 3 * block_bytes);
+  cache.release(b);
+
+  // 4 blocks of other tokens: the freed one and 3 fresh ones, not the 2 cached ones nobody holds.
+  const KvCache::SeqId c = filled(cache, tokens(64, 1000));
+  EXPECT_EQ(cache.touched_blocks(), 6);
+  cache.release(c);
+  // The whole pool, evicting what it must: every block handed out, none counted twice.
+  const KvCache::SeqId d = filled(cache, tokens(total * block, 5000));
+  EXPECT_EQ(cache.touched_blocks(), total);
+  EXPECT_EQ(cache.touched_bytes(), static_cast<size_t>(total) * block_bytes);
+  cache.release(d);
+  const KvCache::SeqId e = filled(cache, tokens(3 * block, 9000));
+  EXPECT_EQ(cache.touched_blocks(), total);
+  cache.release(e);
+}
+
 }  // namespace
 }  // namespace specdec

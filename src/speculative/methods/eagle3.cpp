@@ -69,6 +69,7 @@ class Eagle3Rows : public DraftRows {
     const int block = cache_->block_size();
     return (tokens + block) / block <= cache_->free_blocks();
   }
+  size_t kv_touched_bytes() const override { return cache_->touched_bytes(); }
 
   PreparedChange prepare_append(std::span<const Checkpoint* const> checkpoints) override {
     auto added = std::make_shared<std::vector<Eagle3RowState>>();
