@@ -52,6 +52,11 @@ struct EngineConfig {
   // Requests that may wait beyond the rows free at submit; one more throws QueueFull. -1: no bound.
   int max_queue = -1;
   bool prefix_cache = true;       // requests share the KV of prompt prefixes already computed
+  // Each time the engine runs out of work, give the heap's free pages back to the system, so that
+  // a long-lived process (a server between bursts) holds what it uses rather than the highest
+  // peak of every thread's allocations. Off by default: a benchmark's next request would wait
+  // behind it.
+  bool release_memory_when_idle = false;
   std::vector<DraftSpec> drafts;  // loaded with the engine; more may be added later
 
   // Throws std::runtime_error naming the first field out of range: threads above max_threads(),

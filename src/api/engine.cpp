@@ -39,7 +39,7 @@ Engine::Engine(const EngineConfig& config) : impl_(std::make_unique<Impl>()) {
   auto core = std::make_unique<EngineCore>(*s.model, *s.tokenizer, s.engine);
   m.kv = KvCapacity{core->kv().total_blocks(), core->kv().block_size(),
                     int64_t{core->kv().total_blocks()} * core->kv().block_size(), 0};
-  m.loop = std::make_unique<EngineLoop>(std::move(core));
+  m.loop = std::make_unique<EngineLoop>(std::move(core), config.release_memory_when_idle);
   m.kv.bytes = static_cast<size_t>(m.kv.tokens) * kv_bytes_per_token();
   for (const DraftSpec& spec : config.drafts) add_draft(spec);
 }

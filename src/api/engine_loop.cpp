@@ -3,10 +3,12 @@
 #include "api/engine_loop.h"
 
 #include "api/convert.h"
+#include "core/heap.h"
 
 namespace specdec {
 
-EngineLoop::EngineLoop(std::unique_ptr<EngineCore> core) : core_(std::move(core)), thread_([this] { run(); }) {}
+EngineLoop::EngineLoop(std::unique_ptr<EngineCore> core, bool release_memory_when_idle)
+    : core_(std::move(core)), release_memory_when_idle_(release_memory_when_idle), thread_([this] { run(); }) {}
 
 EngineLoop::~EngineLoop() {
   {
@@ -94,6 +96,7 @@ void EngineLoop::release(int64_t id) {
 
 void EngineLoop::run() {
   snapshot();
+  bool had_work = false;  // the core was not idle after the previous pass
   for (;;) {
     std::deque<Task> tasks;
     {
@@ -104,7 +107,12 @@ void EngineLoop::run() {
     }
     for (Task& task : tasks) task(core_.get());
     collect();  // a cancel finishes its request at once
-    if (!broken_ && !core_->idle()) step();
+    const bool stepping = !broken_ && !core_->idle();
+    if (stepping) step();
+    const bool has_work = !broken_ && !core_->idle();
+    // Once per stretch of work, whether its last request finished or was cancelled.
+    if ((had_work || stepping) && !has_work && release_memory_when_idle_) release_free_heap_memory();
+    had_work = has_work;
     snapshot();
   }
   shut_down();

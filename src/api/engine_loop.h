@@ -26,7 +26,9 @@ namespace specdec {
 
 class EngineLoop {
  public:
-  explicit EngineLoop(std::unique_ptr<EngineCore> core);
+  // release_memory_when_idle: EngineConfig's, done on the loop thread after the iteration that
+  // leaves the core idle and before the snapshot that shows it idle.
+  explicit EngineLoop(std::unique_ptr<EngineCore> core, bool release_memory_when_idle = false);
   // Cancels what still runs (its last events are sent, its results kept), rejects queued tasks
   // and joins the thread.
   ~EngineLoop();
@@ -66,6 +68,7 @@ class EngineLoop {
   void snapshot();  // copies the core's counters for counters(); loop thread only
 
   std::unique_ptr<EngineCore> core_;
+  const bool release_memory_when_idle_;
   std::set<int64_t> live_;  // submitted and not yet collected; loop thread only
   bool broken_ = false;     // a step threw: the core is not stepped again; loop thread only
 

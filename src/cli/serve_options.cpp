@@ -56,6 +56,7 @@ ServeCommand ServeFlags::command() const {
   s.adaptive = !v_->no_adaptive;
   s.max_rows = c.engine.max_rows;
   c.engine.max_queue = s.max_queue;  // the engine bounds its waiting queue; the server answers 429
+  c.engine.release_memory_when_idle = true;  // a server's memory settles between bursts
   std::set<std::string> seen;
   for (const std::string& d : v_->drafts) {
     require(seen.insert(d).second, "--draft ", d, " is given twice");
