@@ -3,8 +3,8 @@
 # (installed with npm into a cache under the build folder) drives completions and chat, streamed
 # and not, n=2, stop strings, seed and logprobs (with echo, the prompt's too), and compares texts
 # with `specdec generate`; curl checks every error status and vLLM's prompt_logprobs; then 64
-# concurrent streaming clients with random disconnects (three rounds: solo-equal texts, KV back
-# to zero, flat RSS) and identity through HTTP.
+# concurrent streaming clients with random disconnects (nine rounds: solo-equal texts, KV back
+# to zero, flat RSS over the last five) and identity through HTTP.
 # Usage: serve_openai.sh SPECDEC_BINARY SOURCE_DIR CACHE_DIR
 set -euo pipefail
 bin="$1"
