@@ -300,8 +300,9 @@ nlohmann::json pair_spread(const Pair& m) {
 // speculative (the engine's cost model measures its forwards and drafts here).
 void warm_up_suite(const BenchCommand& o, Engine& engine, const RunMethod& method) {
   const std::string text = suite_text(o.suite);
+  const std::vector<int32_t> one = synthetic_prompt(engine, text, 96, 7);
   for (const RunMethod& m : {RunMethod{}, method}) {
-    run_batch(engine, {synthetic_prompt(engine, text, 96, 7)}, 64, o.sampling, m);
+    run_batch(engine, {one}, 64, o.sampling, m);
     std::vector<std::vector<int32_t>> rows;
     for (int i = 0; i < o.spec_batch; ++i) rows.push_back(synthetic_prompt(engine, text, 96, 7 + 131 * i));
     run_batch(engine, rows, 32, o.sampling, m);
@@ -316,7 +317,7 @@ void warm_up_suite(const BenchCommand& o, Engine& engine, const RunMethod& metho
     RunMethod fixed = method;
     fixed.num_draft = depth;
     fixed.adaptive = false;
-    run_batch(engine, {synthetic_prompt(engine, text, 96, 7)}, 64, o.sampling, fixed);
+    run_batch(engine, {one}, 64, o.sampling, fixed);
   }
 }
 

@@ -125,13 +125,11 @@ void ModelRunner::reserve_for_windows(int max_blocks, size_t tap_count) {
   if (max_blocks <= reserved_blocks_ && tap_count <= reserved_taps_) return;
   reserved_blocks_ = std::max(reserved_blocks_, max_blocks);
   reserved_taps_ = std::max(reserved_taps_, tap_count);
-  max_blocks = reserved_blocks_;
-  tap_count = reserved_taps_;
   constexpr int64_t W = ReplayCache::kMaxPaddedWindowTokens;
   ForwardPlan widest;
   widest.rows = static_cast<int>(W / 2);  // the most rows whose windows pad to W tokens
   widest.tokens = widest.outputs = widest.taps = static_cast<int>(W);
-  widest.max_blocks = max_blocks;
+  widest.max_blocks = reserved_blocks_;
   Carver meta = Carver::measure();
   MetaViews(meta, widest);
   ensure(meta_, meta.size());
@@ -139,7 +137,7 @@ void ModelRunner::reserve_for_windows(int max_blocks, size_t tap_count) {
   ActivationViews(act, config_.hidden_size, W, decoder_->scratch_bytes(W));
   ensure(activations_, act.size());
   Carver out = Carver::measure();
-  OutputViews(out, config_, W, W, tap_count);
+  OutputViews(out, config_, W, W, reserved_taps_);
   ensure(outputs_, out.size());
 }
 

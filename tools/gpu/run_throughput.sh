@@ -18,7 +18,10 @@ set -uo pipefail
 dest=$1
 deps=${2:-}
 budget=${3:-570}
-steps=${4:-decode,prefill_2048,spec_suite,identity_gpu,test_gpu,check_context,check_no_room,rows64_2048_fast}
+all_steps=decode,prefill_2048,spec_suite,identity_gpu,test_gpu,check_context,check_no_room,rows64_2048_fast
+steps=${4:-$all_steps}
+prebuilt=false
+[ -n "$deps" ] && [ -x "$deps/bin/specdec" ] && prebuilt=true
 out=/tmp/specdec-throughput
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -56,7 +59,7 @@ fi
 # host's CUDA libraries; the source folder they were built in pointed at this checkout.
 use_prebuilt() {
   local pre=$1 src
-  [ -x "$pre/bin/specdec" ] && [ -f "$pre/manifest.txt" ] || return 1
+  [ -f "$pre/manifest.txt" ] || return 1
   cat "$pre/manifest.txt"
   echo "this checkout: $(git rev-parse HEAD 2> /dev/null || echo unknown)"
   src=$(sed -n 's/^source //p' "$pre/manifest.txt")
@@ -77,7 +80,7 @@ use_prebuilt() {
   tests=$pre/bin
 }
 spec=
-if [ -n "$deps" ] && [ -x "$deps/bin/specdec" ]; then
+if $prebuilt; then
   library_path=${LD_LIBRARY_PATH:-}
   if use_prebuilt "$deps" > "$out/prebuilt.log" 2>&1; then
     echo "=== prebuilt binaries: $spec"
@@ -89,7 +92,7 @@ if [ -n "$deps" ] && [ -x "$deps/bin/specdec" ]; then
 fi
 if [ -z "$spec" ]; then
   prefix=()
-  [ -n "$deps" ] && [ ! -x "$deps/bin/specdec" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps")
+  [ -n "$deps" ] && ! $prebuilt && prefix=(-DCMAKE_PREFIX_PATH="$deps")
   run configure 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_CUDA=ON "${prefix[@]}"
   run build 300 cmake --build "$build" -j"$(nproc)" --target specdec_cli test_gpu test_engine
   spec=$build/specdec
@@ -127,7 +130,7 @@ for step in "${order[@]}"; do
       wait_for_model
       run rows64_2048_fast 120 "$spec" bench --model "$model8b" --device cuda --fast-gpu \
         --batch-sizes 1,8,64 --prompt-tokens 2048 --new-tokens 8 --json ;;
-    *) echo "=== unknown step $step (known: decode, prefill_2048, spec_suite, identity_gpu, test_gpu, check_context, check_no_room, rows64_2048_fast)" ;;
+    *) echo "=== unknown step $step (known: $all_steps)" ;;
   esac
 done
 
