@@ -296,32 +296,28 @@ nlohmann::json pair_spread(const Pair& m) {
   return {{"decode_speedup_min", lo}, {"decode_speedup_max", hi}, {"pairs", m.pairs}};
 }
 
-// Warm-up, on text the suite's prompts do not start with: on a GPU every fixed depth, then one
-// row and a full batch, plain and speculative, under the method's own policy (the engine's cost
-// model measures its forwards and drafts here).
+// Warm-up, on text the suite's prompts do not start with: one row, then a full batch, plain and
+// speculative (the engine's cost model measures its forwards and drafts here).
 void warm_up_suite(const BenchCommand& o, Engine& engine, const RunMethod& method) {
   const std::string text = suite_text(o.suite);
   const std::vector<int32_t> one = synthetic_prompt(engine, text, 96, 7);
-  // The GPU runs a verify window's shape (one row's: its width) call by call twice, then
-  // records it, and replays the recording from then on. A width the depth policy first picks
-  // inside a timed pair would put those three forwards' one-off costs into that pair alone, and
-  // adaptive runs need not pick every width. One run at each fixed depth records them all, as a
-  // server's first requests do once. They come first: the draft costs are fitted over the
-  // depths a method's calls spread across and forget old calls slowly, so calls at depths the
-  // policy would seldom choose, timed last, would price the timed pairs' first rounds.
-  if (engine.device() == DeviceKind::cuda && method.adaptive) {
-    for (int depth = 1; depth <= kWarmDepths; ++depth) {
-      RunMethod fixed = method;
-      fixed.num_draft = depth;
-      fixed.adaptive = false;
-      run_batch(engine, {one}, 64, o.sampling, fixed);
-    }
-  }
   for (const RunMethod& m : {RunMethod{}, method}) {
     run_batch(engine, {one}, 64, o.sampling, m);
     std::vector<std::vector<int32_t>> rows;
     for (int i = 0; i < o.spec_batch; ++i) rows.push_back(synthetic_prompt(engine, text, 96, 7 + 131 * i));
     run_batch(engine, rows, 32, o.sampling, m);
+  }
+  // The GPU runs a verify window's shape (one row's: its width) call by call twice, then
+  // records it, and replays the recording from then on. A width the depth policy first picks
+  // inside a timed pair would put those three forwards' one-off costs into that pair alone, and
+  // the adaptive runs above need not have picked every width. One run at each fixed depth
+  // records them all, as a server's first requests do once.
+  if (engine.device() != DeviceKind::cuda || !method.adaptive) return;
+  for (int depth = 1; depth <= kWarmDepths; ++depth) {
+    RunMethod fixed = method;
+    fixed.num_draft = depth;
+    fixed.adaptive = false;
+    run_batch(engine, {one}, 64, o.sampling, fixed);
   }
 }
 
