@@ -223,8 +223,8 @@ SpeculativeStats run_telemetry(const RunResult& run) {
 constexpr double kMinPairedSeconds = 0.5;
 constexpr int kMaxPairFactor = 4;
 constexpr int kUntimedRuns = 3;
-// The deepest draft depth the suite's warm-up runs on a GPU: a 16-token window, the widest the
-// hidden-state drafters' rounds reach along the request's text.
+// The deepest draft depth the suite's warm-up runs on a GPU: a 16-token window, the widest that
+// pads to a power of two (ReplayCache::window_width).
 constexpr int kWarmDepths = 15;
 
 Pair measure_pair(Engine& engine, const RunMethod& method, const std::vector<std::vector<int32_t>>& prompts,
@@ -307,13 +307,13 @@ void warm_up_suite(const BenchCommand& o, Engine& engine, const RunMethod& metho
     for (int i = 0; i < o.spec_batch; ++i) rows.push_back(synthetic_prompt(engine, text, 96, 7 + 131 * i));
     run_batch(engine, rows, 32, o.sampling, m);
   }
-  // The GPU runs a verify window's shape (one row's: its width) call by call twice, then
-  // records it, and replays the recording from then on. A width the depth policy first picks
-  // inside a timed pair would put those three forwards' one-off costs into that pair alone, and
-  // the adaptive runs above need not have picked every width. One run at each fixed depth
-  // records them all, as a server's first requests do once.
+  // The GPU runs a verify window's shape (its width, padded to a power of two) call by call
+  // twice, then records it, and replays the recording from then on. A width the depth policy
+  // first picks inside a timed pair would put those three forwards' one-off costs into that pair
+  // alone, and the adaptive runs above need not have picked every width. One run at the deepest
+  // depth of each padded width records them all, as a server's first requests do once.
   if (engine.device() != DeviceKind::cuda || !method.adaptive) return;
-  for (int depth = 1; depth <= kWarmDepths; ++depth) {
+  for (int depth = 1; depth <= kWarmDepths; depth = 2 * depth + 1) {
     RunMethod fixed = method;
     fixed.num_draft = depth;
     fixed.adaptive = false;

@@ -38,7 +38,7 @@ int ReplayCache::window_width(int max_row_tokens) {
 }
 
 bool ReplayCache::batch_windows(const ForwardPlan& plan) {
-  if (plan.rows < 2 || plan.outputs != plan.tokens || plan.tokens == plan.rows) return false;
+  if (plan.outputs != plan.tokens || plan.tokens == plan.rows) return false;
   // The padding's tokens go through every linear and the LM head. Up to kMaxPaddedWindowTokens
   // tokens a GPU's linears are bound by reading the weights (a token adds one multiply-add per
   // weight read, well under what the tensor cores do in that time), so they cost about nothing;

@@ -1,4 +1,4 @@
-// ReplayCache: decode steps (and one row's verify windows) of one shape repeat the same backend
+// ReplayCache: decode steps (and verify windows) of one shape repeat the same backend
 // calls on the same buffers, so they are recorded once per shape and replayed from then on.
 // The key says what makes two forwards the same recording; the plan padding makes consecutive
 // decode steps share one.
@@ -61,12 +61,9 @@ class ReplayCache {
   static Bounds padded_bounds(int max_row_len, int max_blocks, int block_size);
   // The smallest power of two at least v (1 for v <= 1).
   static int pow2(int v);
-  // True for a batch of verify windows that padded_windows lays out: several rows, every token
-  // returning its row, some row more than one token, each row tapped at all of its tokens or at
-  // none, and no more than kMaxPaddedWindowTokens tokens once padded. One row's window keeps its
-  // width: a GPU's few-row linears cost a little more for every row they take, so padding it
-  // would cost every verify of a large model's row, where a recording per width costs its first
-  // runs once.
+  // True for a batch of verify windows that padded_windows lays out: one row or several, every
+  // token returning its row, some row more than one token, each row tapped at all of its tokens
+  // or at none, and no more than kMaxPaddedWindowTokens tokens once padded.
   static bool batch_windows(const ForwardPlan& plan);
   static constexpr int kMaxPaddedWindowTokens = 128;
   // The width a batch's windows are padded to: the longest rounded up to a power of two, up to
@@ -74,8 +71,10 @@ class ReplayCache {
   static int window_width(int max_row_tokens);
   // A batch of verify windows with every row's window padded to one width (the longest, rounded
   // up to a power of two up to 16), so that a batch's windows come in a few recorded shapes
-  // instead of one per combination of depths. A padding token repeats its row's last real token
-  // at that token's position, writes no K/V (slot -1) and attends as that token does; its
+  // instead of one per combination of depths, and one row's in a few instead of one per depth:
+  // every shape runs call by call and records once, and a depth the policy picks for the first
+  // time late in a request would pay that inside it. A padding token repeats its row's last real
+  // token at that token's position, writes no K/V (slot -1) and attends as that token does; its
   // returned row and tap come after every real one, so the first outputs and taps of the padded
   // plan are the given plan's, in its order (its row_offsets and tap_offsets still hold).
   static ForwardPlan padded_windows(const ForwardPlan& plan);

@@ -171,10 +171,10 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
   // Decode steps (one token and one returned row per sequence), one row's verify windows (every
   // new token returns its row) and batches of windows are replayed from a recording of their
   // calls where the backend can record; everything else runs call by call. Called one by one, a
-  // small model's forward costs a GPU several replayed steps. A batch's windows would come in a
-  // shape per combination of its rows' depths, so each row's window is padded to one of a few
-  // widths (ReplayCache::padded_windows). Taps are gathered by kernel calls, so they take part in
-  // the recording.
+  // small model's forward costs a GPU several replayed steps. Windows would come in a shape per
+  // depth (per combination of depths in a batch), so each row's window is padded to one of a
+  // few widths (ReplayCache::padded_windows). Taps are gathered by kernel calls, so they take
+  // part in the recording.
   const bool one_row_window = given.rows == 1 && given.outputs == given.tokens;
   const bool decode_step = given.tokens == given.rows && given.outputs == given.rows;
   const bool batch_windows = replays_.available() && ReplayCache::batch_windows(given);
