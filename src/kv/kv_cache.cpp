@@ -10,6 +10,16 @@
 
 namespace specdec {
 
+namespace {
+
+// K and V of every layer for one block of `block_size` positions.
+size_t bytes_per_block(int num_layers, int kv_heads, int head_dim, DType dtype, int block_size) {
+  return 2 * static_cast<size_t>(num_layers) * static_cast<size_t>(block_size) * static_cast<size_t>(kv_heads) *
+         static_cast<size_t>(head_dim) * dtype_size(dtype);
+}
+
+}  // namespace
+
 KvCache::KvCache(Backend& backend, int num_layers, int kv_heads, int head_dim, int num_blocks, int block_size)
     : num_layers_(num_layers),
       kv_heads_(kv_heads),
@@ -24,8 +34,6 @@ KvCache::KvCache(Backend& backend, int num_layers, int kv_heads, int head_dim, i
   const size_t pool_elems = static_cast<size_t>(num_blocks) * static_cast<size_t>(block_size) *
                             static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim);
   const size_t pool_bytes = pool_elems * dtype_size(dtype);
-  block_bytes_ =
-      num_blocks > 0 ? 2 * static_cast<size_t>(num_layers) * (pool_bytes / static_cast<size_t>(num_blocks)) : 0;
   buffers_.reserve(static_cast<size_t>(num_layers));
   for (int layer = 0; layer < num_layers; ++layer) {
     buffers_.push_back(backend.allocate(2 * pool_bytes));
@@ -45,10 +53,13 @@ int KvCache::blocks_for_memory(size_t bytes, int num_layers, int kv_heads, int h
                                int block_size) {
   SPECDEC_CHECK(num_layers > 0 && kv_heads > 0 && head_dim > 0 && block_size > 0,
                 "blocks_for_memory needs positive layers, kv heads, head_dim and block size");
-  const size_t per_block = 2 * static_cast<size_t>(num_layers) * static_cast<size_t>(block_size) *
-                           static_cast<size_t>(kv_heads) * static_cast<size_t>(head_dim) * dtype_size(dtype);
-  const size_t blocks = bytes / per_block;
+  const size_t blocks = bytes / bytes_per_block(num_layers, kv_heads, head_dim, dtype, block_size);
   return static_cast<int>(std::min<size_t>(blocks, static_cast<size_t>(INT32_MAX)));
+}
+
+size_t KvCache::touched_bytes() const {
+  return static_cast<size_t>(touched_blocks_) *
+         bytes_per_block(num_layers_, kv_heads_, head_dim_, k_pools_.front().dtype, block_size_);
 }
 
 KvCache::SeqId KvCache::create() {

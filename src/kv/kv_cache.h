@@ -73,7 +73,7 @@ class KvCache {
   // process's resident memory: it grows with the most blocks ever held at once and with the
   // prefix cache (free blocks are taken before cached ones are evicted), up to the whole pool.
   int touched_blocks() const { return touched_blocks_; }
-  size_t touched_bytes() const { return static_cast<size_t>(touched_blocks_) * block_bytes_; }
+  size_t touched_bytes() const;
   int block_size() const { return block_size_; }
   int num_layers() const { return num_layers_; }
   int kv_heads() const { return kv_heads_; }
@@ -110,7 +110,6 @@ class KvCache {
   int head_dim_;
   int num_blocks_;
   int block_size_;
-  size_t block_bytes_ = 0;       // K and V of every layer
   int touched_blocks_ = 0;       // blocks are handed out in ascending order when fresh: ids below this
   std::vector<Buffer> buffers_;  // one per layer: K pool then V pool
   std::vector<Tensor> k_pools_;
