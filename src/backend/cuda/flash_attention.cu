@@ -53,9 +53,20 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 }
 
 // 16-byte asynchronous copy global -> shared; bytes = 0 fills the 16 bytes with zeros.
+__device__ __forceinline__ void cp_async16_zfill(unsigned smem_dst, const void* global_src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_dst), "l"(global_src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void cp_async16_zfill(void* smem_dst, const void* global_src, int bytes) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(global_src), "r"(bytes) : "memory");
+  cp_async16_zfill(static_cast<unsigned>(__cvta_generic_to_shared(smem_dst)), global_src, bytes);
+}
+
+// Four 8x8 bf16 matrices from shared memory, untransposed: lanes 8i to 8i + 7 give matrix i's row
+// addresses, and lane l receives row l / 4, columns 2 (l % 4) and + 1 of each.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 __device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
@@ -96,19 +107,23 @@ __device__ __forceinline__ void q_fragments(uint32_t (&qa)[D / 16][4], const flo
   }
 }
 
-// s = q · Kᵀ over the tile's 64 staged K rows (row stride LD), q as bf16 A fragments.
+// s = q · Kᵀ over the tile's 64 staged K rows (row stride LD), q as bf16 A fragments. K's B
+// fragments come by ldmatrix, four 8x8 matrices a load: lane l points at row nb * 8 + l % 8 and
+// column 8 (l / 8) of a 32-column stretch, so the matrices are b0 and b1 of kk and of kk + 1.
 template <int D, int LD>
 __device__ __forceinline__ void tile_scores(float (&s)[kKvTile / 8][4], const uint32_t (&qa)[D / 16][4],
-                                            const __nv_bfloat16* ks, int g, int q4) {
+                                            const __nv_bfloat16* ks, int lane) {
+  static_assert((D / 16) % 2 == 0, "head_dim a multiple of 32");
 #pragma unroll
   for (int nb = 0; nb < kKvTile / 8; ++nb) {
     s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
-    const __nv_bfloat16* krow = ks + (nb * 8 + g) * LD + 2 * q4;
+    const __nv_bfloat16* krow = ks + (nb * 8 + lane % 8) * LD + 8 * (lane / 8);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + kk * 16);
-      const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + kk * 16 + 8);
-      mma_bf16(s[nb], qa[kk], b0, b1);
+    for (int kk = 0; kk < D / 16; kk += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, krow + kk * 16);
+      mma_bf16(s[nb], qa[kk], b[0], b[1]);
+      mma_bf16(s[nb], qa[kk + 1], b[2], b[3]);
     }
   }
 }
@@ -317,7 +332,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
     const int kv0 = j * kKvTile;
 
     float s[kKvTile / 8][4];
-    tile_scores<D, LD>(s, qa, ks, g, q4);
+    tile_scores<D, LD>(s, qa, ks, lane);
     float mx[2];
     tile_mask_max(s, kv0, vis, scale2, q4, mx);
     if constexpr (kFold) {
@@ -484,11 +499,13 @@ __global__ void __launch_bounds__(32)
   extern __shared__ __align__(16) unsigned char decode_smem[];
   __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(decode_smem);  // [kKvTile][LD]
   __nv_bfloat16* sv = sk + kKvTile * LD;                              // [kKvTile][LD]
-  float* sq = reinterpret_cast<float*>(sv + kKvTile * LD);            // fused: [16][D] rotated q
-  __nv_bfloat16* s_new = reinterpret_cast<__nv_bfloat16*>(sq + 16 * D);  // fused: new k, v [2][D]
+  const int group = a.heads / a.kv_heads;
+  // Fused: the rotated q of the warp's pairs, at most 16 and one token's group, then the new k
+  // and v (sized so, six warps fit an SM's shared memory, as without the fused part).
+  float* sq = reinterpret_cast<float*>(sv + kKvTile * LD);                           // [min(16, group)][D]
+  __nv_bfloat16* s_new = reinterpret_cast<__nv_bfloat16*>(sq + min(16, group) * D);  // [2][D]
 
   const int lane = static_cast<int>(threadIdx.x), g = lane / 4, q4 = lane % 4;
-  const int group = a.heads / a.kv_heads;
   const int x = static_cast<int>(blockIdx.x);
   const int r = x / (a.kv_heads * pair_blocks), kvh = (x / pair_blocks) % a.kv_heads, pb = x % pair_blocks;
   enter_kernel();
@@ -558,7 +575,7 @@ __global__ void __launch_bounds__(32)
   // does), and whether each is the new token's slot (fused). Looked up before the tile's copies
   // are issued: a table load between two copies would wait behind them.
   struct TileRows {
-    int64_t prow[2];
+    int prow[2];  // the launch checks that the pool's rows fit an int
     bool is_new[2];
   };
   const auto lookup = [&](int j) {
@@ -566,7 +583,7 @@ __global__ void __launch_bounds__(32)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t slot = cache_slot(a, table, j * kKvTile + lane + 32 * h, len, pool_slots);
-      t.prow[h] = slot >= 0 ? slot * a.kv_heads + kvh : -1;
+      t.prow[h] = slot >= 0 ? static_cast<int>(slot * a.kv_heads + kvh) : -1;
       t.is_new[h] = slot >= 0 && slot == new_slot;
     }
     return t;
@@ -581,16 +598,34 @@ __global__ void __launch_bounds__(32)
     __syncwarp();
   };
   // Copy i of a pool: position i / CH, 16-byte piece i % CH (consecutive lanes, consecutive
-  // pieces of one position); one commit group.
+  // pieces of one position); one commit group. Where CH divides 32, a lane's copies are its
+  // piece lane % CH of positions lane / CH + k (32 / CH), the offsets fixed at compile time past
+  // one shuffle for the row: a tile's copies are most of the warp's instructions, and with a few
+  // warps an SM their issue, not the memory, would set the pace.
   const auto stage = [&](const TileRows& t, __nv_bfloat16* dst, const void* pool) {
     const __nv_bfloat16* src = static_cast<const __nv_bfloat16*>(pool);
+    if constexpr (32 % CH == 0) {
+      constexpr int kStride = 32 / CH;  // positions one pass of the warp covers
+      const int c = lane % CH, p0 = lane / CH;
+      const char* piece = reinterpret_cast<const char*>(src + c * 8);
+      const unsigned d0 = static_cast<unsigned>(__cvta_generic_to_shared(dst + p0 * LD + c * 8));
+#pragma unroll
+      for (int k = 0; k < kKvTile / kStride; ++k) {
+        const int row = __shfl_sync(0xffffffffu, k * kStride < 32 ? t.prow[0] : t.prow[1], p0 + (k * kStride) % 32);
+        const size_t off = static_cast<size_t>(static_cast<unsigned>(max(row, 0))) * (D * sizeof(__nv_bfloat16));
+        cp_async16_zfill(d0 + static_cast<unsigned>(k * kStride * LD * sizeof(__nv_bfloat16)), piece + off,
+                         row >= 0 ? 16 : 0);
+      }
+    } else {
 #pragma unroll 4
-    for (int i = lane; i < kKvTile * CH; i += 32) {
-      const int p = i / CH, c = i % CH;
-      const int64_t lo = __shfl_sync(0xffffffffu, t.prow[0], p % 32);
-      const int64_t hi = __shfl_sync(0xffffffffu, t.prow[1], p % 32);
-      const int64_t row = p < 32 ? lo : hi;
-      cp_async16_zfill(dst + p * LD + c * 8, src + max(row, int64_t{0}) * D + c * 8, row >= 0 ? 16 : 0);
+      for (int i = lane; i < kKvTile * CH; i += 32) {
+        const int p = i / CH, c = i % CH;
+        const int lo = __shfl_sync(0xffffffffu, t.prow[0], p % 32);  // p differs across the lanes
+        const int hi = __shfl_sync(0xffffffffu, t.prow[1], p % 32);
+        const int row = p < 32 ? lo : hi;
+        const size_t off = static_cast<size_t>(static_cast<unsigned>(max(row, 0))) * D;
+        cp_async16_zfill(dst + p * LD + c * 8, src + off + c * 8, row >= 0 ? 16 : 0);
+      }
     }
     cp_async_commit_group();
   };
@@ -627,7 +662,7 @@ __global__ void __launch_bounds__(32)
       __syncwarp();
       if (fused) take_new(cur, sk, s_new);
       float s[kKvTile / 8][4];
-      tile_scores<D, LD>(s, qa, sk, g, q4);
+      tile_scores<D, LD>(s, qa, sk, lane);
       float mx[2], lt[2], wa[2], wb[2];
       tile_mask_max(s, j * kKvTile, vis, scale2, q4, mx);
       uint32_t pa[kKvTile / 16][4];
@@ -700,11 +735,14 @@ bool launch_tile_decode_typed(const AttentionArgs& a, int max_row_tokens, int ti
   const int pair_blocks = static_cast<int>((int64_t{max_row_tokens} * group + 15) / 16);
   const int64_t blocks = int64_t{a.rows} * a.kv_heads * pair_blocks;
   const int64_t merge_blocks = (int64_t{a.tokens} * a.heads + 3) / 4;
-  if (blocks > 0x7fffffff || merge_blocks > 0x7fffffff || tiles < 1 || tiles > 65535) return false;
-  // The K and V tiles, and for a fused step the rotated q and the new k and v: under the 48 KB
-  // default.
-  const size_t smem = size_t{2} * kKvTile * (D + 8) * sizeof(__nv_bfloat16) +
-                      (a.k_new ? 16 * D * sizeof(float) + 2 * D * sizeof(__nv_bfloat16) : 0);
+  // The kernel indexes the pool's rows (slot and kv head) as ints.
+  const bool rows_fit_int = a.pool_blocks * a.block_size * a.kv_heads <= 0x7fffffff;
+  if (blocks > 0x7fffffff || merge_blocks > 0x7fffffff || tiles < 1 || tiles > 65535 || !rows_fit_int) return false;
+  // The K and V tiles, and for a fused step (one token a row) the rotated q of its group and the
+  // new k and v: under the 48 KB default.
+  const size_t smem =
+      size_t{2} * kKvTile * (D + 8) * sizeof(__nv_bfloat16) +
+      (a.k_new ? static_cast<size_t>(std::min(16, group)) * D * sizeof(float) + 2 * D * sizeof(__nv_bfloat16) : 0);
   // Enough warps to keep every SM's six tile buffers busy a few times over; past that, a warp
   // takes several of its row's tiles in turn (fewer warps that find nothing to do once the
   // stated length is padded past the rows' own).
