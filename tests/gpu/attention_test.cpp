@@ -641,13 +641,12 @@ TEST(GpuAttention, FastModePrefillChunksMatchCpu) {
   }
 }
 
-// 40 decode rows (one new token each) over histories of 1 to 700 positions, each in its own
+// `count` decode rows (one new token each) over histories of 1 to 700 positions, each in its own
 // blocks; `pool` is set to the blocks they use.
-std::vector<RowSpec> many_decode_rows(int& pool) {
-  constexpr int kRows = 40;
+std::vector<RowSpec> many_decode_rows(int& pool, int count = 40) {
   std::vector<RowSpec> rows;
   pool = 0;
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < count; ++r) {
     const int len = 1 + (r * 149) % 700;
     RowSpec row{len, {len - 1}, {}};
     for (int b = 0; b < (len + kBlockSize - 1) / kBlockSize; ++b) row.blocks.push_back(pool++);
@@ -675,13 +674,11 @@ TEST(GpuAttention, FastModeManyDecodeRowsMatchCpu) {
   }
 }
 
-// Batch-invariant mode, the same 40 decode rows: with 8 kv heads the tile decode launch has
-// enough (row, kv head) warps that each takes every 7th tile of its row in turn (several
-// partials a warp), where a row alone gives each tile its own warp. Each row's bits must be the same both ways, and close to the CPU.
-TEST(GpuAttention, InvariantDecodeRowsEqualEachRowAlone) {
-  SPECDEC_REQUIRE_GPU();
+// Batch-invariant mode, `count` of the decode rows above with 8 kv heads, against each row alone
+// (every `alone_every`-th): each row's bits must be the same both ways, and close to the CPU.
+void expect_invariant_rows_equal_alone(int count, int alone_every) {
   int pool = 0;
-  const auto rows = many_decode_rows(pool);
+  const auto rows = many_decode_rows(pool, count);
   const int mb = max_blocks_of(rows), T = tokens_of(rows);
   const Shape s{32, 8, 128, DType::bf16};
   Backends b = backends_with_kv(s.kv, true);
@@ -692,13 +689,29 @@ TEST(GpuAttention, InvariantDecodeRowsEqualEachRowAlone) {
   const auto want = run_poisoned(*b.cpu, cp, rows, s, q, mb);
   const auto got = run_poisoned(*b.gpu, gp, rows, s, q, mb);
   EXPECT_LE(rel_error(got, want), kTensorCoreTol);
-  for (size_t r = 0; r < rows.size(); ++r) {
+  for (size_t r = 0; r < rows.size(); r += static_cast<size_t>(alone_every)) {
     const std::vector<float> qr(q.begin() + static_cast<ptrdiff_t>(r * per_token),
                                 q.begin() + static_cast<ptrdiff_t>((r + 1) * per_token));
     const auto alone = run_poisoned(*b.gpu, gp, {rows[r]}, s, qr, mb);
     EXPECT_TRUE(bit_equal(alone.data(), got.data() + r * per_token, per_token))
-        << "row of " << rows[r].len << " positions alone";
+        << count << " rows: row of " << rows[r].len << " positions alone";
   }
+}
+
+// 40 rows: the tile decode launch has enough (row, kv head) warps that each takes every 7th
+// tile of its row in turn (several partials a warp), where a row alone gives each tile its own
+// warp.
+TEST(GpuAttention, InvariantDecodeRowsEqualEachRowAlone) {
+  SPECDEC_REQUIRE_GPU();
+  expect_invariant_rows_equal_alone(40, 1);
+}
+
+// 128 rows: 1,024 (row, kv head) warps, each walking all its row's tiles and folding them as it
+// goes into one partial a token, where alone each tile has its own warp and partial and the
+// merge folds them.
+TEST(GpuAttention, InvariantRowsFoldedInTheirWarpEqualEachRowAlone) {
+  SPECDEC_REQUIRE_GPU();
+  expect_invariant_rows_equal_alone(128, 5);
 }
 
 // More than 65,535 tokens in one call (the old kernel's grid limit on tokens): 4,100 rows of 16

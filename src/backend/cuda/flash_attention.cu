@@ -745,13 +745,21 @@ bool launch_tile_decode_typed(const AttentionArgs& a, int max_row_tokens, int ti
       (a.k_new ? static_cast<size_t>(std::min(16, group)) * D * sizeof(float) + 2 * D * sizeof(__nv_bfloat16) : 0);
   // Enough warps to keep every SM's six tile buffers busy a few times over; past that, a warp
   // takes several of its row's tiles in turn (fewer warps that find nothing to do once the
-  // stated length is padded past the rows' own).
-  constexpr int64_t kWarpsWanted = 2048;
-  const int stride = static_cast<int>(std::min<int64_t>(tiles, std::max<int64_t>(1, (kWarpsWanted + blocks - 1) / blocks)));
-  // With warp_fold, one partial a warp: the room per token is the stride.
-  const int slots = warp_fold ? stride : tiles;
+  // stated length is padded past the rows' own). From kOneWarpBlocks blocks on, the blocks alone
+  // fill the SMs' buffers, and each takes all its row's tiles in one warp.
+  constexpr int64_t kWarpsWanted = 2048, kOneWarpBlocks = 1024;
+  const int stride =
+      blocks >= kOneWarpBlocks
+          ? 1
+          : static_cast<int>(std::min<int64_t>(tiles, std::max<int64_t>(1, (kWarpsWanted + blocks - 1) / blocks)));
+  // A warp that walks all its row's tiles (stride 1) folds them as it goes, in tile order, into
+  // one partial: the fold the merge would do, step for step, so the same bits in either mode, and
+  // one partial a token to write and reread instead of one a tile. With warp_fold (the fast mode),
+  // at any stride: one partial a warp.
+  const bool fold = warp_fold || stride == 1;
+  const int slots = fold ? stride : tiles;
   launch(tile_decode_kernel<D>, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(stride)), 32, smem, ctx, a,
-         slots, pair_blocks, stride, warp_fold);
+         slots, pair_blocks, stride, fold);
   if (a.arrivals == nullptr)
     launch(tile_decode_merge_kernel<D>, dim3(static_cast<unsigned>(merge_blocks)), 128, 0, ctx, a, slots);
   return true;

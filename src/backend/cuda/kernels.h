@@ -262,7 +262,10 @@ bool launch_flash_attention(const AttentionArgs& args, int max_row_tokens, bool 
 // fast mode): a warp that takes several of a row's tiles folds them into one running softmax as it
 // goes and writes one partial, so a launch with fewer warps than tiles writes and rereads fewer
 // partials; a token's bits then depend on how many warps the launch has (close, not the
-// flash kernel's bits). Returns false, having launched nothing, where it does not apply.
+// flash kernel's bits). A launch of 1,024 or more (row, kv head, pairs) blocks gives each one
+// warp that walks all its row's tiles and folds them as it goes, in either mode: the merge's
+// fold in the same order, so the same bits, with one partial a token.
+// Returns false, having launched nothing, where it does not apply.
 bool launch_tile_decode_attention(const AttentionArgs& args, int max_row_tokens, int tiles, bool warp_fold,
                                   const Context& ctx);
 
