@@ -53,8 +53,10 @@ struct CudaTuning {
   // warps to spare) folds them into one running softmax and writes one partial, instead of one
   // partial a tile for the merge to fold (SPECDEC_CUDA_TILE_WARP_FOLD=0 turns it off): at 256
   // rows of 512 positions the partials are ~38 MB a layer written and reread beside ~300 MB of
-  // K/V. Changes results within rounding (another order of folding), and a row's bits then
-  // depend on the launch's rows; the batch-invariant mode never folds so (docs/perf-notes.md).
+  // K/V. Changes results within rounding (another order of folding) where the warp's tiles are
+  // every k-th of its row, and a row's bits then depend on the launch's rows; the batch-invariant
+  // mode folds in the warp only where a warp walks all its row's tiles in order (1,024 blocks or
+  // more), which is the merge's own fold (docs/perf-notes.md).
   bool tile_warp_fold = true;
   // The batch-invariant mode's decode steps (one new token a row) rotate, cache and attend in one
   // tile-decode launch whose last warp of each (row, kv head) folds the tiles, instead of three
