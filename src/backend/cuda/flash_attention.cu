@@ -500,8 +500,8 @@ __global__ void __launch_bounds__(32)
   __nv_bfloat16* sk = reinterpret_cast<__nv_bfloat16*>(decode_smem);  // [kKvTile][LD]
   __nv_bfloat16* sv = sk + kKvTile * LD;                              // [kKvTile][LD]
   const int group = a.heads / a.kv_heads;
-  // Fused: the rotated q of the warp's pairs, at most 16 and one token's group, then the new k
-  // and v (sized so, six warps fit an SM's shared memory, as without the fused part).
+  // Fused: the rotated q of the warp's pairs (one token's group, at most 16), then the new k and
+  // v; sized to the group, so that with a group of four six warps fit an SM, as unfused.
   float* sq = reinterpret_cast<float*>(sv + kKvTile * LD);                           // [min(16, group)][D]
   __nv_bfloat16* s_new = reinterpret_cast<__nv_bfloat16*>(sq + min(16, group) * D);  // [2][D]
 
