@@ -481,8 +481,9 @@ __device__ __forceinline__ void merge_pair(const AttentionArgs& a, int tiles, in
 // or, with a.arrivals, by the last warp of each (row, kv head, pairs) to finish (the same fold,
 // so the same bits; its counter reset for the next launch). The grid's last tile slot also folds
 // any tiles past the partials' room, in order (a stated max_row_len below a row's length: close,
-// not the flash kernel's bits). With warp_fold (tiles == stride), the warp of tile slot y folds
-// all its tiles y, y + stride, ... into one running softmax and writes one partial, at slot y.
+// not the flash kernel's bits). With warp_fold (tiles == stride; the launch sets it in the fast
+// mode and wherever stride is 1), the warp of tile slot y folds all its tiles y, y + stride, ...
+// into one running softmax and writes one partial, at slot y.
 // Fused decode step (a.k_new set; one new token a row): as rope_kv_write and then this kernel.
 // Each warp rotates its pairs' q heads into shared memory, and the new token's k (and takes its
 // v), rounded as the cache holds them, as the rope and cache-write kernels do; the warp of tile
