@@ -14,7 +14,9 @@ enum class DeviceKind { automatic, cpu, cuda };                      // automati
 // automatic: AMX (bf16 activations) where the CPU has it and Linux grants its tile state, else best;
 // best: the fastest exact (f32) kernels.
 enum class CpuIsa { automatic, best, avx512, avx2, scalar, avx512_bf16, amx };
-enum class KvCacheType { bf16, f16, f32 };                           // GPU KV cache element type (the CPU keeps f32)
+// KV cache element type: all three on the GPU; the CPU keeps bf16 where its amx kernels run, f32
+// otherwise (and for f16 or f32).
+enum class KvCacheType { bf16, f16, f32 };
 enum class DraftKind { ngram, model };
 enum class VerifyMode { exact, rejection };  // exact: output identical to plain decoding
 

@@ -212,7 +212,9 @@ struct BackendOptions {
   // CPU: "" (AMX where the CPU has it, else "best"), "best" (the fastest exact f32 kernels),
   // "avx512", "avx2", "scalar", "avx512-bf16" or "amx".
   std::string cpu_isa;
-  DType kv_dtype = DType::bf16;  // GPU: element type of the KV cache (bf16, f16 or f32); the CPU keeps f32
+  // Element type of the KV cache: on the GPU bf16, f16 or f32; on the CPU bf16 where the AMX
+  // kernels run (their attention takes bf16 operands), else f32.
+  DType kv_dtype = DType::bf16;
   CudaTuning cuda;               // GPU: kernel switches, the measured best by default (cuda_tuning.h)
 };
 

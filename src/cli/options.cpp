@@ -29,7 +29,9 @@ void add_common(CLI::App& cmd, CommonFlags& f) {
   cmd.add_option("--kv-memory", f.kv_memory, "KV cache size in GiB (default: 1 on the CPU; on a GPU, the memory free after the weights, activations and drafts)");
   cmd.add_option("--gpu-memory", f.gpu_memory,
                  "GPU: cap on the device memory pool in GiB (default: the free memory at start)");
-  cmd.add_option("--kv-dtype", f.kv_dtype, "GPU KV cache type: bf16, f16 or f32")->capture_default_str();
+  cmd.add_option("--kv-dtype", f.kv_dtype,
+                 "KV cache type: bf16, f16 or f32 on the GPU; on the CPU bf16 where the amx kernels run (else f32)")
+      ->capture_default_str();
   cmd.add_option("--max-rows", f.max_rows, "rows decoding at once")->capture_default_str();
   cmd.add_option("--max-batch-tokens", f.max_batch_tokens, "tokens in one forward")->capture_default_str();
   cmd.add_flag("--no-prefix-cache", f.no_prefix_cache, "compute every prompt in full (no KV shared between requests)");

@@ -306,8 +306,9 @@ TEST(Engine, DescribesItsModel) {
   EXPECT_EQ(m.vocab_size, 8192);
   EXPECT_EQ(m.tokenizer_vocab_size, folder.tokenizer_vocab_size);
   EXPECT_EQ(engine.device(), specdec::DeviceKind::cpu);
-  // The CPU's KV cache is f32: K and V of every layer's KV heads.
-  EXPECT_EQ(engine.kv_bytes_per_token(), size_t(2) * m.num_layers * m.num_kv_heads * m.head_dim * 4);
+  // K and V of every layer's KV heads: bf16 where the CPU runs the amx kernels, else f32.
+  const bool amx = engine.device_name().rfind("cpu-amx", 0) == 0;
+  EXPECT_EQ(engine.kv_bytes_per_token(), size_t(2) * m.num_layers * m.num_kv_heads * m.head_dim * (amx ? 2 : 4));
   EXPECT_GT(engine.step_weight_bytes(1), 0u);
   EXPECT_LE(engine.step_weight_bytes(1), m.weight_bytes);
   EXPECT_EQ(engine.decode(engine.encode("def f(x):", false)), "def f(x):");

@@ -11,10 +11,13 @@
 namespace specdec::test {
 namespace {
 
-constexpr int64_t kHeads = 12, kKvHeads = 2, kBlock = 4, kBlocks = 64, kMaxBlocks = 8;
+constexpr int64_t kHeads = 12, kKvHeads = 2, kBlocks = 128, kMaxBlocks = 24;
+int64_t kBlock = 4;  // positions a cache block holds in the current test
 // Head dims the tests sweep: below one vector, the common 64 and 128, and ragged tails past them.
 constexpr int64_t kDims[] = {20, 64, 80, 136, 264};
 int64_t kDim = 20;  // the head dim of the current sweep step
+// The pools' element type in the current test (bf16: the amx kernels' cache).
+DType g_pool_type = DType::f32;
 
 // One sequence's data: q/k/v for each of its tokens, and its place in the pools.
 struct Seq {
@@ -33,8 +36,8 @@ struct Seq {
 };
 
 struct Pools {
-  HostTensor k{DType::f32, {kBlocks, kBlock, kKvHeads, kDim}};
-  HostTensor v{DType::f32, {kBlocks, kBlock, kKvHeads, kDim}};
+  HostTensor k{g_pool_type, {kBlocks, kBlock, kKvHeads, kDim}};
+  HostTensor v{g_pool_type, {kBlocks, kBlock, kKvHeads, kDim}};
 };
 
 float scale_for_dim() { return 1.0f / std::sqrt(static_cast<float>(kDim)); }
@@ -100,17 +103,30 @@ std::vector<std::vector<int32_t>> block_tables(std::mt19937& rng, int rows) {
 
 class CpuAttention : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(CpuAttention, MatchesDoubleReference) {
+// The operands as the kernel takes them: bf16 where the ISA rounds them (amx under bf16_operands).
+double operand(float x, bool rounded) { return rounded ? bf16_to_f32(f32_to_bf16(x)) : x; }
+
+// Every token of rows of 13, 5 and 29 positions (the last also in a call of 20 tokens), and of a
+// row of `long_len` (two calls) when not 0, against the double-precision reference of the
+// operands as taken; outputs within `tol` of the sum of the terms' magnitudes.
+void expect_matches_reference(const std::string& isa, bool rounded, double tol, int64_t long_len) {
   for (int64_t dim : kDims) {
     kDim = dim;
     std::mt19937 rng(21);
-    auto backend = make_cpu(GetParam(), 2);
+    auto backend = make_cpu(isa, 2);
     Pools pools;
-    auto tables = block_tables(rng, 3);
-    Seq a(rng, 13, tables[0]), b(rng, 5, tables[1]), c(rng, 29, tables[2]);
+    auto tables = block_tables(rng, 4);
+    Seq a(rng, 13, tables[0]), b(rng, 5, tables[1]), c(rng, 29, tables[2]),
+        d(rng, std::max<int64_t>(long_len, 1), tables[3]);
     step(*backend, pools, {{&a, 6}, {&b, 5}, {&c, 20}});
     step(*backend, pools, {{&c, 9}, {&a, 7}});
-    for (const Seq* s : {&a, &b, &c}) {
+    std::vector<const Seq*> checked{&a, &b, &c};
+    if (long_len > 0) {
+      step(*backend, pools, {{&d, long_len - 17}});
+      step(*backend, pools, {{&d, 17}});
+      checked.push_back(&d);
+    }
+    for (const Seq* s : checked) {
       for (int64_t t = 0; t < s->len; ++t) {
         for (int64_t h = 0; h < kHeads; ++h) {
           const int64_t kvh = h / (kHeads / kKvHeads);
@@ -119,8 +135,8 @@ TEST_P(CpuAttention, MatchesDoubleReference) {
           for (int64_t j = 0; j <= t; ++j) {
             double dot = 0;
             for (int64_t i = 0; i < kDim; ++i) {
-              dot += static_cast<double>(s->q[static_cast<size_t>((t * kHeads + h) * kDim + i)]) *
-                     s->k[static_cast<size_t>((j * kKvHeads + kvh) * kDim + i)];
+              dot += operand(s->q[static_cast<size_t>((t * kHeads + h) * kDim + i)], rounded) *
+                     operand(s->k[static_cast<size_t>((j * kKvHeads + kvh) * kDim + i)], rounded);
             }
             w[static_cast<size_t>(j)] = dot * scale_for_dim();
             mx = std::max(mx, w[static_cast<size_t>(j)]);
@@ -129,12 +145,12 @@ TEST_P(CpuAttention, MatchesDoubleReference) {
           for (int64_t i = 0; i < kDim; ++i) {
             double ref = 0, mag = 0;
             for (int64_t j = 0; j <= t; ++j) {
-              const double term =
-                  w[static_cast<size_t>(j)] / sum * s->v[static_cast<size_t>((j * kKvHeads + kvh) * kDim + i)];
+              const double term = w[static_cast<size_t>(j)] / sum *
+                                  operand(s->v[static_cast<size_t>((j * kKvHeads + kvh) * kDim + i)], rounded);
               ref += term;
               mag += std::fabs(term);
             }
-            ASSERT_NEAR(s->out[static_cast<size_t>((t * kHeads + h) * kDim + i)], ref, 1e-5 * mag)
+            ASSERT_NEAR(s->out[static_cast<size_t>((t * kHeads + h) * kDim + i)], ref, tol * mag)
                 << "head_dim " << kDim << " len " << s->len << " token " << t << " head " << h << " dim " << i;
           }
         }
@@ -143,33 +159,39 @@ TEST_P(CpuAttention, MatchesDoubleReference) {
   }
 }
 
-TEST_P(CpuAttention, RowOutputIgnoresNeighboursChunkingAndThreads) {
+TEST_P(CpuAttention, MatchesDoubleReference) { expect_matches_reference(GetParam(), false, 1e-5, 0); }
+
+// One row of `len` tokens (a multiple of 3), bit for bit: alone or between other rows, as one
+// chunk, one token a call or windows of 3, with 1, 2 or 4 threads.
+void expect_row_invariant(const std::string& isa, int64_t len) {
   for (int64_t dim : kDims) {
     kDim = dim;
     std::vector<std::vector<float>> results;
     for (size_t threads : {1, 2, 4}) {  // 4: heads sharing a kv head get split over threads
-      auto backend = make_cpu(GetParam(), threads);
+      auto backend = make_cpu(isa, threads);
       for (int mode = 0; mode < 5; ++mode) {
         std::mt19937 rng(33);  // same data for every mode
         auto tables = block_tables(rng, 3);
-        Seq row(rng, 12, tables[0]), left(rng, 30, tables[1]), right(rng, 9, tables[2]);
+        Seq row(rng, len, tables[0]), left(rng, 30, tables[1]),
+            right(rng, std::max<int64_t>(9, 4 + len / 3), tables[2]);
         Pools pools;
         switch (mode) {
-          case 0:  // alone, one chunk of 12
-            step(*backend, pools, {{&row, 12}});
+          case 0:  // alone, one chunk
+            step(*backend, pools, {{&row, len}});
             break;
-          case 1:  // twelve one-token calls
-            for (int i = 0; i < 12; ++i) step(*backend, pools, {{&row, 1}});
+          case 1:  // one-token calls
+            for (int64_t i = 0; i < len; ++i) step(*backend, pools, {{&row, 1}});
             break;
           case 2:  // windows of 3
-            for (int i = 0; i < 4; ++i) step(*backend, pools, {{&row, 3}});
+            for (int64_t i = 0; i < len / 3; ++i) step(*backend, pools, {{&row, 3}});
             break;
-          case 3:  // one chunk of 12 between two other rows
-            step(*backend, pools, {{&left, 30}, {&row, 12}, {&right, 9}});
+          case 3:  // one chunk between two other rows
+            step(*backend, pools, {{&left, 30}, {&row, len}, {&right, right.len}});
             break;
           case 4:  // windows of 3 beside rows that are decoding, then prefilling
             step(*backend, pools, {{&left, 20}, {&right, 4}});
-            for (int i = 0; i < 4; ++i) step(*backend, pools, {{&right, 1}, {&row, 3}, {&left, i < 2 ? 5 : 0}});
+            for (int64_t i = 0; i < len / 3; ++i)
+              step(*backend, pools, {{&right, 1}, {&row, 3}, {&left, i < 2 ? 5 : 0}});
             break;
         }
         results.push_back(row.out);
@@ -181,6 +203,8 @@ TEST_P(CpuAttention, RowOutputIgnoresNeighboursChunkingAndThreads) {
     }
   }
 }
+
+TEST_P(CpuAttention, RowOutputIgnoresNeighboursChunkingAndThreads) { expect_row_invariant(GetParam(), 12); }
 
 TEST_P(CpuAttention, RefusesPositionsOutsideTheCache) {
   std::mt19937 rng(5);
@@ -210,6 +234,53 @@ TEST_P(CpuAttention, RefusesPositionsOutsideTheCache) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, CpuAttention, ::testing::ValuesIn(cpu_isas()), isa_name);
+
+// A bf16 cache, which only the amx kernels read: against the reference of the rounded operands
+// (q, K and V; what is left is the softmax weights' rounding, ~2^-9 of each term) and bit for bit
+// across chunking, neighbours and threads, where a long row's tokens take several 32-position
+// chunks and query tiles. Blocks of 4 positions here take the keys' copied tiles; blocks of 16
+// (the cache's default) read them from the cache itself, as the model tests do.
+class CpuAttentionBf16Cache : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { g_pool_type = DType::bf16; }
+  void TearDown() override { g_pool_type = DType::f32; }
+};
+
+TEST_P(CpuAttentionBf16Cache, MatchesReferenceOfTheOperandsTaken) {
+  if (GetParam() != "amx") GTEST_SKIP() << "only the amx kernels read a bf16 cache";
+  for (int64_t block : {4, 16}) {
+    kBlock = block;
+    expect_matches_reference(GetParam(), true, 5e-3, 90);
+  }
+  kBlock = 4;
+}
+
+TEST_P(CpuAttentionBf16Cache, RowOutputIgnoresNeighboursChunkingAndThreads) {
+  if (GetParam() != "amx") GTEST_SKIP() << "only the amx kernels read a bf16 cache";
+  for (int64_t block : {4, 16}) {
+    kBlock = block;
+    expect_row_invariant(GetParam(), 72);
+  }
+  kBlock = 4;
+}
+
+TEST_P(CpuAttentionBf16Cache, OtherKernelsRefuseIt) {
+  if (GetParam() == "amx") GTEST_SKIP() << "the amx kernels read it";
+  kDim = 64;
+  std::mt19937 rng(3);
+  auto backend = make_cpu(GetParam(), 1);
+  Pools pools;
+  auto tables = block_tables(rng, 1);
+  Seq s(rng, 4, tables[0]);
+  try {
+    step(*backend, pools, {{&s, 4}});
+    FAIL() << "attention over a bf16 cache on " << GetParam();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs the amx kernels"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, CpuAttentionBf16Cache, ::testing::ValuesIn(cpu_linear_isas()), isa_name);
 
 }  // namespace
 }  // namespace specdec::test

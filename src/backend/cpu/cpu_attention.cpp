@@ -1,9 +1,11 @@
 // Paged KV writes and causal attention on the CPU: validation of the AttentionBatch, and the
-// split of the work into (token, kv head, query heads) items over threads. Each (token, head)
-// output is computed by the ISA's attend kernel with the same operation sequence whatever else
-// is in the batch (see AttendFn), so a row's output does not depend on its neighbours, on how
-// its tokens were chunked, or on the thread count.
+// split of the work over threads. An f32 cache goes to the ISA's attend kernel in (token, kv
+// head, query heads) items; a bf16 cache (the amx kernels') to attend_rows in (row, token slice,
+// kv head) items. Each (token, head) output is computed with the same operation sequence whatever
+// else is in the batch (AttendFn, AttendRowsFn), so a row's output does not depend on its
+// neighbours, on how its tokens were chunked, or on the thread count.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -13,7 +15,8 @@ namespace specdec::cpu {
 namespace {
 
 void check_pool(const Tensor& pool, const AttentionBatch& batch, const char* op, const char* name) {
-  check_dtype(pool, DType::f32, op, name);
+  SPECDEC_CHECK(pool.dtype == DType::f32 || pool.dtype == DType::bf16, op, ": ", name, " must be f32 or bf16, got ",
+                dtype_name(pool.dtype));
   SPECDEC_CHECK(batch.block_size > 0, op, ": batch.block_size is ", batch.block_size);
   SPECDEC_CHECK(pool.rank == 4, op, ": ", name, " must be [num_blocks, block_size, kv_heads, head_dim], got ",
                 pool.shape_string());
@@ -22,10 +25,71 @@ void check_pool(const Tensor& pool, const AttentionBatch& batch, const char* op,
 }
 
 void check_same_pool_shape(const Tensor& k_pool, const Tensor& v_pool, const char* op) {
+  SPECDEC_CHECK(k_pool.dtype == v_pool.dtype, op, ": k_pool is ", dtype_name(k_pool.dtype), " but v_pool ",
+                dtype_name(v_pool.dtype));
   for (int i = 0; i < 4; ++i) {
     SPECDEC_CHECK(k_pool.dim(i) == v_pool.dim(i), op, ": k_pool ", k_pool.shape_string(), " and v_pool ",
                   v_pool.shape_string(), " differ");
   }
+}
+
+// Attention over a bf16 cache: the rows' tokens in slices of up to kRowSliceColumns query columns
+// a kv head, each slice one attend_rows call. The slice's tokens share one pass over the row's
+// keys and values up to its furthest position, and slices keep a long prompt's chunk spread over
+// the threads. Results do not depend on the slicing (AttendRowsFn).
+void attend_rows(ThreadPool& pool, const Kernels& kernels, const AttentionBatch& batch, int64_t kv_heads, int64_t heads,
+                 int64_t d, float scale, const float* qp, const uint16_t* kp, const uint16_t* vp, float* op_out) {
+  constexpr int64_t kRowSliceColumns = 64;
+  const int32_t* pos = batch.positions.ptr<int32_t>();
+  const int32_t* starts = batch.row_starts.ptr<int32_t>();
+  const int32_t* table = batch.block_table.ptr<int32_t>();
+  const int64_t group = heads / kv_heads;
+  const int64_t slice = std::max<int64_t>(1, kRowSliceColumns / group);
+  struct Item {
+    int64_t row, first, count;
+  };
+  std::vector<Item> slices;
+  for (int64_t r = 0; r < batch.rows; ++r) {
+    for (int64_t t = starts[r]; t < starts[r + 1]; t += slice) {
+      slices.push_back({r, t, std::min<int64_t>(slice, starts[r + 1] - t)});
+    }
+  }
+  const int64_t items = static_cast<int64_t>(slices.size()) * kv_heads;
+  const auto work = [&](size_t begin, size_t end) {
+    // Kept by each thread across calls: a fresh buffer of this size would be mapped and faulted in
+    // at every layer.
+    static thread_local std::vector<char> scratch;
+    for (size_t item = begin; item < end; ++item) {
+      const Item& it = slices[item / static_cast<size_t>(kv_heads)];
+      const int64_t h = static_cast<int64_t>(item % static_cast<size_t>(kv_heads));
+      AttendRowArgs args;
+      args.q = qp + (it.first * heads + h * group) * d;
+      args.q_stride = heads * d;
+      args.positions = pos + it.first;
+      args.tokens = it.count;
+      args.group = group;
+      args.k = kp + h * d;
+      args.v = vp + h * d;
+      args.blocks = table + it.row * batch.max_blocks;
+      args.block_size = batch.block_size;
+      args.stride = kv_heads * d;
+      args.d = d;
+      args.scale = scale;
+      args.out = op_out + (it.first * heads + h * group) * d;
+      args.out_stride = heads * d;
+      int64_t n = 0;
+      for (int64_t t = 0; t < it.count; ++t) n = std::max<int64_t>(n, args.positions[t] + 1);
+      const size_t bytes = static_cast<size_t>(kernels.attend_rows_scratch(n, d)) + 64;
+      if (scratch.size() < bytes) scratch.resize(bytes);
+      const auto address = reinterpret_cast<uintptr_t>(scratch.data());
+      args.scratch = scratch.data() + ((64 - address % 64) % 64);
+      kernels.attend_rows(args);
+    }
+  };
+  // Per item: its columns against up to max_row_len positions, scores and weighted values.
+  const int64_t row_len = std::max<int64_t>(batch.max_row_len, 1);
+  parallel_units(pool, items, 2 * row_len * d * std::min<int64_t>(slice, batch.max_row_tokens) * group,
+                 kMinChunkWork / 4, 1, work);
 }
 
 }  // namespace
@@ -57,6 +121,17 @@ void kv_write_token(const Tensor& k, const Tensor& v, const Tensor& k_pool, cons
   const int64_t entry = k_pool.dim(2) * k_pool.dim(3);
   const int64_t slot = batch.slots.ptr<int32_t>()[t];
   if (slot < 0) return;  // a padding token: its K/V go nowhere
+  if (k_pool.dtype == DType::bf16) {  // rounded once here; attention reads the bf16 values
+    uint16_t* kd = k_pool.ptr<uint16_t>() + slot * entry;
+    uint16_t* vd = v_pool.ptr<uint16_t>() + slot * entry;
+    const float* ks = k.ptr<float>() + t * entry;
+    const float* vs = v.ptr<float>() + t * entry;
+    for (int64_t i = 0; i < entry; ++i) {
+      kd[i] = f32_to_bf16(ks[i]);
+      vd[i] = f32_to_bf16(vs[i]);
+    }
+    return;
+  }
   const size_t bytes = static_cast<size_t>(entry) * sizeof(float);
   std::memcpy(k_pool.ptr<float>() + slot * entry, k.ptr<float>() + t * entry, bytes);
   std::memcpy(v_pool.ptr<float>() + slot * entry, v.ptr<float>() + t * entry, bytes);
@@ -115,10 +190,17 @@ void attention(ThreadPool& pool, const Kernels& kernels, const Tensor& q, const 
     }
   }
   const int64_t group = heads / kv_heads;
-  const float* kp = k_pool.ptr<float>();
-  const float* vp = v_pool.ptr<float>();
   const float* qp = q.ptr<float>();
   float* op_out = out.ptr<float>();
+  if (k_pool.dtype == DType::bf16) {
+    SPECDEC_CHECK(kernels.attend_rows != nullptr, op, ": a bf16 KV cache needs the amx kernels; the ", kernels.isa,
+                  " kernels read an f32 one");
+    attend_rows(pool, kernels, batch, kv_heads, heads, d, scale, qp, k_pool.ptr<uint16_t>(), v_pool.ptr<uint16_t>(),
+                op_out);
+    return;
+  }
+  const float* kp = k_pool.ptr<float>();
+  const float* vp = v_pool.ptr<float>();
   // Work items: (token, kv head, slice of its query heads). Heads sharing a kv head go together so
   // the kernel reads each key and value once for all of them; the group is split only when there
   // would be fewer items than threads. Results do not depend on the split.

@@ -88,13 +88,15 @@ const cpu::Kernels& select_kernels(const std::string& isa) {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendOptions& options)
-      : kernels_(select_kernels(options.cpu_isa)), pool_(options.threads) {}
+      : kernels_(select_kernels(options.cpu_isa)),
+        pool_(options.threads),
+        kv_dtype_(kernels_.attend_rows != nullptr && options.kv_dtype == DType::bf16 ? DType::bf16 : DType::f32) {}
 
   Device device() const override { return Device::cpu; }
   std::string name() const override {
     return str_cat("cpu-", kernels_.isa, " (", pool_.size(), pool_.size() == 1 ? " thread)" : " threads)");
   }
-  DType kv_dtype() const override { return DType::f32; }
+  DType kv_dtype() const override { return kv_dtype_; }
 
   Buffer allocate(size_t bytes) override { return Buffer::host(bytes); }
   size_t weight_alignment() const override { return kernels_.weight_alignment; }
@@ -161,6 +163,7 @@ class CpuBackend final : public Backend {
  private:
   const cpu::Kernels& kernels_;
   ThreadPool pool_;
+  DType kv_dtype_;
   // Intermediate of the fused calls (up of gated_linear, h of linear_add), kept between calls so
   // a decode step allocates nothing. Calls on one backend are not concurrent.
   std::vector<float> scratch_;

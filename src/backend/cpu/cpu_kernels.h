@@ -57,6 +57,34 @@ struct AttendArgs {
 // thread-invariant.
 using AttendFn = void (*)(const AttendArgs& args);
 
+// All of one row's tokens in a call against one kv head of a bf16 KV cache, for kernels that share
+// work between the row's tokens (AMX tiles): token i's query heads are q + i * q_stride + h * d
+// (h < group), its outputs out + i * out_stride + h * d, and it attends positions 0 ..
+// positions[i]. The pools are [blocks, block_size, kv_heads, d] bf16, k and v offset to the head.
+struct AttendRowArgs {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  const int32_t* positions = nullptr;  // [tokens]
+  int64_t tokens = 0;
+  int64_t group = 1;  // query heads on the kv head
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  const int32_t* blocks = nullptr;
+  int64_t block_size = 0;
+  int64_t stride = 0;  // elements between consecutive slots (kv_heads * d)
+  int64_t d = 0;
+  float scale = 1.0f;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  void* scratch = nullptr;  // AttendRowsScratchFn(max position + 1, d) bytes, 64-byte aligned
+};
+// Invariant: each (token, head) output is a pure function of (its q, keys and values 0 .. its
+// position, scale): the other tokens of the call, their positions and how the row's tokens are
+// split into calls change nothing, so a verify window's outputs are a decode step's bits.
+using AttendRowsFn = void (*)(const AttendRowArgs& args);
+// Scratch bytes attend_rows wants for positions 0 .. n - 1 at head size d.
+using AttendRowsScratchFn = int64_t (*)(int64_t n, int64_t d);
+
 // out[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i], i < n; out may be g or u. Element-wise,
 // so every split of a row gives the same bits.
 using SiluMulFn = void (*)(const float* g, const float* u, float* out, int64_t n);
@@ -90,6 +118,10 @@ struct Kernels {
   PackBf16Fn pack_bf16 = nullptr;
   // Byte boundary on which linear reads a weight at full speed (0: any); Backend::weight_alignment.
   size_t weight_alignment = 0;
+  // Attention over a bf16 KV cache, a row's tokens at once: q and the softmax weights rounded to
+  // bf16 too, products in f32. Null: the ISA keeps its KV cache in f32 (attend).
+  AttendRowsFn attend_rows = nullptr;
+  AttendRowsScratchFn attend_rows_scratch = nullptr;
 };
 
 // Instruction-set kernel files must not instantiate std templates or other inline functions
@@ -100,6 +132,8 @@ struct Kernels {
 void attend_scalar(const AttendArgs& args);
 void attend_avx2(const AttendArgs& args);
 void attend_avx512(const AttendArgs& args);
+void attend_rows_amx(const AttendRowArgs& args);
+int64_t attend_rows_amx_scratch(int64_t n, int64_t d);
 // The vector e^x of the AVX2 and AVX-512 tables, one arithmetic: 2^n · p(r) with
 // n = round(x · log2 e) and r = x − n · ln 2 (ln 2 in two parts, so r is exact to a few ulp), p the
 // degree-7 Taylor polynomial of e^r on |r| ≤ ln 2 / 2 (truncation below 6e-9 relative; within 2 ulp

@@ -17,17 +17,11 @@
 
 #include <cstring>
 
+#include "backend/cpu/amx_util.h"
 #include "backend/cpu/cpu_kernels.h"
 
 namespace specdec::cpu {
 namespace {
-
-constexpr int64_t kBlockRows = 16;  // weight rows of an A or C tile, tokens of a B tile
-
-// GCC's tile intrinsics are asm statements that name only registers (and, for ldtilecfg, the
-// first bytes of the configuration) as inputs: memory written just before one of them must be
-// made visible to the compiler first.
-inline void memory_barrier() { asm volatile("" ::: "memory"); }
 
 // Palette 1, 64-byte layout (Intel SDM, LDTILECFG).
 struct alignas(64) TileConfig {
@@ -38,11 +32,13 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Every tile is 16 rows × 64 bytes: C (tmm0-2) 16 weight rows × 16 tokens of f32, A (tmm3) 16
-// weight rows × 32 bf16, B (tmm4-6) 16 k pairs × 16 tokens. The configuration is state of the
-// thread: loaded at its first call and kept (nothing else in the process configures tiles; loading
-// and releasing it at every call, ~60 ns, cost 5% of a decode step's MLP, whose fused calls run
-// the kernel on 64 columns at a time).
+}  // namespace
+
+// Every tile is 16 rows × 64 bytes: here C (tmm0-2) 16 weight rows × 16 tokens of f32, A (tmm3)
+// 16 weight rows × 32 bf16, B (tmm4-6) 16 k pairs × 16 tokens; attention_amx.cpp takes the same
+// shape. The configuration is state of the thread: loaded at its first call and kept (nothing else
+// in the process configures tiles; loading and releasing it at every call, ~60 ns, cost 5% of a
+// decode step's MLP, whose fused calls run the kernel on 64 columns at a time).
 void configure_tiles() {
   static thread_local bool configured = false;
   if (configured) return;
@@ -56,42 +52,9 @@ void configure_tiles() {
   _tile_loadconfig(&cfg);
 }
 
-// The 16 × 16 matrix of 32-bit words r[0..15] (row i in r[i]) transposed in place: 64 shuffles.
-inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  // u[4i + e], 128-bit lane l: column 4l + e of rows 4i .. 4i + 3.
-  __m512i u[16];
-  for (int i = 0; i < 16; i += 4) {
-    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int e = 0; e < 4; ++e) {
-    const __m512i p0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x44), p1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xee);
-    const __m512i q0 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x44);
-    const __m512i q1 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xee);
-    r[e] = _mm512_shuffle_i32x4(p0, q0, 0x88);
-    r[4 + e] = _mm512_shuffle_i32x4(p0, q0, 0xdd);
-    r[8 + e] = _mm512_shuffle_i32x4(p1, q1, 0x88);
-    r[12 + e] = _mm512_shuffle_i32x4(p1, q1, 0xdd);
-  }
-}
+namespace {
 
-// f32_to_bf16 on 16 lanes, bit for bit: round to nearest even, a NaN kept and made quiet.
-inline __m256i to_bf16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v), high = _mm512_srli_epi32(u, 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  r = _mm512_mask_or_epi32(r, nan, high, _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(r);
-}
+constexpr int64_t kBlockRows = 16;  // weight rows of an A or C tile, tokens of a B tile
 
 // pack_bf16: the rows first, then each chunk of each token block as the transpose of its T tokens'
 // 16 pair words: row r of the chunk = pair r of every token.
@@ -274,7 +237,8 @@ void linear_amx(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 const Kernels& amx_kernels() {
   // A tile row of a weight that straddles two cache lines goes through the staged copy (block):
   // weights on 64-byte boundaries stream without it.
-  static const Kernels k{"amx", linear_amx, attend_avx512, silu_mul_avx512, sum_exp_avx512, true, pack_bf16_amx, 64};
+  static const Kernels k{"amx",         linear_amx, attend_avx512,   silu_mul_avx512,        sum_exp_avx512, true,
+                         pack_bf16_amx, 64,         attend_rows_amx, attend_rows_amx_scratch};
   return k;
 }
 
