@@ -5,8 +5,9 @@
 // Per call, the query columns (token × head of the group, token-major) go 16 at a time:
 // - their q rounded to bf16; scores = q · k over the head's dimensions in 32-wide chunks, 16
 //   positions a tile. A few columns (a decode step's heads) take the keys as A tiles, loaded
-//   straight from the cache's rows, and the queries as B; more take the queries as A and the keys
-//   as B, transposed once per call into pair layout (dimensions 2w, 2w + 1 of 16 positions a row);
+//   straight from the cache's rows where a block holds whole tiles (else copied), and the queries
+//   as B; more take the queries as A and the keys as B, transposed once per call into pair layout
+//   (dimensions 2w, 2w + 1 of 16 positions a row);
 // - each column's softmax over its own positions 0 .. p (max, e^x, the sum in lanes j mod 16 and
 //   the fixed tree, as the f32 kernels do), its weights rounded to bf16, zero past p;
 // - weighted values over 32-position chunks, the values interleaved by position pairs (B's pair
