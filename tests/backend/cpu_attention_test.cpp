@@ -14,7 +14,7 @@ namespace {
 constexpr int64_t kHeads = 12, kKvHeads = 2, kBlocks = 128, kMaxBlocks = 24;
 int64_t kBlock = 4;  // positions a cache block holds in the current test
 // Head dims the tests sweep: below one vector, the common 64 and 128, and ragged tails past them.
-constexpr int64_t kDims[] = {20, 64, 80, 136, 264};
+constexpr int64_t kDims[] = {20, 64, 80, 128, 136, 264};
 int64_t kDim = 20;  // the head dim of the current sweep step
 // The pools' element type in the current test (bf16: the amx kernels' cache).
 DType g_pool_type = DType::f32;

@@ -171,6 +171,24 @@ float softmax_column(const float* s, int64_t len, float scale, uint16_t* w, int6
     _tile_stored(C, (out), 64);                               \
   } while (0)
 
+// The same for three or four chunks (head sizes 96 and 128), the queries held in tiles 4-7, keys
+// through A tiles 1 and 2 in turn; callers alternate C between tiles 0 and 3.
+#define SPECDEC_FEW_SCORES4(C, k, stride, chunks, out) \
+  do {                                                 \
+    _tile_zero(C);                                     \
+    _tile_loadd(1, (k), (stride));                     \
+    _tile_dpbf16ps(C, 1, 4);                           \
+    _tile_loadd(2, (k) + 32, (stride));                \
+    _tile_dpbf16ps(C, 2, 5);                           \
+    _tile_loadd(1, (k) + 64, (stride));                \
+    _tile_dpbf16ps(C, 1, 6);                           \
+    if ((chunks) > 3) {                                \
+      _tile_loadd(2, (k) + 96, (stride));              \
+      _tile_dpbf16ps(C, 2, 7);                         \
+    }                                                  \
+    _tile_stored(C, (out), 64);                        \
+  } while (0)
+
 // One 32-position chunk of weighted values into C tiles 0 .. nb - 1: the weights through A tile A,
 // the values' 16-dimension tiles through B0 and B1 in turn.
 #define SPECDEC_PV_CHUNK(A, B0, B1, w, w_stride, v, nb) \
@@ -217,7 +235,7 @@ void attend_rows_amx(const AttendRowArgs& a) {
   // and 0 times a stale NaN is not 0). Otherwise the keys are copied into tiles, 16 positions at a
   // time as the scores need them when one group of columns reads them once, or all first when
   // several groups share them.
-  const bool direct = few && chunks <= 2 && a.d % 32 == 0 && a.block_size % 16 == 0;
+  const bool direct = few && chunks <= 4 && a.d % 32 == 0 && a.block_size % 16 == 0;
   const bool stream = columns <= kColumns;
   Slots key_slots(a, a.k), value_slots(a, a.v);
   if (!stream) {
@@ -252,9 +270,14 @@ void attend_rows_amx(const AttendRowArgs& a) {
     }
     const int64_t pad = round_up(reach, 32);
     memory_barrier();
-    if (direct) {
+    if (direct && chunks <= 2) {
       _tile_loadd(6, queries, 64);
       if (chunks > 1) _tile_loadd(7, queries + 256, 64);
+    } else if (direct) {
+      _tile_loadd(4, queries, 64);
+      _tile_loadd(5, queries + 256, 64);
+      _tile_loadd(6, queries + 512, 64);
+      if (chunks > 3) _tile_loadd(7, queries + 768, 64);
     }
     // Scores of 16 positions at a time, each C element over the dimensions' chunks in order.
     for (int64_t p0 = 0; p0 < reach; p0 += 16) {
@@ -262,7 +285,13 @@ void attend_rows_amx(const AttendRowArgs& a) {
       if (direct) {
         const uint16_t* k =
             a.k + (static_cast<int64_t>(a.blocks[p0 / a.block_size]) * a.block_size + p0 % a.block_size) * a.stride;
-        if (p0 / 16 % 2 == 0) {
+        if (chunks > 2) {
+          if (p0 / 16 % 2 == 0) {
+            SPECDEC_FEW_SCORES4(0, k, a.stride * 2, chunks, t);
+          } else {
+            SPECDEC_FEW_SCORES4(3, k, a.stride * 2, chunks, t);
+          }
+        } else if (p0 / 16 % 2 == 0) {
           SPECDEC_FEW_SCORES(0, 1, 2, k, a.stride * 2, chunks, t);
         } else {
           SPECDEC_FEW_SCORES(3, 4, 5, k, a.stride * 2, chunks, t);
