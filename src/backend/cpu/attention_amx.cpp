@@ -297,7 +297,8 @@ void attend_rows_amx(const AttendRowArgs& a) {
           SPECDEC_FEW_SCORES(3, 4, 5, k, a.stride * 2, chunks, t);
         }
       } else {
-        uint32_t* k = keys + (p0 / 16) * chunks * 256;
+        // Streamed tiles go round two slots, which stay in L1.
+        uint32_t* k = keys + (stream ? p0 / 16 % 2 : p0 / 16) * chunks * 256;
         if (stream) key_tiles(a, key_slots, p0, n, chunks, !few, k);
         memory_barrier();
         _tile_zero(0);
@@ -335,6 +336,7 @@ void attend_rows_amx(const AttendRowArgs& a) {
     // Weighted values, 64 dimensions (four C tiles) a pass over the positions' 32-wide chunks; one
     // group of columns of up to 64 dimensions copies each chunk's values just before its products.
     const bool stream_values = stream && blocks <= 4;
+    const int64_t v_slots = l.n_pad / 32 >= 2 ? 2 : 1;  // the values' tiles hold one chunk at least
     if (stream && !stream_values) {
       for (int64_t p0 = 0; p0 < pad; p0 += 32)
         value_tiles(a, value_slots, p0, n, blocks, values + (p0 / 32) * blocks * 256);
@@ -346,7 +348,7 @@ void attend_rows_amx(const AttendRowArgs& a) {
       _tile_zero(2);
       _tile_zero(3);
       for (int64_t p0 = 0; p0 < pad; p0 += 32) {
-        uint32_t* v = values + ((p0 / 32) * blocks + b0) * 256;
+        uint32_t* v = values + ((stream_values ? p0 / 32 % v_slots : p0 / 32) * blocks + b0) * 256;
         if (stream_values) value_tiles(a, value_slots, p0, n, blocks, v);
         memory_barrier();
         if (p0 / 32 % 2 == 0) {
