@@ -105,8 +105,9 @@ void key_tiles(const AttendRowArgs& a, Slots& slots, int64_t p0, int64_t n, int6
 }
 
 // Values p0 .. p0 + 31 (the next 32 of `slots`; zeros from n on) as B tiles, one per 16
-// dimensions at out: row r holds dimension e of positions p0 + 2r and p0 + 2r + 1 at pair e.
-void value_tiles(const AttendRowArgs& a, Slots& slots, int64_t p0, int64_t n, int64_t blocks, uint32_t* out) {
+// dimensions from block b0 (nb of them) at out: row r holds dimension e of positions p0 + 2r and
+// p0 + 2r + 1 at pair e.
+void value_tiles(const AttendRowArgs& a, Slots& slots, int64_t p0, int64_t n, int64_t b0, int64_t nb, uint32_t* out) {
   // Word e of [x0 (16 words) | x1 (16 words)] -> x0[e], x1[e] side by side.
   const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
                                               6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -114,12 +115,12 @@ void value_tiles(const AttendRowArgs& a, Slots& slots, int64_t p0, int64_t n, in
     const int64_t j = p0 + 2 * r;
     const uint16_t* v0 = j < n ? slots.next() : nullptr;
     const uint16_t* v1 = j + 1 < n ? slots.next() : nullptr;
-    for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t b = b0; b < b0 + nb; ++b) {
       const __mmask16 m = lanes(a.d - 16 * b);
       const __m256i x0 = v0 ? _mm256_maskz_loadu_epi16(m, v0 + 16 * b) : _mm256_setzero_si256();
       const __m256i x1 = v1 ? _mm256_maskz_loadu_epi16(m, v1 + 16 * b) : _mm256_setzero_si256();
       const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
-      _mm512_store_si512(out + b * 256 + 16 * r, _mm512_permutexvar_epi16(interleave, both));
+      _mm512_store_si512(out + (b - b0) * 256 + 16 * r, _mm512_permutexvar_epi16(interleave, both));
     }
   }
 }
@@ -237,12 +238,13 @@ void attend_rows_amx(const AttendRowArgs& a) {
   // several groups share them.
   const bool direct = few && chunks <= 4 && a.d % 32 == 0 && a.block_size % 16 == 0;
   const bool stream = columns <= kColumns;
-  Slots key_slots(a, a.k), value_slots(a, a.v);
+  Slots key_slots(a, a.k);
   if (!stream) {
+    Slots value_slots(a, a.v);
     for (int64_t p0 = 0; p0 < n; p0 += 16)
       key_tiles(a, key_slots, p0, n, chunks, !few, keys + (p0 / 16) * chunks * 256);
     for (int64_t p0 = 0; p0 < n; p0 += 32)
-      value_tiles(a, value_slots, p0, n, blocks, values + (p0 / 32) * blocks * 256);
+      value_tiles(a, value_slots, p0, n, 0, blocks, values + (p0 / 32) * blocks * 256);
   }
   const __m512i down =
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
@@ -334,22 +336,23 @@ void attend_rows_amx(const AttendRowArgs& a) {
       }
     }
     // Weighted values, 64 dimensions (four C tiles) a pass over the positions' 32-wide chunks; one
-    // group of columns of up to 64 dimensions copies each chunk's values just before its products.
-    const bool stream_values = stream && blocks <= 4;
+    // group of columns copies each chunk's values of the pass just before their products, into two
+    // slots that stay in L1.
     const int64_t v_slots = l.n_pad / 32 >= 2 ? 2 : 1;  // the values' tiles hold one chunk at least
-    if (stream && !stream_values) {
-      for (int64_t p0 = 0; p0 < pad; p0 += 32)
-        value_tiles(a, value_slots, p0, n, blocks, values + (p0 / 32) * blocks * 256);
-    }
+    const int64_t v_slot = blocks < 4 ? blocks : 4;     // tiles a slot
     for (int64_t b0 = 0; b0 < blocks; b0 += 4) {
       const int64_t nb = blocks - b0 < 4 ? blocks - b0 : 4;
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
+      Slots pass_slots(a, a.v);
       for (int64_t p0 = 0; p0 < pad; p0 += 32) {
-        uint32_t* v = values + ((stream_values ? p0 / 32 % v_slots : p0 / 32) * blocks + b0) * 256;
-        if (stream_values) value_tiles(a, value_slots, p0, n, blocks, v);
+        uint32_t* v = values + ((p0 / 32) * blocks + b0) * 256;
+        if (stream) {
+          v = values + (p0 / 32 % v_slots) * v_slot * 256;
+          value_tiles(a, pass_slots, p0, n, b0, nb, v);
+        }
         memory_barrier();
         if (p0 / 32 % 2 == 0) {
           SPECDEC_PV_CHUNK(4, 5, 6, weights + p0, l.n_pad * 2, v, nb);
