@@ -1,6 +1,5 @@
 // Helpers shared by the AMX kernel files (*_amx.cpp, compiled for AVX-512 and AMX only): the
-// thread's tile configuration, the 16 × 16 word transpose that builds B operands, and the bf16
-// rounding of the activations.
+// thread's tile configuration and the 16 × 16 word transpose that builds B operands.
 #pragma once
 
 #include <immintrin.h>
@@ -42,17 +41,6 @@ inline void transpose16(__m512i r[16]) {
     r[8 + e] = _mm512_shuffle_i32x4(p1, q1, 0x88);
     r[12 + e] = _mm512_shuffle_i32x4(p1, q1, 0xdd);
   }
-}
-
-// f32_to_bf16 on 16 lanes, bit for bit: round to nearest even, a NaN kept and made quiet.
-inline __m256i to_bf16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v), high = _mm512_srli_epi32(u, 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  r = _mm512_mask_or_epi32(r, nan, high, _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(r);
 }
 
 }  // namespace specdec::cpu

@@ -156,38 +156,28 @@ float softmax_column(const float* s, int64_t len, float scale, uint16_t* w, int6
 // The tile intrinsics name their tiles by literal number (they paste it into the instruction),
 // so the alternating forms below are spelled out by macro.
 //
-// One block's scores [16 positions][16 columns] into `out` for up to two 32-dimension chunks, the
-// queries held in tiles 6 and 7: keys (rows `stride` bytes apart) through A tiles A0 and A1, C in
-// tile C. Callers alternate the tile numbers between blocks, so one block's products need not
-// wait for the last block's tiles to be stored.
-#define SPECDEC_FEW_SCORES(C, A0, A1, k, stride, chunks, out) \
-  do {                                                        \
-    _tile_zero(C);                                            \
-    _tile_loadd(A0, (k), (stride));                           \
-    _tile_dpbf16ps(C, A0, 6);                                 \
-    if ((chunks) > 1) {                                       \
-      _tile_loadd(A1, (k) + 32, (stride));                    \
-      _tile_dpbf16ps(C, A1, 7);                               \
-    }                                                         \
-    _tile_stored(C, (out), 64);                               \
-  } while (0)
-
-// The same for three or four chunks (head sizes 96 and 128), the queries held in tiles 4-7, keys
-// through A tiles 1 and 2 in turn; callers alternate C between tiles 0 and 3.
-#define SPECDEC_FEW_SCORES4(C, k, stride, chunks, out) \
-  do {                                                 \
-    _tile_zero(C);                                     \
-    _tile_loadd(1, (k), (stride));                     \
-    _tile_dpbf16ps(C, 1, 4);                           \
-    _tile_loadd(2, (k) + 32, (stride));                \
-    _tile_dpbf16ps(C, 2, 5);                           \
-    _tile_loadd(1, (k) + 64, (stride));                \
-    _tile_dpbf16ps(C, 1, 6);                           \
-    if ((chunks) > 3) {                                \
-      _tile_loadd(2, (k) + 96, (stride));              \
-      _tile_dpbf16ps(C, 2, 7);                         \
-    }                                                  \
-    _tile_stored(C, (out), 64);                        \
+// One block's scores [16 positions][16 columns] into `out` for one to four 32-dimension chunks,
+// the queries held in tiles 4-7: keys (rows `stride` bytes apart) through A tiles 1 and 2 in turn,
+// C in tile C. Callers alternate C between tiles 0 and 3, so one block's products need not wait
+// for the last block's scores to be stored.
+#define SPECDEC_FEW_SCORES(C, k, stride, chunks, out) \
+  do {                                                \
+    _tile_zero(C);                                    \
+    _tile_loadd(1, (k), (stride));                    \
+    _tile_dpbf16ps(C, 1, 4);                          \
+    if ((chunks) > 1) {                               \
+      _tile_loadd(2, (k) + 32, (stride));             \
+      _tile_dpbf16ps(C, 2, 5);                        \
+    }                                                 \
+    if ((chunks) > 2) {                               \
+      _tile_loadd(1, (k) + 64, (stride));             \
+      _tile_dpbf16ps(C, 1, 6);                        \
+    }                                                 \
+    if ((chunks) > 3) {                               \
+      _tile_loadd(2, (k) + 96, (stride));             \
+      _tile_dpbf16ps(C, 2, 7);                        \
+    }                                                 \
+    _tile_stored(C, (out), 64);                       \
   } while (0)
 
 // One 32-position chunk of weighted values into C tiles 0 .. nb - 1: the weights through A tile A,
@@ -272,13 +262,10 @@ void attend_rows_amx(const AttendRowArgs& a) {
     }
     const int64_t pad = round_up(reach, 32);
     memory_barrier();
-    if (direct && chunks <= 2) {
-      _tile_loadd(6, queries, 64);
-      if (chunks > 1) _tile_loadd(7, queries + 256, 64);
-    } else if (direct) {
+    if (direct) {
       _tile_loadd(4, queries, 64);
-      _tile_loadd(5, queries + 256, 64);
-      _tile_loadd(6, queries + 512, 64);
+      if (chunks > 1) _tile_loadd(5, queries + 256, 64);
+      if (chunks > 2) _tile_loadd(6, queries + 512, 64);
       if (chunks > 3) _tile_loadd(7, queries + 768, 64);
     }
     // Scores of 16 positions at a time, each C element over the dimensions' chunks in order.
@@ -287,16 +274,10 @@ void attend_rows_amx(const AttendRowArgs& a) {
       if (direct) {
         const uint16_t* k =
             a.k + (static_cast<int64_t>(a.blocks[p0 / a.block_size]) * a.block_size + p0 % a.block_size) * a.stride;
-        if (chunks > 2) {
-          if (p0 / 16 % 2 == 0) {
-            SPECDEC_FEW_SCORES4(0, k, a.stride * 2, chunks, t);
-          } else {
-            SPECDEC_FEW_SCORES4(3, k, a.stride * 2, chunks, t);
-          }
-        } else if (p0 / 16 % 2 == 0) {
-          SPECDEC_FEW_SCORES(0, 1, 2, k, a.stride * 2, chunks, t);
+        if (p0 / 16 % 2 == 0) {
+          SPECDEC_FEW_SCORES(0, k, a.stride * 2, chunks, t);
         } else {
-          SPECDEC_FEW_SCORES(3, 4, 5, k, a.stride * 2, chunks, t);
+          SPECDEC_FEW_SCORES(3, k, a.stride * 2, chunks, t);
         }
       } else {
         // Streamed tiles go round two slots, which stay in L1.

@@ -56,6 +56,17 @@ namespace {
 
 constexpr int64_t kBlockRows = 16;  // weight rows of an A or C tile, tokens of a B tile
 
+// f32_to_bf16 on 16 lanes, bit for bit: round to nearest even, a NaN kept and made quiet.
+inline __m256i to_bf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v), high = _mm512_srli_epi32(u, 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  r = _mm512_mask_or_epi32(r, nan, high, _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+
 // pack_bf16: the rows first, then each chunk of each token block as the transpose of its T tokens'
 // 16 pair words: row r of the chunk = pair r of every token.
 void pack_bf16_amx(const float* x, int64_t M, int64_t K, uint16_t* x_bf16, uint16_t* tiles) {
