@@ -16,29 +16,27 @@ namespace {
 class ByteLevelDecoder final : public Decoder {
  public:
   void decode_chain(std::vector<std::string>& tokens) const override {
-    const auto& alphabet = utf8::byte_level_alphabet();
     std::string bytes;
-    for (const auto& t : tokens) {
-      const size_t mark = bytes.size();
-      bool mapped = true;
-      size_t i = 0;
-      while (i < t.size()) {
-        size_t len = 0;
-        const char32_t cp = utf8::decode_at(t, i, &len);
-        const int b = cp < alphabet.char_to_byte.size() ? alphabet.char_to_byte[cp] : -1;
-        if (b < 0) {
-          mapped = false;
-          break;
-        }
-        bytes.push_back(static_cast<char>(b));
-        i += len;
-      }
-      if (!mapped) {  // a token outside the alphabet (an added token) contributes its own bytes
+    for (const auto& t : tokens) append_token_bytes(t, bytes);
+    tokens.assign(1, utf8::from_bytes_lossy(bytes));
+  }
+  bool concatenates_bytes() const override { return true; }
+  void append_token_bytes(std::string_view t, std::string& bytes) const override {
+    const auto& alphabet = utf8::byte_level_alphabet();
+    const size_t mark = bytes.size();
+    size_t i = 0;
+    while (i < t.size()) {
+      size_t len = 0;
+      const char32_t cp = utf8::decode_at(t, i, &len);
+      const int b = cp < alphabet.char_to_byte.size() ? alphabet.char_to_byte[cp] : -1;
+      if (b < 0) {  // a token outside the alphabet (an added token) contributes its own bytes
         bytes.resize(mark);
         bytes += t;
+        return;
       }
+      bytes.push_back(static_cast<char>(b));
+      i += len;
     }
-    tokens.assign(1, utf8::from_bytes_lossy(bytes));
   }
 };
 

@@ -110,19 +110,24 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   const TokenizerState& s = *state_;
+  // The token strings to decode: unknown ids vanish, as in the library.
+  const auto token_of = [&](int32_t id) -> const std::string* {
+    const AddedToken* added = s.added.by_id(id);
+    const std::string* token = added ? &added->content : s.model->id_to_token(id);
+    return token && !(skip_special && s.added.is_special_content(*token)) ? token : nullptr;
+  };
+  // A decoder that only concatenates the tokens' bytes (ByteLevel) needs no list of strings: an
+  // engine's stream decodes every new token this way, twice.
+  if (s.decoder && s.decoder->concatenates_bytes()) {
+    std::string bytes;
+    for (int32_t id : ids)
+      if (const std::string* token = token_of(id)) s.decoder->append_token_bytes(*token, bytes);
+    return utf8::from_bytes_lossy(bytes);
+  }
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
-  for (int32_t id : ids) {
-    const std::string* token = nullptr;
-    if (const AddedToken* t = s.added.by_id(id)) {
-      token = &t->content;
-    } else {
-      token = s.model->id_to_token(id);
-    }
-    if (token == nullptr) continue;  // unknown ids vanish, as in the library
-    if (skip_special && s.added.is_special_content(*token)) continue;
-    tokens.push_back(*token);
-  }
+  for (int32_t id : ids)
+    if (const std::string* token = token_of(id)) tokens.push_back(*token);
   if (s.decoder) {
     s.decoder->decode_chain(tokens);
     std::string out;
