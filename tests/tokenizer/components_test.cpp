@@ -105,6 +105,27 @@ TEST(TokenizerComponents, ByteLevelDecodeIsLossyLikeRust) {
   EXPECT_EQ(t.decode(Ids{0xFF, 0xF0, 0x9F}), "\xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
+TEST(TokenizerComponents, ByteLevelDecodeEqualsItsStringListForm) {
+  // ByteLevel alone decodes by appending each token's bytes; inside a Sequence it rewrites the
+  // list of token strings. Both must read the same bytes the same way, broken sequences included.
+  nlohmann::json j = bpe_json(byte_level_vocab({}), nlohmann::json::array());
+  j["decoder"] = {{"type", "ByteLevel"}};
+  TempDir d1, d2;
+  const Tokenizer direct = load_json(d1, j);
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "ByteLevel"}}}}};
+  const Tokenizer listed = load_json(d2, j);
+  const Ids bytes = {'a', ' ', 0x7F, 0x80, 0xBF, 0xC3, 0xA9, 0xE6, 0x97, 0xA5, 0xED, 0xA0, 0xF0, 0x9F, 0x98, 0xFF};
+  uint32_t state = 12345;
+  for (int n = 0; n < 2000; ++n) {
+    Ids ids;
+    for (int k = 0; k < 1 + n % 6; ++k) {
+      state = state * 1664525u + 1013904223u;
+      ids.push_back(bytes[(state >> 16) % bytes.size()]);
+    }
+    ASSERT_EQ(direct.decode(ids), listed.decode(ids)) << "sequence " << n;
+  }
+}
+
 TEST(TokenizerComponents, SplitBehaviours) {
   // With ignore_merges and no merges, a piece found whole in the vocabulary becomes one token and
   // any other piece one token per character, so the ids show where the pieces were cut.
