@@ -28,6 +28,7 @@
 
 #include "../../src/backend/cuda/async_copy.cuh"
 #include "probe_check.h"
+#include "probe_timing.cuh"
 
 namespace {
 
@@ -152,29 +153,6 @@ __global__ void stream_kernel(const uint4* w, int64_t vectors_per_row, int rows,
   if (acc == 0x12345678u) sink[0] = 1.0f;
 }
 
-template <typename F>
-float median_ms(F&& f) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> t;
-  for (int i = 0; i < 15; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return t[t.size() / 2];
-}
-
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -193,15 +171,7 @@ int main() {
     return 1;
   }
 
-  const size_t copy_bytes = size_t{1} << 30;
-  void *src = nullptr, *dst = nullptr;
-  CK(cudaMalloc(&src, copy_bytes));
-  CK(cudaMalloc(&dst, copy_bytes));
-  CK(cudaMemset(src, 1, copy_bytes));
-  const float copy_ms = median_ms([&] { CK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); });
-  const double copy_bw = 2.0 * copy_bytes / (copy_ms * 1e-3);
-  CK(cudaFree(src));
-  CK(cudaFree(dst));
+  const double copy_bw = copy_bandwidth();
   std::printf("device: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, copy_bw / 1e9);
   std::printf("%-14s %-8s %6s %6s %6s %7s %9s %8s\n", "shape", "form", "KC", "ring", "stages", "blocks", "GB/s",

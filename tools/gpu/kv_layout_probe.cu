@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "probe_check.h"
+#include "probe_timing.cuh"
 
 namespace {
 
@@ -114,43 +115,12 @@ __global__ void stream_kernel(const uint4* data, int64_t vectors, float* sink) {
   if (acc == 0x12345678u) sink[0] = 1.0f;
 }
 
-template <typename F>
-float median_ms(F&& f) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> t;
-  for (int i = 0; i < 15; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return t[t.size() / 2];
-}
-
 }  // namespace
 
 int main() {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
-  const size_t copy_bytes = size_t{1} << 30;
-  void *src = nullptr, *dst = nullptr;
-  CK(cudaMalloc(&src, copy_bytes));
-  CK(cudaMalloc(&dst, copy_bytes));
-  CK(cudaMemset(src, 1, copy_bytes));
-  const float copy_ms = median_ms([&] { CK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); });
-  const double copy_bw = 2.0 * copy_bytes / (copy_ms * 1e-3);
-  CK(cudaFree(src));
-  CK(cudaFree(dst));
+  const double copy_bw = copy_bandwidth();
   std::printf("device: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, copy_bw / 1e9);
   std::printf("%5s %9s %-15s %-9s %9s %9s %8s\n", "rows", "positions", "layout", "blocks", "us", "GB/s", "of copy");
