@@ -54,6 +54,9 @@ struct EngineConfig {
   // Requests that may wait beyond the rows free at submit; one more throws QueueFull. -1: no bound.
   int max_queue = -1;
   bool prefix_cache = true;       // requests share the KV of prompt prefixes already computed
+  // A batch of plain decode steps launches its next step before committing this one's tokens,
+  // so that the host's work between steps overlaps the device's (the output is the same).
+  bool overlap = true;
   // Each time the engine runs out of work, give the heap's free pages back to the system, so that
   // a long-lived process (a server between bursts) holds what it uses rather than the highest
   // peak of every thread's allocations. Off by default: a benchmark's next request would wait

@@ -113,6 +113,7 @@ Session open_session(const EngineConfig& config) {
   s.engine.max_batch_tokens = config.max_batch_tokens;
   s.engine.max_queue = config.max_queue;
   s.engine.prefix_cache = config.prefix_cache;
+  s.engine.overlap = config.overlap ? Overlap::automatic : Overlap::off;
   return s;
 }
 

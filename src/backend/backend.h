@@ -13,6 +13,7 @@
 // - Calls are ordered (a backend may run them asynchronously; synchronize() waits).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
@@ -82,6 +83,22 @@ class Backend {
   // destination holds the data; a device-to-device copy may still be queued on return.
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   virtual void synchronize() = 0;
+
+  // ---- Results fetched while later calls run ----
+
+  // Whether calls are queued and run while the host goes on (a GPU's), rather than as they come.
+  virtual bool queues_calls() const { return false; }
+
+  // Host memory that copy_to_staging fills without the host waiting (page-locked on a GPU).
+  virtual Buffer allocate_staging(size_t bytes) { return Buffer::host(bytes); }
+  // Queues a copy from this backend's memory into memory from allocate_staging and returns at
+  // once; the data is there after wait_for(fence()) taken after the call. A backend that runs
+  // calls as they come copies before returning.
+  virtual void copy_to_staging(const Tensor& src, const Tensor& dst) { copy(src, dst); }
+  // A point in this backend's order of calls: wait_for(it) returns once every call queued before
+  // it has finished (and no later one is waited for). 0 where calls run as they come.
+  virtual uint64_t fence() { return 0; }
+  virtual void wait_for(uint64_t fence) { (void)fence; }
 
   // out[t, :] = table[ids[t], :] converted to f32. table [V, H], ids [T], out [T, H].
   virtual void embedding(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;

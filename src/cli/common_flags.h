@@ -17,6 +17,7 @@ struct CommonFlags {
   double kv_memory = 0, gpu_memory = 0;
   int max_rows = 64, max_batch_tokens = 512;
   bool no_prefix_cache = false;
+  bool no_overlap = false;
 };
 
 void add_common(CLI::App& cmd, CommonFlags& f);

@@ -114,6 +114,8 @@ EngineCore::EngineCore(Model& target, const Tokenizer& tokenizer, EngineOptions 
       kv_(make_target_cache(target, options)),
       coordinator_(target_view(target, options)),
       scheduler_(*kv_, coordinator_, SchedulerOptions{options.max_rows, options.max_batch_tokens, options.prefix_cache}) {
+  overlap_ =
+      options.overlap == Overlap::always || (options.overlap == Overlap::automatic && target.backend().queues_calls());
   SPECDEC_CHECK(options.max_queue >= -1, "max_queue must be -1 (unbounded) or at least 0, got ", options.max_queue);
 }
 
@@ -175,32 +177,92 @@ void EngineCore::cancel(int64_t id) {
 
 bool EngineCore::step() {
   const auto started = Clock::now();
-  scheduler_.admit();
-  if (scheduler_.running().empty()) return false;
-  propose();
-  const std::vector<ScheduledRow> batch = scheduler_.schedule();
-  if (batch.empty()) {
-    retire();
-    return !idle();
+  std::optional<Launch> launched = std::exchange(ahead_, std::nullopt);
+  if (!launched) {
+    launched = launch_scheduled();
+    if (!launched) return !idle();
   }
-  const bool on_backend = draws_on_backend(batch);
-  const bool decode_only = std::all_of(batch.begin(), batch.end(), [](const ScheduledRow& s) { return s.decode; });
-  const ForwardRequest request = build_forward(batch, on_backend);
-  const auto t0 = Clock::now();
-  const ForwardResult out = forward(request, decode_only);
-  verify_and_commit(batch, out, on_backend, seconds_since(t0));
+  Launch& now = *launched;
+  // From here until its results are on the host, `now` keeps the device working (it was
+  // launched above, or during the previous iteration).
+  const auto in_flight = now.ahead ? started : now.launched_at;
+  if (overlap_) ahead_ = launch_ahead(now);
+  ForwardResult out = with_context("target model", [&] { return target_.wait(now.ticket); });
+  const double forward_secs = seconds_since(in_flight);
+  ++forwards_;
+  // The depth policy prices verify windows: a forward with prefill chunks would skew the fit,
+  // and so would one that paid one-off costs (first pages, recording a replay), which a policy
+  // that stops choosing that width would never measure again. A forward launched ahead was
+  // timed with the previous iteration's host work (and no row of it drafts).
+  if (now.decode_only && !out.one_off && !now.ahead) costs_.observe_forward(now.tokens, forward_secs);
+  const auto committing = Clock::now();
+  verify_and_commit(now.batch, out, now.on_backend, forward_secs);
   retire();
   const double iteration = seconds_since(started);
-  if (decode_only) coordinator_.observe_iteration(iteration);
-  if (decode_only && !out.one_off) {
+  // The device works through the commit too when the next forward was launched before it.
+  const double device = seconds_since(in_flight) - (ahead_ ? 0.0 : seconds_since(committing));
+  if (now.decode_only) coordinator_.observe_iteration(iteration);
+  if (now.decode_only && !out.one_off) {
     ++decode_iterations_;
     decode_iteration_seconds_ += iteration;
-    decode_device_seconds_ += out.device_seconds;
-  } else if (decode_only) {
+    decode_device_seconds_ += device;
+  } else if (now.decode_only) {
     ++one_off_iterations_;
     one_off_seconds_ += iteration;
   }
   return true;
+}
+
+std::optional<EngineCore::Launch> EngineCore::launch_scheduled() {
+  scheduler_.admit();
+  if (scheduler_.running().empty()) return std::nullopt;
+  propose();
+  Launch now;
+  now.batch = scheduler_.schedule();
+  if (now.batch.empty()) {
+    retire();
+    return std::nullopt;
+  }
+  now.on_backend = draws_on_backend(now.batch);
+  now.decode_only = std::all_of(now.batch.begin(), now.batch.end(), [](const ScheduledRow& s) { return s.decode; });
+  const ForwardRequest request = build_forward(now.batch, now.on_backend);
+  for (const SequenceInput& in : request.rows) now.tokens += static_cast<int>(in.tokens.size());
+  now.launched_at = Clock::now();
+  now.ticket = with_context("target model", [&] { return target_.launch(request, *kv_); });
+  return now;
+}
+
+std::optional<EngineCore::Launch> EngineCore::launch_ahead(const Launch& now) {
+  if (!now.on_backend || !now.decode_only) return std::nullopt;
+  const auto& running = scheduler_.running();
+  if (now.batch.size() != running.size()) return std::nullopt;
+  // A request waiting for a free row is admitted at the next iteration that plans its batch.
+  if (scheduler_.waiting() > 0 && static_cast<int>(running.size()) < options_.max_rows) return std::nullopt;
+  const int max_position = target_.config().max_position;
+  for (const ScheduledRow& s : now.batch) {
+    const Row* row = s.row;
+    // A plain row's pending token is now's input; now draws the token after it.
+    if (row == nullptr || !row->running() || row->speculates() || !s.decode || !row->spec.proposal.tokens.empty() ||
+        coordinator_.forward_taps(row->spec).size() > 0)
+      return std::nullopt;
+    if (row->generated() + 1 >= row->max_tokens || row->pending_pos + 2 >= max_position) return std::nullopt;
+  }
+  for (const ScheduledRow& s : now.batch)
+    if (!kv_->reserve(s.row->seq, static_cast<int>(s.row->pending_pos) + 2)) return std::nullopt;
+  ForwardRequest request;
+  for (size_t r = 0; r < now.batch.size(); ++r) {
+    const Row& row = *now.batch[r].row;
+    request.rows.push_back(SequenceInput{row.seq, {0}, {0}});
+    request.from_previous.push_back(static_cast<int32_t>(r));  // now returns one row a row
+    request.sampling.push_back(sample_row(row.req.sampling, static_cast<uint64_t>(row.pending_pos) + 2));
+  }
+  Launch ahead;
+  ahead.batch = now.batch;
+  ahead.on_backend = ahead.decode_only = ahead.ahead = true;
+  ahead.tokens = static_cast<int>(request.rows.size());
+  ahead.ticket = with_context("target model", [&] { return target_.launch(request, *kv_); });
+  ++forwards_ahead_;
+  return ahead;
 }
 
 void EngineCore::propose() {
@@ -277,25 +339,12 @@ bool EngineCore::draws_on_backend(const std::vector<ScheduledRow>& batch) const 
          });
 }
 
-ForwardResult EngineCore::forward(const ForwardRequest& request, bool decode_only) {
-  int tokens = 0;
-  for (const SequenceInput& in : request.rows) tokens += static_cast<int>(in.tokens.size());
-  const auto t0 = Clock::now();
-  ForwardResult out = with_context("target model", [&] { return target_.forward(request, *kv_); });
-  const double secs = seconds_since(t0);
-  ++forwards_;
-  // The depth policy prices verify windows: a forward with prefill chunks would skew the fit,
-  // and so would one that paid one-off costs (first pages, recording a replay), which a policy
-  // that stops choosing that width would never measure again.
-  if (decode_only && !out.one_off) costs_.observe_forward(tokens, secs);
-  return out;
-}
-
 void EngineCore::verify_and_commit(const std::vector<ScheduledRow>& batch, const ForwardResult& out,
                                    bool on_backend, double forward_secs) {
   std::vector<RoundOutcome> rounds;
   std::vector<std::vector<int32_t>> emitted(batch.size());  // backs the rounds' spans
   for (size_t r = 0; r < batch.size(); ++r) {
+    if (batch[r].row == nullptr) continue;  // ended while its forward ran
     Row& row = *batch[r].row;
     const std::span<const int> tap_layers = coordinator_.forward_taps(row.spec);
     if (!batch[r].decode) {
@@ -317,7 +366,8 @@ void EngineCore::verify_and_commit(const std::vector<ScheduledRow>& batch, const
   coordinator_.commit(rounds);
   // Blocks this forward filled become shareable by later requests with the same prefix.
   if (options_.prefix_cache)
-    for (const ScheduledRow& s : batch) kv_->cache_full_blocks(s.row->seq, s.row->tokens);
+    for (const ScheduledRow& s : batch)
+      if (s.row) kv_->cache_full_blocks(s.row->seq, s.row->tokens);
 }
 
 void EngineCore::score_prompt(Row& row, const ForwardResult& out, size_t r) const {
@@ -374,8 +424,9 @@ RoundOutcome EngineCore::verify_row(Row& row, const ForwardResult& out, int firs
       before.push_back(verdict.emitted[i]);
     }
   }
-  // The target's KV holds pending + k drafts; keep pending + the accepted drafts.
-  kv_->truncate(row.seq, static_cast<int>(row.pending_pos) + 1 + verdict.accepted);
+  // The target's KV holds pending + k drafts; keep pending + the accepted drafts. (With every
+  // draft accepted there is nothing to drop, and a row's next step may already be running.)
+  if (verdict.accepted < k) kv_->truncate(row.seq, static_cast<int>(row.pending_pos) + 1 + verdict.accepted);
   RoundOutcome round{&row.spec, row.pending, k, verdict.accepted, {}, false};
   row.pending_pos += 1 + verdict.accepted;
   row.pending = verdict.emitted.back();
@@ -392,6 +443,20 @@ RoundOutcome EngineCore::verify_row(Row& row, const ForwardResult& out, int firs
 }
 
 void EngineCore::retire() {
+  // A row that ended leaves the forward launched ahead of it, whose results for it are dropped;
+  // when no row is left there, the forward is waited for and dropped now, so that none stays
+  // launched while the engine idles.
+  if (ahead_) {
+    bool any = false;
+    for (ScheduledRow& s : ahead_->batch) {
+      if (s.row && !s.row->running()) s.row = nullptr;
+      any = any || s.row != nullptr;
+    }
+    if (!any) {
+      with_context("target model", [&] { return target_.wait(ahead_->ticket); });
+      ahead_.reset();
+    }
+  }
   for (std::unique_ptr<Row>& row : scheduler_.remove_finished()) {
     if (row->finish == FinishReason::cancelled || row->finish == FinishReason::error) row->stream({});
     if (row->speculates()) speculation_.add(row->spec.telemetry);
@@ -415,6 +480,7 @@ EngineCounters EngineCore::stats() const {
   c.prefix_hit_tokens = kv_->prefix_hit_tokens();
   c.preemptions = scheduler_.preemptions();
   c.forwards = forwards_;
+  c.forwards_ahead = forwards_ahead_;
   c.decode_iterations = decode_iterations_;
   c.decode_iteration_seconds = decode_iteration_seconds_;
   c.decode_device_seconds = decode_device_seconds_;

@@ -40,6 +40,7 @@ struct EngineCounters {
   int64_t prefix_queried_tokens = 0, prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t forwards = 0;
+  int64_t forwards_ahead = 0;  // of which launched before the previous step's tokens were committed
   // Iterations whose rows all decoded (no prefill chunk, no one-off costs): their count, their
   // wall seconds, and of those the seconds the target's forward kept the device working
   // (ForwardResult::device_seconds). The rest is the host's share of a decode iteration, during
@@ -50,6 +51,12 @@ struct EngineCounters {
   int64_t one_off_iterations = 0;
   double one_off_seconds = 0;
   std::map<std::string, SpecTelemetry> speculation;  // by method id, over finished requests
+};
+
+enum class Overlap {
+  off,        // every step waits for the previous one's commit (the reference, for comparisons)
+  automatic,  // where the backend queues calls (a GPU's): the host's work overlaps the device's
+  always,     // also where calls run as they come, gaining nothing there (tests run the path)
 };
 
 struct EngineOptions {
@@ -70,6 +77,9 @@ struct EngineOptions {
   // (draws_on_backend). false: the host draws every token from copied logits (the reference
   // path, for comparisons).
   bool sample_on_backend = true;
+  // Whether a batch's next decode step is launched before this step's tokens are committed,
+  // where the next step needs nothing the host learns from them (EngineCore::launch_ahead).
+  Overlap overlap = Overlap::automatic;
 };
 
 // The KV budget when EngineOptions::kv_memory is 0: of `available` device bytes, what remains after
@@ -111,11 +121,28 @@ class EngineCore {
   EngineCounters stats() const;
 
  private:
+  // A forward launched on the target and what its results are for.
+  struct Launch {
+    std::vector<ScheduledRow> batch;  // a row that ended before the results came is null
+    Model::Ticket ticket = 0;
+    bool on_backend = false;
+    bool decode_only = false;
+    bool ahead = false;  // launched by launch_ahead, during the previous iteration
+    int tokens = 0;
+    Clock::time_point launched_at;
+  };
+
   // The steps of one iteration.
   void propose();
   ForwardRequest build_forward(const std::vector<ScheduledRow>& batch, bool on_backend) const;
-  // decode_only: every row of the batch decodes (no prefill chunk).
-  ForwardResult forward(const ForwardRequest& request, bool decode_only);
+  // Schedules and launches this iteration's forward; nullopt when no row runs.
+  std::optional<Launch> launch_scheduled();
+  // The next decode step of `now`'s rows, launched before now's tokens are on the host: only
+  // when now is a batch of plain decode steps drawn on the backend, holding every running row,
+  // none of which now's token can end by its budget or the context, with no request that could
+  // be admitted instead and KV for one more position a row. Its input tokens are the ones now
+  // draws, read where they were drawn. nullopt where that does not hold.
+  std::optional<Launch> launch_ahead(const Launch& now);
   void verify_and_commit(const std::vector<ScheduledRow>& batch, const ForwardResult& out, bool on_backend,
                          double forward_secs);
   // Verifies one decoding row's window, rolls its KV back and takes the emitted tokens; returns
@@ -134,11 +161,13 @@ class EngineCore {
   std::unique_ptr<KvCache> kv_;
   Coordinator coordinator_;
   Scheduler scheduler_;
+  bool overlap_ = false;         // options_.overlap on this backend
+  std::optional<Launch> ahead_;  // the next iteration's forward, already launched
   std::map<int64_t, RequestResult> results_;
   CostModel costs_;
   SpecTelemetryByMethod speculation_;  // finished requests' speculation, per method
   int64_t next_id_ = 1;
-  int64_t forwards_ = 0;
+  int64_t forwards_ = 0, forwards_ahead_ = 0;
   int64_t decode_iterations_ = 0;
   double decode_iteration_seconds_ = 0, decode_device_seconds_ = 0;
   int64_t one_off_iterations_ = 0;

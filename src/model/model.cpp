@@ -35,13 +35,16 @@ std::unique_ptr<KvCache> Model::make_cache(int num_blocks) const {
   return std::make_unique<KvCache>(backend(), c.num_layers, c.num_kv_heads, c.head_dim, num_blocks);
 }
 
-ForwardResult Model::forward(const ForwardRequest& request, KvCache& cache) {
+ForwardResult Model::forward(const ForwardRequest& request, KvCache& cache) { return wait(launch(request, cache)); }
+
+Model::Ticket Model::launch(const ForwardRequest& request, KvCache& cache) {
   const ForwardPlan plan = plan_forward(request, cache, config());
-  ForwardResult result;
-  impl_->forward(plan, request.tap_layers, request.sampling, cache, result);
+  const Ticket ticket = impl_->launch(plan, request.tap_layers, request.sampling, cache);
   for (size_t r = 0; r < request.rows.size(); ++r)
     cache.set_length(request.rows[r].seq, plan.row_lens[r]);
-  return result;
+  return ticket;
 }
+
+ForwardResult Model::wait(Ticket ticket) { return impl_->wait(ticket); }
 
 }  // namespace specdec

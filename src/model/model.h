@@ -36,6 +36,11 @@ struct ForwardRequest {
   // computed, the backend draws each row's token (Backend::sample; greedy rows take the argmax)
   // and only the tokens come back, in ForwardResult::tokens.
   std::vector<SampleRow> sampling = {};  // (the initializer lets brace-initialised requests omit it)
+  // Input tokens the host does not know yet. Where not empty: one entry a row, every row one
+  // token (a decode step), and row r's token is the one the forward launched just before this
+  // one drew at its returned row from_previous[r] (Model::launch); rows[r].tokens then holds a
+  // placeholder id.
+  std::vector<int32_t> from_previous = {};
 };
 
 struct ForwardResult {
@@ -104,6 +109,17 @@ class Model {
   // (throws otherwise, before any work). Afterwards length(seq) += n for every row. Input is
   // checked completely before anything is computed: on error the cache is unchanged.
   ForwardResult forward(const ForwardRequest& request, KvCache& cache);
+
+  // The same forward in two halves, so that the host works while the device does: launch
+  // checks the request, queues the forward on the backend, advances the cache's lengths and
+  // returns; wait returns its results. At most two forwards are launched and not yet waited
+  // for, and they are waited for in launch order. Only a forward whose tokens are drawn on the
+  // backend (ForwardRequest::sampling) returns from launch before the device has finished it,
+  // and only such a forward's tokens can feed the next one (ForwardRequest::from_previous).
+  // The hidden taps of a forward are valid until the next launch.
+  using Ticket = uint64_t;
+  Ticket launch(const ForwardRequest& request, KvCache& cache);
+  ForwardResult wait(Ticket ticket);
 
  private:
   explicit Model(std::unique_ptr<ModelRunner> impl);

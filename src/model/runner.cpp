@@ -17,7 +17,7 @@ namespace specdec {
 // The plan's i32 arrays and the output rows' SampleRows, packed so that one copy uploads them
 // all (before a recorded step is replayed, too: its sample call reads them from here).
 struct ModelRunner::MetaViews {
-  Tensor ids, positions, slots, row_starts, row_lens, block_table, out_index, sample_rows, tap_index;
+  Tensor ids, positions, slots, row_starts, row_lens, block_table, out_index, sample_rows, tap_index, from_previous;
   MetaViews(Carver& m, const ForwardPlan& p)
       : ids(m.take(DType::i32, {p.tokens})),
         positions(m.take(DType::i32, {p.tokens})),
@@ -27,7 +27,10 @@ struct ModelRunner::MetaViews {
         block_table(m.take(DType::i32, {p.rows, p.max_blocks})),
         out_index(m.take(DType::i32, {std::max(p.outputs, 1)})),
         sample_rows(m.take(DType::i32, {std::max(p.outputs, 1), kSampleRowWords})),
-        tap_index(m.take(DType::i32, {std::max(p.taps, 1)})) {}
+        tap_index(m.take(DType::i32, {std::max(p.taps, 1)})),
+        // Last and empty unless asked for: a step that takes no tokens from the previous forward
+        // uploads no more than before.
+        from_previous(m.take(DType::i32, {static_cast<int64_t>(p.from_previous.size())})) {}
 };
 
 // Per-output rows: the final normed hidden (LM head input), the logits, the tokens selected
@@ -129,6 +132,7 @@ void ModelRunner::reserve_for_windows(int max_blocks, size_t tap_count) {
   ForwardPlan widest;
   widest.rows = static_cast<int>(W / 2);  // the most rows whose windows pad to W tokens
   widest.tokens = widest.outputs = widest.taps = static_cast<int>(W);
+  widest.from_previous.resize(static_cast<size_t>(W));
   widest.max_blocks = reserved_blocks_;
   Carver meta = Carver::measure();
   MetaViews(meta, widest);
@@ -159,6 +163,7 @@ ModelRunner::MetaViews ModelRunner::upload_meta(const ForwardPlan& plan, std::sp
   put(plan.block_table, host.block_table);
   put(plan.out_index, host.out_index);
   put(plan.tap_index, host.tap_index);
+  put(plan.from_previous, host.from_previous);
   if (!sampling.empty()) std::memcpy(host.sample_rows.data, sampling.data(), sampling.size_bytes());
   const int64_t meta_elems = static_cast<int64_t>(meta_host_.size());
   backend_.copy(Tensor(meta_host_.data(), DType::i32, {meta_elems}),
@@ -166,8 +171,18 @@ ModelRunner::MetaViews ModelRunner::upload_meta(const ForwardPlan& plan, std::sp
   return meta;
 }
 
-void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_layers,
-                          std::span<const SampleRow> sampling, KvCache& cache, ForwardResult& result) {
+uint64_t ModelRunner::launch(const ForwardPlan& given, const std::vector<int>& tap_layers,
+                             std::span<const SampleRow> sampling, KvCache& cache) {
+  SPECDEC_CHECK(launched_.size() < 2, "a third forward launched while two wait for their results");
+  if (!given.from_previous.empty()) {
+    SPECDEC_CHECK(drawn_count_ >= 0, "a forward takes the previous forward's tokens, which drew none");
+    for (size_t r = 0; r < given.from_previous.size(); ++r)
+      SPECDEC_CHECK(given.from_previous[r] < drawn_count_, "forward row ", r, ": the previous forward returned ",
+                    drawn_count_, " rows, not row ", given.from_previous[r]);
+  }
+  Launched l;
+  l.ticket = ++tickets_;
+  ForwardResult& result = l.result;
   // Decode steps (one token and one returned row per sequence), one row's verify windows (every
   // new token returns its row) and batches of windows are replayed from a recording of their
   // calls where the backend can record; everything else runs call by call. Called one by one, a
@@ -240,7 +255,14 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
       backend_.sample(out.logits.rows(0, N), meta.sample_rows.rows(0, N), out.tokens.rows(0, N));
   };
 
-  const auto launched = std::chrono::steady_clock::now();
+  l.launched = std::chrono::steady_clock::now();
+  // The input tokens the previous forward drew (still on the backend), in place of the plan's
+  // placeholders, before the calls read them.
+  if (!plan.from_previous.empty()) {
+    const int64_t R = static_cast<int64_t>(plan.from_previous.size());
+    backend_.gather_rows(Tensor(drawn_.data(), DType::i32, {drawn_count_}, drawn_.device()),
+                         meta.from_previous.rows(0, R), meta.ids.rows(0, R));
+  }
   if (replayable) {
     ReplayKey key{plan.rows,   plan.tokens, plan.max_row_tokens, plan.max_blocks,      plan.max_row_len,
                   selection,   tap_layers,  plan.taps,           cache.total_blocks(), {},
@@ -254,23 +276,57 @@ void ModelRunner::forward(const ForwardPlan& given, const std::vector<int>& tap_
     calls();
   }
   result.one_off = one_off_;
-  finish(out, given_n, selects, sampling, result);
-  result.device_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - launched).count();
+  l.sampling.assign(sampling.begin(), sampling.begin() + std::min<int64_t>(given_n, std::ssize(sampling)));
+  queue_results(out, selects, l);
+  launched_.push_back(std::move(l));
+  return launched_.back().ticket;
 }
 
-void ModelRunner::finish(const OutputViews& out, int64_t N, bool selects, std::span<const SampleRow> sampling,
-                         ForwardResult& result) {
-  if (N > 0 && selects) {
-    backend_.copy(out.tokens.rows(0, N), Tensor(result.tokens.data(), DType::i32, {N}));
-  } else if (N > 0) {
-    backend_.copy(out.logits.rows(0, N), Tensor(result.logits.data(), DType::f32, {N, config_.vocab_size}));
+void ModelRunner::queue_results(const OutputViews& out, bool selects, Launched& l) {
+  ForwardResult& result = l.result;
+  const int64_t N = static_cast<int64_t>(selects ? result.tokens.size() : result.logits.size() / config_.vocab_size);
+  drawn_count_ = -1;
+  if (!selects || N == 0) {
+    if (N > 0) backend_.copy(out.logits.rows(0, N), Tensor(result.logits.data(), DType::f32, {N, config_.vocab_size}));
+    backend_.synchronize();
+    return;
   }
-  backend_.synchronize();
+  const size_t bytes = static_cast<size_t>(N) * sizeof(int32_t);
+  // Kept where the next forward can read them before its own calls overwrite out.tokens. The
+  // buffer is not in any recording, so growing it needs only the queued calls finished.
+  if (drawn_.bytes() < bytes || !drawn_.data()) {
+    const size_t want = std::max(bytes, 2 * drawn_.bytes());
+    backend_.synchronize();
+    drawn_ = Buffer();
+    drawn_ = backend_.allocate(want);
+  }
+  backend_.copy(out.tokens.rows(0, N), Tensor(drawn_.data(), DType::i32, {N}, drawn_.device()));
+  drawn_count_ = N;
+  // Two slots: a slot is reused two launches later, after its forward has been waited for.
+  l.slot = static_cast<int>(l.ticket % 2);
+  Buffer& staging = staging_[l.slot];
+  if (staging.bytes() < bytes || !staging.data()) staging = backend_.allocate_staging(std::max<size_t>(bytes, 1024));
+  backend_.copy_to_staging(out.tokens.rows(0, N), Tensor(staging.data(), DType::i32, {N}));
+  l.fence = backend_.fence();
+}
+
+ForwardResult ModelRunner::wait(uint64_t ticket) {
+  SPECDEC_CHECK(!launched_.empty() && launched_.front().ticket == ticket, "forward ", ticket,
+                " is not the oldest one launched and not yet waited for");
+  Launched l = std::move(launched_.front());
+  launched_.pop_front();
+  ForwardResult& result = l.result;
+  if (l.slot >= 0) {
+    backend_.wait_for(l.fence);
+    std::memcpy(result.tokens.data(), staging_[l.slot].data(), result.tokens.size() * sizeof(int32_t));
+  }
   // A device backend marks the rows the host sampler would have refused with -1.
   for (size_t i = 0; i < result.tokens.size(); ++i) {
     SPECDEC_CHECK(result.tokens[i] >= 0, "sampling: returned row ", i, " has no token to draw (its logits hold a ",
-                  "NaN, or no finite value at temperature ", sampling[i].temperature, ")");
+                  "NaN, or no finite value at temperature ", l.sampling[i].temperature, ")");
   }
+  result.device_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - l.launched).count();
+  return std::move(result);
 }
 
 }  // namespace specdec

@@ -4,8 +4,10 @@
 // logits or the tokens drawn from them on the backend, with views of the hidden taps.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -37,11 +39,14 @@ class ModelRunner {
   const Weight& lm_head() const { return decoder_->lm_head(); }
   bool replays_windows() const { return replays_.available(); }
 
-  // Runs a validated plan; fills result (logits, or with `sampling` the tokens drawn from them;
-  // views of the taps in outputs_) and writes the rows' K/V into the cache. Does not change the
-  // cache's lengths.
-  void forward(const ForwardPlan& plan, const std::vector<int>& tap_layers, std::span<const SampleRow> sampling,
-               KvCache& cache, ForwardResult& result);
+  // Queues a validated plan (Model::launch): it writes the rows' K/V into the cache and, with
+  // `sampling`, draws tokens that are copied back while the host goes on; a forward returning
+  // logits copies them back before launch returns. Does not change the cache's lengths.
+  uint64_t launch(const ForwardPlan& plan, const std::vector<int>& tap_layers, std::span<const SampleRow> sampling,
+                  KvCache& cache);
+  // The oldest launched forward's result (logits, or the drawn tokens; views of the taps in
+  // outputs_), once the backend has finished it.
+  ForwardResult wait(uint64_t ticket);
 
  private:
   struct MetaViews;
@@ -62,9 +67,18 @@ class ModelRunner {
   void reserve_for_windows(int max_blocks, size_t tap_count);
   // Lays the plan's i32 arrays and the sampling rows out in meta_ and uploads them in one copy.
   MetaViews upload_meta(const ForwardPlan& plan, std::span<const SampleRow> sampling);
-  // Copies the selected tokens or the logits back, waits, and checks the tokens.
-  void finish(const OutputViews& out, int64_t outputs, bool selects, std::span<const SampleRow> sampling,
-              ForwardResult& result);
+  // A launched forward not yet waited for.
+  struct Launched {
+    uint64_t ticket = 0;
+    ForwardResult result;
+    std::vector<SampleRow> sampling;  // the returned rows' (for the error of a row without a token)
+    int slot = -1;                    // staging_ holding its drawn tokens; -1: none to fetch
+    uint64_t fence = 0;
+    std::chrono::steady_clock::time_point launched;
+  };
+  // Queues the copies of the drawn tokens (to drawn_, and to a staging slot for wait) or copies
+  // the logits back at once.
+  void queue_results(const OutputViews& out, bool selects, Launched& l);
 
   ModelConfig config_;
   Backend& backend_;
@@ -81,6 +95,14 @@ class ModelRunner {
   Buffer outputs_;      // per-output rows: gathered hidden, logits; the tapped rows (the result's views)
   std::vector<SampleRow> padded_sampling_;  // the sampling rows with the padding's appended
   std::vector<int32_t> meta_host_;
+
+  std::deque<Launched> launched_;  // oldest first, at most two
+  uint64_t tickets_ = 0;
+  Buffer staging_[2];  // host copies of drawn tokens, one per forward in flight
+  // The last launched forward's drawn tokens in backend memory, which the next forward may take
+  // as input (from_previous); -1 when it drew none.
+  Buffer drawn_;
+  int64_t drawn_count_ = -1;
 };
 
 }  // namespace specdec

@@ -39,6 +39,17 @@ class RecordingBackend : public Backend {
     SPECDEC_CHECK(calls_ == nullptr, "synchronize while recording");
     inner_->synchronize();
   }
+  bool queues_calls() const override { return inner_->queues_calls(); }
+  Buffer allocate_staging(size_t bytes) override { return inner_->allocate_staging(bytes); }
+  void copy_to_staging(const Tensor& src, const Tensor& dst) override {
+    SPECDEC_CHECK(calls_ == nullptr, "copy while recording");
+    inner_->copy_to_staging(src, dst);
+  }
+  uint64_t fence() override {
+    SPECDEC_CHECK(calls_ == nullptr, "fence while recording");
+    return inner_->fence();
+  }
+  void wait_for(uint64_t fence) override { inner_->wait_for(fence); }
 
   void embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override {
     call([=, this] { inner_->embedding(table, ids, out); });

@@ -160,6 +160,8 @@ class CudaBackend final : public Backend {
     wide_ = Buffer();
     arrivals_ = Buffer();
     cudaStreamSynchronize(stream_);
+    for (cudaEvent_t e : events_)
+      if (e) cudaEventDestroy(e);
   }
 
   Device device() const override { return Device::cuda; }
@@ -193,6 +195,39 @@ class CudaBackend final : public Backend {
   const CudaTuning& tuning() const { return ctx_.tuning; }
 
   void synchronize() override { SPECDEC_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize"); }
+
+  bool queues_calls() const override { return true; }
+
+  Buffer allocate_staging(size_t bytes) override {
+    void* p = nullptr;
+    SPECDEC_CUDA_CHECK(cudaMallocHost(&p, std::max<size_t>(bytes, 1)), "page-locked host memory of ", bytes, " bytes");
+    return Buffer(p, bytes, Device::cpu, [](void* q) { cudaFreeHost(q); });
+  }
+
+  void copy_to_staging(const Tensor& src, const Tensor& dst) override {
+    SPECDEC_CHECK(src.dtype == dst.dtype && src.numel() == dst.numel() && dst.device == Device::cpu,
+                  "copy_to_staging: ", src.shape_string(), " to ", dst.shape_string(),
+                  " (dtype and element count must match; the destination is host memory)");
+    if (src.bytes() == 0) return;
+    const cudaMemcpyKind kind = src.device == Device::cuda ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
+    SPECDEC_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), kind, stream_), "copy to staging of ",
+                       src.bytes(), " bytes");
+  }
+
+  // A ring of events: a fence whose event a later fence took over waits for that later point,
+  // which is still after everything the fence covers.
+  uint64_t fence() override {
+    const uint64_t n = ++fences_;
+    cudaEvent_t& e = events_[n % events_.size()];
+    if (!e) SPECDEC_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating a fence");
+    SPECDEC_CUDA_CHECK(cudaEventRecord(e, stream_), "fence");
+    return n;
+  }
+
+  void wait_for(uint64_t fence) override {
+    if (fence == 0) return;
+    SPECDEC_CUDA_CHECK(cudaEventSynchronize(events_[fence % events_.size()]), "waiting for queued calls");
+  }
 
   void embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override {
     const char* op = "embedding";
@@ -1355,6 +1390,8 @@ class CudaBackend final : public Backend {
   std::string name_;
   std::shared_ptr<cuda::DeviceMemory> memory_;
   cudaStream_t stream_ = nullptr;
+  std::array<cudaEvent_t, 8> events_{};  // fence() ring
+  uint64_t fences_ = 0;
   cuda::Context ctx_;  // stream_ and the tuning, as the kernel launchers take them
   std::unique_ptr<cuda::LtGemm> lt_;
   Buffer lt_workspace_;
