@@ -26,6 +26,9 @@ TEST(MetaUpload, AStepCopiesItsOwnPlanNotTheLargestBeforeIt) {
   Bundled models = Bundled::load(std::move(owned));
   EngineOptions options;
   options.prefix_cache = false;  // each run of the short request computes its whole prompt
+  // Steps launched ahead (a GPU's default) upload one more array than the others: on every
+  // backend alike, so that the counts are the same everywhere.
+  options.overlap = Overlap::always;
   auto engine = make_engine(0, options, models);
   const auto copied = [&](const std::vector<int32_t>& prompt, int max_tokens) {
     const size_t before = counter.bytes;
@@ -44,7 +47,7 @@ TEST(MetaUpload, AStepCopiesItsOwnPlanNotTheLargestBeforeIt) {
   while (long_prompt.size() + piece.size() <= static_cast<size_t>(options.max_batch_tokens))
     long_prompt.insert(long_prompt.end(), piece.begin(), piece.end());
   // Its prefill's plan alone outweighs several of the short request's forwards.
-  ASSERT_GT(copied(long_prompt, 1), 4 * short_bytes / 24);
+  ASSERT_GT(copied(long_prompt, 1), 3 * short_bytes / 24);
 
   EXPECT_EQ(copied(short_prompt, 24), short_bytes);
 }
