@@ -235,29 +235,33 @@ std::optional<EngineCore::Launch> EngineCore::launch_scheduled() {
 std::optional<EngineCore::Launch> EngineCore::launch_ahead(const Launch& now) {
   if (!now.on_backend || !now.decode_only) return std::nullopt;
   const auto& running = scheduler_.running();
-  if (now.batch.size() != running.size()) return std::nullopt;
+  // The rows of now that still run (one that ended since now was launched has left it).
+  std::vector<size_t> live;
+  for (size_t r = 0; r < now.batch.size(); ++r)
+    if (now.batch[r].row) live.push_back(r);
+  if (live.empty() || live.size() != running.size()) return std::nullopt;
   // A request waiting for a free row is admitted at the next iteration that plans its batch.
   if (scheduler_.waiting() > 0 && static_cast<int>(running.size()) < options_.max_rows) return std::nullopt;
   const int max_position = target_.config().max_position;
-  for (const ScheduledRow& s : now.batch) {
-    const Row* row = s.row;
+  for (size_t r : live) {
+    const Row* row = now.batch[r].row;
     // A plain row's pending token is now's input; now draws the token after it.
-    if (row == nullptr || !row->running() || row->speculates() || !s.decode || !row->spec.proposal.tokens.empty() ||
-        coordinator_.forward_taps(row->spec).size() > 0)
+    if (!row->running() || row->speculates() || !row->spec.proposal.tokens.empty() ||
+        !coordinator_.forward_taps(row->spec).empty())
       return std::nullopt;
     if (row->generated() + 1 >= row->max_tokens || row->pending_pos + 2 >= max_position) return std::nullopt;
   }
-  for (const ScheduledRow& s : now.batch)
-    if (!kv_->reserve(s.row->seq, static_cast<int>(s.row->pending_pos) + 2)) return std::nullopt;
+  for (size_t r : live)
+    if (!kv_->reserve(now.batch[r].row->seq, static_cast<int>(now.batch[r].row->pending_pos) + 2)) return std::nullopt;
   ForwardRequest request;
-  for (size_t r = 0; r < now.batch.size(); ++r) {
+  Launch ahead;
+  for (size_t r : live) {
     const Row& row = *now.batch[r].row;
     request.rows.push_back(SequenceInput{row.seq, {0}, {0}});
     request.from_previous.push_back(static_cast<int32_t>(r));  // now returns one row a row
     request.sampling.push_back(sample_row(row.req.sampling, static_cast<uint64_t>(row.pending_pos) + 2));
+    ahead.batch.push_back(now.batch[r]);
   }
-  Launch ahead;
-  ahead.batch = now.batch;
   ahead.on_backend = ahead.decode_only = ahead.ahead = true;
   ahead.tokens = static_cast<int>(request.rows.size());
   ahead.ticket = with_context("target model", [&] { return target_.launch(request, *kv_); });

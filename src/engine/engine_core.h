@@ -138,7 +138,8 @@ class EngineCore {
   // Schedules and launches this iteration's forward; nullopt when no row runs.
   std::optional<Launch> launch_scheduled();
   // The next decode step of `now`'s rows, launched before now's tokens are on the host: only
-  // when now is a batch of plain decode steps drawn on the backend, holding every running row,
+  // when now is a batch of plain decode steps drawn on the backend, holding every running row
+  // (a row that ended since now was launched is left out of the next step),
   // none of which now's token can end by its budget or the context, with no request that could
   // be admitted instead and KV for one more position a row. Its input tokens are the ones now
   // draws, read where they were drawn. nullopt where that does not hold.

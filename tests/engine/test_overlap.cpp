@@ -102,6 +102,34 @@ TEST(EngineOverlap, OneRowRunsAheadEveryStep) {
   }
 }
 
+// A row that a stop string ends leaves the step launched ahead of it, and the other row's steps
+// go on launching ahead: only the longer row's last step launches none.
+TEST(EngineOverlap, ARowThatStopsLeavesTheOthersRunningAhead) {
+  const std::vector<int32_t> prompt = encode("def fibonacci(n):");
+  const std::string text = run_one(*make_engine(), make_request(prompt, 30)).text;
+  ASSERT_GT(text.size(), 24u);
+  Request stopping = make_request(prompt, 40);
+  stopping.stop.stop_strings = {text.substr(text.size() / 3, 3)};
+  const Request longer = make_request(encode("The quick brown fox"), 30, 0.8f, 9);
+  std::vector<std::vector<int32_t>> outputs[2];
+  int64_t ahead = 0;
+  for (Overlap overlap : {Overlap::off, Overlap::always}) {
+    EngineOptions options;
+    options.overlap = overlap;
+    auto engine = make_engine(0, options);
+    const int64_t a = engine->submit(stopping), b = engine->submit(longer);
+    engine->run();
+    auto ra = engine->take_result(a), rb = engine->take_result(b);
+    ASSERT_TRUE(ra && rb);
+    EXPECT_EQ(ra->finish, FinishReason::stop);
+    EXPECT_LT(ra->tokens.size(), 30u);
+    outputs[overlap == Overlap::always] = {ra->tokens, rb->tokens};
+    ahead = engine->stats().forwards_ahead;
+  }
+  EXPECT_EQ(outputs[1], outputs[0]);
+  EXPECT_EQ(ahead, 29);
+}
+
 // Model::launch: a decode step fed the previous forward's drawn tokens on the backend equals
 // the step given those tokens; and the launch contract's misuses are refused.
 TEST(ModelLaunch, TokensFromThePreviousForward) {
