@@ -233,37 +233,90 @@ std::optional<EngineCore::Launch> EngineCore::launch_scheduled() {
 }
 
 std::optional<EngineCore::Launch> EngineCore::launch_ahead(const Launch& now) {
-  if (!now.on_backend || !now.decode_only) return std::nullopt;
-  const auto& running = scheduler_.running();
-  // The rows of now that still run (one that ended since now was launched has left it).
-  std::vector<size_t> live;
-  for (size_t r = 0; r < now.batch.size(); ++r)
-    if (now.batch[r].row) live.push_back(r);
-  if (live.empty() || live.size() != running.size()) return std::nullopt;
-  // A request waiting for a free row is admitted at the next iteration that plans its batch.
-  if (scheduler_.waiting() > 0 && static_cast<int>(running.size()) < options_.max_rows) return std::nullopt;
+  if (!now.on_backend) return std::nullopt;
   const int max_position = target_.config().max_position;
-  for (size_t r : live) {
-    const Row* row = now.batch[r].row;
-    // A plain row's pending token is now's input; now draws the token after it.
-    if (!row->running() || row->speculates() || !row->spec.proposal.tokens.empty() ||
-        !coordinator_.forward_taps(row->spec).empty())
-      return std::nullopt;
-    if (row->generated() + 1 >= row->max_tokens || row->pending_pos + 2 >= max_position) return std::nullopt;
+  // The next step's rows as they will stand after now's commit: first the rows whose input is
+  // the token now draws, then rows whose prefill now completes (their pending token is known),
+  // then the prefill chunks of rows still prefilling and of rows admitted here.
+  struct Next {
+    Row* row;
+    int from = -1;  // now's returned row that holds the input token
+    int chunk = 0;  // prefill tokens; 0 for a decode step
+    int kv = 0;     // the KV length the step needs
+  };
+  std::vector<Next> takes, decodes, chunks;
+  size_t live = 0;
+  int returned = 0;  // now's returned rows so far (a decode row returns one, a chunk none)
+  for (const ScheduledRow& s : now.batch) {
+    Row* row = s.row;
+    const int index = s.decode ? returned++ : -1;
+    if (row == nullptr) continue;  // ended since now was launched
+    ++live;
+    // A row that speculates or is tapped needs now's results on the host first.
+    if (!row->running() || row->speculates() || !coordinator_.forward_taps(row->spec).empty()) return std::nullopt;
+    if (s.decode) {
+      if (!row->spec.proposal.tokens.empty()) return std::nullopt;
+      // now's token ends the row by its budget or the context: no next step.
+      if (row->generated() + 1 >= row->max_tokens || row->pending_pos + 2 > max_position) continue;
+      takes.push_back(Next{row, index, 0, static_cast<int>(row->pending_pos) + 2});
+    } else if (row->prefilled + s.chunk == row->prefill_end) {
+      decodes.push_back(Next{row, -1, 0, static_cast<int>(row->pending_pos) + 1});
+    } else {
+      chunks.push_back(Next{row, -1, row->prefill_end - row->prefilled - s.chunk, 0});
+    }
   }
-  for (size_t r : live)
-    if (!kv_->reserve(now.batch[r].row->seq, static_cast<int>(now.batch[r].row->pending_pos) + 2)) return std::nullopt;
-  ForwardRequest request;
+  // Every running row is in now (none left out by the token budget or admitted since).
+  if (live != scheduler_.running().size()) return std::nullopt;
+  // Plain requests waiting for a free row start their prefill in the next step.
+  const size_t before = scheduler_.running().size();
+  scheduler_.admit(/*plain_only=*/true);
+  for (size_t i = before; i < scheduler_.running().size(); ++i) {
+    Row* row = scheduler_.running()[i].get();
+    if (row->decoding) {
+      decodes.push_back(Next{row, -1, 0, static_cast<int>(row->pending_pos) + 1});
+    } else {
+      chunks.push_back(Next{row, -1, row->prefill_end - row->prefilled, 0});
+    }
+  }
+  // Decode steps first, then the chunks in the token budget, as Scheduler::schedule plans.
+  int budget = options_.max_batch_tokens - static_cast<int>(takes.size() + decodes.size());
+  for (Next& c : chunks) {
+    c.chunk = std::clamp(c.chunk, 0, std::max(budget, 0));
+    budget -= c.chunk;
+    c.kv = kv_->length(c.row->seq) + c.chunk;
+  }
+  std::erase_if(chunks, [](const Next& c) { return c.chunk == 0; });
+  if (takes.empty() && decodes.empty() && chunks.empty()) return std::nullopt;
+
   Launch ahead;
-  for (size_t r : live) {
-    const Row& row = *now.batch[r].row;
-    request.rows.push_back(SequenceInput{row.seq, {0}, {0}});
-    request.from_previous.push_back(static_cast<int32_t>(r));  // now returns one row a row
-    request.sampling.push_back(sample_row(row.req.sampling, static_cast<uint64_t>(row.pending_pos) + 2));
-    ahead.batch.push_back(now.batch[r]);
+  ForwardRequest request;
+  for (const std::vector<Next>* part : {&takes, &decodes, &chunks}) {
+    for (const Next& n : *part) {
+      // Only KV that is free: the next iteration planned as usual preempts where it must.
+      if (!kv_->reserve(n.row->seq, n.kv)) return std::nullopt;
+      SequenceInput in;
+      in.seq = n.row->seq;
+      if (n.chunk > 0) {
+        const auto from = n.row->tokens.begin() + kv_->length(n.row->seq);
+        in.tokens.assign(from, from + n.chunk);
+      } else {
+        in.tokens = {n.from >= 0 ? 0 : n.row->pending};
+        in.logits_at = {0};
+        // The token drawn here follows the step's input: one position past the row's pending
+        // token when the input is now's token.
+        const int64_t input_pos = n.row->pending_pos + (n.from >= 0 ? 1 : 0);
+        request.sampling.push_back(sample_row(n.row->req.sampling, static_cast<uint64_t>(input_pos) + 1));
+      }
+      if (n.from >= 0) request.from_previous.push_back(n.from);
+      request.rows.push_back(std::move(in));
+      ahead.batch.push_back(ScheduledRow{n.row, n.chunk == 0, n.chunk});
+    }
   }
-  ahead.on_backend = ahead.decode_only = ahead.ahead = true;
-  ahead.tokens = static_cast<int>(request.rows.size());
+  // Where the next step's tokens are drawn must be where now's were: on the backend.
+  if (!draws_on_backend(ahead.batch)) return std::nullopt;
+  ahead.on_backend = ahead.ahead = true;
+  ahead.decode_only = chunks.empty();
+  for (const SequenceInput& in : request.rows) ahead.tokens += static_cast<int>(in.tokens.size());
   ahead.ticket = with_context("target model", [&] { return target_.launch(request, *kv_); });
   ++forwards_ahead_;
   return ahead;

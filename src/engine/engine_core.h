@@ -137,12 +137,13 @@ class EngineCore {
   ForwardRequest build_forward(const std::vector<ScheduledRow>& batch, bool on_backend) const;
   // Schedules and launches this iteration's forward; nullopt when no row runs.
   std::optional<Launch> launch_scheduled();
-  // The next decode step of `now`'s rows, launched before now's tokens are on the host: only
-  // when now is a batch of plain decode steps drawn on the backend, holding every running row
-  // (a row that ended since now was launched is left out of the next step),
-  // none of which now's token can end by its budget or the context, with no request that could
-  // be admitted instead and KV for one more position a row. Its input tokens are the ones now
-  // draws, read where they were drawn. nullopt where that does not hold.
+  // The next iteration's forward, launched before now's tokens are on the host, where it needs
+  // nothing the host learns from them: now's rows each one step on (a decode step whose input
+  // is the token now draws, read where it was drawn; the first decode step of a row whose
+  // prefill now completes; the next prefill chunk), rows that now's token ends by budget or
+  // context left out, and plain requests admitted into free rows with their first chunk. Only
+  // when now's tokens are drawn on the backend and so will the next step's, every running row is
+  // in now, none speculates or is tapped, and the KV is free for all of it. nullopt otherwise.
   std::optional<Launch> launch_ahead(const Launch& now);
   void verify_and_commit(const std::vector<ScheduledRow>& batch, const ForwardResult& out, bool on_backend,
                          double forward_secs);

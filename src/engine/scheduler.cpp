@@ -32,9 +32,10 @@ int Scheduler::decoding() const {
       std::count_if(running_.begin(), running_.end(), [](const auto& r) { return r->decoding && r->running(); }));
 }
 
-void Scheduler::admit() {
+void Scheduler::admit(bool plain_only) {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_rows) {
     Row& row = *waiting_.front();
+    if (plain_only && row.speculates()) break;
     const int context = static_cast<int>(row.tokens.size());
     const int need = (context + kv_.block_size()) / kv_.block_size();
     if (need > kv_.free_blocks() && !running_.empty()) break;  // wait for rows to finish

@@ -36,10 +36,10 @@ struct ForwardRequest {
   // computed, the backend draws each row's token (Backend::sample; greedy rows take the argmax)
   // and only the tokens come back, in ForwardResult::tokens.
   std::vector<SampleRow> sampling = {};  // (the initializer lets brace-initialised requests omit it)
-  // Input tokens the host does not know yet. Where not empty: one entry a row, every row one
-  // token (a decode step), and row r's token is the one the forward launched just before this
-  // one drew at its returned row from_previous[r] (Model::launch); rows[r].tokens then holds a
-  // placeholder id.
+  // Input tokens the host does not know yet: the first from_previous.size() rows have one token
+  // each, and row r's is the one the forward launched just before this one drew at its returned
+  // row from_previous[r] (Model::launch); rows[r].tokens then holds a placeholder id. The rows
+  // after them give their tokens.
   std::vector<int32_t> from_previous = {};
 };
 

@@ -77,15 +77,15 @@ ForwardPlan plan_forward(const ForwardRequest& request, const KvCache& cache, co
     }
   }
 
-  if (!request.from_previous.empty()) {
-    SPECDEC_CHECK(request.from_previous.size() == request.rows.size() && plan.tokens == plan.rows,
-                  "forward request: tokens from the previous forward need one index a row and one token a row (",
-                  request.from_previous.size(), " indices, ", plan.rows, " rows, ", plan.tokens, " tokens)");
-    for (size_t r = 0; r < request.from_previous.size(); ++r)
-      SPECDEC_CHECK(request.from_previous[r] >= 0, "forward row ", r, ": previous forward's row ",
-                    request.from_previous[r], " is negative");
-    plan.from_previous = request.from_previous;
+  SPECDEC_CHECK(request.from_previous.size() <= request.rows.size(), "forward request: ", request.from_previous.size(),
+                " rows take the previous forward's tokens, of ", request.rows.size());
+  for (size_t r = 0; r < request.from_previous.size(); ++r) {
+    SPECDEC_CHECK(request.rows[r].tokens.size() == 1, "forward row ", r,
+                  ": a row that takes the previous forward's token has one token, not ", request.rows[r].tokens.size());
+    SPECDEC_CHECK(request.from_previous[r] >= 0, "forward row ", r, ": previous forward's row ",
+                  request.from_previous[r], " is negative");
   }
+  plan.from_previous = request.from_previous;
 
   const size_t T = static_cast<size_t>(plan.tokens);
   const size_t R = static_cast<size_t>(plan.rows);

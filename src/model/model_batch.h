@@ -31,16 +31,16 @@ struct ForwardPlan {
   std::vector<int> row_offsets;      // [R + 1] into out_index
   std::vector<int32_t> tap_index;    // [taps]: token index (into T) of each tapped row
   std::vector<int> tap_offsets;      // [R + 1] into tap_index
-  // [R] or empty: the previous forward's returned row whose drawn token is row r's input
-  // (ForwardRequest::from_previous); ids then hold placeholders.
+  // The first rows' inputs, one token each: the previous forward's returned row whose drawn token
+  // is row r's (ForwardRequest::from_previous); ids hold placeholders there.
   std::vector<int32_t> from_previous;
 };
 
 // Checks the request: at least one row; no row without tokens; no sequence twice; token ids in
 // [0, vocab); logits_at and taps_at inside the row (taps_at only with tap layers); the sequence fits max_position; KV
 // reserved for length + n; tap layers in [0, num_layers]; the cache shaped for this model; no sampling rows or one
-// valid SampleRow per returned row; from_previous empty or one non-negative index a row of one token. Throws Error
-// naming the row and the limit.
+// valid SampleRow per returned row; from_previous no longer than the rows, each a non-negative index for a row of one
+// token. Throws Error naming the row and the limit.
 ForwardPlan plan_forward(const ForwardRequest& request, const KvCache& cache, const ModelConfig& config);
 
 }  // namespace specdec

@@ -25,12 +25,14 @@ struct Outcomes {
   EngineCounters counters;
 };
 
-// Runs the requests on an engine of three rows (the rest wait and join as rows finish) and
-// cancels request `cancel` after `cancel_after` iterations.
-Outcomes run_all(Overlap overlap, const std::vector<Request>& requests, size_t cancel, int cancel_after) {
+// Runs the requests on an engine of three rows (the rest wait and join as rows finish) with
+// `batch_tokens` tokens a forward, and cancels request `cancel` after `cancel_after` iterations.
+Outcomes run_all(Overlap overlap, int batch_tokens, const std::vector<Request>& requests, size_t cancel,
+                 int cancel_after) {
   EngineOptions options;
   options.overlap = overlap;
   options.max_rows = 3;
+  options.max_batch_tokens = batch_tokens;
   auto engine = make_engine(4, options);
   std::vector<int64_t> ids;
   for (const Request& r : requests) ids.push_back(engine->submit(r));
@@ -69,23 +71,28 @@ TEST(EngineOverlap, StepsLaunchedAheadGiveTheSequentialOutput) {
   requests.push_back(make_request(encode(texts[2]), 20));  // speculates: no step runs ahead beside it
   requests.back().spec.method = "ngram";
 
-  const Outcomes sequential = run_all(Overlap::off, requests, 1, 8);
-  const Outcomes ahead = run_all(Overlap::always, requests, 1, 8);
-  ASSERT_EQ(sequential.outcomes.size(), requests.size());
-  ASSERT_EQ(ahead.outcomes.size(), requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    EXPECT_EQ(ahead.outcomes[i].tokens, sequential.outcomes[i].tokens) << "request " << i;
-    EXPECT_EQ(ahead.outcomes[i].text, sequential.outcomes[i].text) << "request " << i;
-    EXPECT_EQ(ahead.outcomes[i].finish, sequential.outcomes[i].finish) << "request " << i;
+  // 512 tokens a forward: each prompt is one chunk. 8: prompts take several chunks beside the
+  // decoding rows, so the chunks of rows still prefilling are launched ahead too.
+  for (int batch_tokens : {512, 8}) {
+    SCOPED_TRACE(batch_tokens);
+    const Outcomes sequential = run_all(Overlap::off, batch_tokens, requests, 1, 8);
+    const Outcomes ahead = run_all(Overlap::always, batch_tokens, requests, 1, 8);
+    ASSERT_EQ(sequential.outcomes.size(), requests.size());
+    ASSERT_EQ(ahead.outcomes.size(), requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(ahead.outcomes[i].tokens, sequential.outcomes[i].tokens) << "request " << i;
+      EXPECT_EQ(ahead.outcomes[i].text, sequential.outcomes[i].text) << "request " << i;
+      EXPECT_EQ(ahead.outcomes[i].finish, sequential.outcomes[i].finish) << "request " << i;
+    }
+    EXPECT_EQ(sequential.outcomes[0].finish, FinishReason::stop);
+    EXPECT_EQ(sequential.outcomes[1].finish, FinishReason::cancelled);
+    EXPECT_EQ(sequential.outcomes[2].tokens.size(), 5u);
+    EXPECT_EQ(sequential.outcomes[5].tokens, run_one(*make_engine(), make_request(encode(texts[2]), 20)).tokens);
+    EXPECT_EQ(sequential.counters.forwards_ahead, 0);
+    EXPECT_GT(ahead.counters.forwards_ahead, 0);
+    // Every row's KV went back (a step launched ahead of a row that ended holds none of it).
+    EXPECT_EQ(ahead.counters.kv_blocks_used, sequential.counters.kv_blocks_used);
   }
-  EXPECT_EQ(sequential.outcomes[0].finish, FinishReason::stop);
-  EXPECT_EQ(sequential.outcomes[1].finish, FinishReason::cancelled);
-  EXPECT_EQ(sequential.outcomes[2].tokens.size(), 5u);
-  EXPECT_EQ(sequential.outcomes[5].tokens, run_one(*make_engine(), make_request(encode(texts[2]), 20)).tokens);
-  EXPECT_EQ(sequential.counters.forwards_ahead, 0);
-  EXPECT_GT(ahead.counters.forwards_ahead, 0);
-  // Every row's KV went back (a step launched ahead of a row that ended holds none of it).
-  EXPECT_EQ(ahead.counters.kv_blocks_used, sequential.counters.kv_blocks_used);
 }
 
 // The same requests one at a time, greedy and sampled: every step after the first runs ahead.
@@ -97,13 +104,14 @@ TEST(EngineOverlap, OneRowRunsAheadEveryStep) {
     const Request r = make_request(encode("def quicksort(xs):"), 32, temperature, 11);
     auto a = make_engine(0, off), b = make_engine(0, always);
     EXPECT_EQ(run_one(*b, r).tokens, run_one(*a, r).tokens) << "T " << temperature;
-    // Each of the 32 decode steps but the last launches the next.
-    EXPECT_EQ(b->stats().forwards_ahead, 31) << "T " << temperature;
+    // The prefill launches the first of the 32 decode steps, each but the last the next.
+    EXPECT_EQ(b->stats().forwards_ahead, 32) << "T " << temperature;
   }
 }
 
 // A row that a stop string ends leaves the step launched ahead of it, and the other row's steps
-// go on launching ahead: only the longer row's last step launches none.
+// go on launching ahead: only the longer row's last step launches none (the prefill launches
+// the first decode step).
 TEST(EngineOverlap, ARowThatStopsLeavesTheOthersRunningAhead) {
   const std::vector<int32_t> prompt = encode("def fibonacci(n):");
   const std::string text = run_one(*make_engine(), make_request(prompt, 30)).text;
@@ -127,7 +135,7 @@ TEST(EngineOverlap, ARowThatStopsLeavesTheOthersRunningAhead) {
     ahead = engine->stats().forwards_ahead;
   }
   EXPECT_EQ(outputs[1], outputs[0]);
-  EXPECT_EQ(ahead, 29);
+  EXPECT_EQ(ahead, 30);
 }
 
 // Model::launch: a decode step fed the previous forward's drawn tokens on the backend equals
@@ -177,12 +185,20 @@ TEST(ModelLaunch, TokensFromThePreviousForward) {
   logits.sampling.clear();
   target.forward(logits, *logits_cache);
   EXPECT_THROW(target.launch(next, *logits_cache), Error);
-  // An index past the previous forward's returned rows.
+  // An index past the previous forward's returned rows; a row of two tokens, or more indices
+  // than rows.
   auto past_cache = make_cache();
   target.forward(prefill, *past_cache);
   ForwardRequest past = next;
   past.from_previous = {0, 2};
   EXPECT_THROW(target.launch(past, *past_cache), Error);
+  ForwardRequest two = next;
+  two.rows[0].tokens = {0, 0};
+  EXPECT_THROW(target.launch(two, *past_cache), Error);
+  ForwardRequest more = next;
+  more.from_previous = {0, 1, 1};
+  EXPECT_THROW(target.launch(more, *past_cache), Error);
+  EXPECT_EQ(past_cache->length(0), static_cast<int>(prompt.size()));  // nothing was launched
 }
 
 }  // namespace
