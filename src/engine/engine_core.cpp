@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <numeric>
 #include <set>
 #include <utility>
@@ -119,7 +120,15 @@ EngineCore::EngineCore(Model& target, const Tokenizer& tokenizer, EngineOptions 
   SPECDEC_CHECK(options.max_queue >= -1, "max_queue must be -1 (unbounded) or at least 0, got ", options.max_queue);
 }
 
-EngineCore::~EngineCore() = default;
+EngineCore::~EngineCore() {
+  // The target may serve another engine next: no forward of this one stays launched on it.
+  if (!ahead_) return;
+  try {
+    target_.wait(ahead_->ticket);
+  } catch (const std::exception&) {
+    // Its results are dropped either way; a destructor cannot pass the error on.
+  }
+}
 
 void EngineCore::add_method(const std::string& id, std::shared_ptr<DraftMethod> method) {
   coordinator_.add_method(id, std::move(method));

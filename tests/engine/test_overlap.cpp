@@ -138,6 +138,21 @@ TEST(EngineOverlap, ARowThatStopsLeavesTheOthersRunningAhead) {
   EXPECT_EQ(ahead, 30);
 }
 
+// An engine dropped while a step runs ahead leaves the target free for the next engine.
+TEST(EngineOverlap, AnEngineDroppedMidRunLeavesNoForwardLaunched) {
+  EngineOptions always;
+  always.overlap = Overlap::always;
+  const Request r = make_request(encode("def quicksort(xs):"), 16);
+  {
+    auto engine = make_engine(0, always);
+    engine->submit(r);
+    for (int i = 0; i < 4; ++i) engine->step();
+    EXPECT_GT(engine->stats().forwards_ahead, 0);
+  }
+  auto engine = make_engine(0, always);
+  EXPECT_EQ(run_one(*engine, r).tokens, run_one(*make_engine(), r).tokens);
+}
+
 // Model::launch: a decode step fed the previous forward's drawn tokens on the backend equals
 // the step given those tokens; and the launch contract's misuses are refused.
 TEST(ModelLaunch, TokensFromThePreviousForward) {
