@@ -276,7 +276,8 @@ uint64_t ModelRunner::launch(const ForwardPlan& given, const std::vector<int>& t
     calls();
   }
   result.one_off = one_off_;
-  l.sampling.assign(sampling.begin(), sampling.begin() + std::min<int64_t>(given_n, std::ssize(sampling)));
+  for (int64_t i = 0; i < std::min<int64_t>(given_n, std::ssize(sampling)); ++i)
+    l.temperatures.push_back(sampling[static_cast<size_t>(i)].temperature);
   queue_results(out, selects, l);
   launched_.push_back(std::move(l));
   return launched_.back().ticket;
@@ -323,7 +324,7 @@ ForwardResult ModelRunner::wait(uint64_t ticket) {
   // A device backend marks the rows the host sampler would have refused with -1.
   for (size_t i = 0; i < result.tokens.size(); ++i) {
     SPECDEC_CHECK(result.tokens[i] >= 0, "sampling: returned row ", i, " has no token to draw (its logits hold a ",
-                  "NaN, or no finite value at temperature ", l.sampling[i].temperature, ")");
+                  "NaN, or no finite value at temperature ", l.temperatures[i], ")");
   }
   result.device_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - l.launched).count();
   return std::move(result);

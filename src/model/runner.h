@@ -71,7 +71,7 @@ class ModelRunner {
   struct Launched {
     uint64_t ticket = 0;
     ForwardResult result;
-    std::vector<SampleRow> sampling;  // the returned rows' (for the error of a row without a token)
+    std::vector<float> temperatures;  // the returned rows' (for the error of a row without a token)
     int slot = -1;                    // staging_ holding its drawn tokens; -1: none to fetch
     uint64_t fence = 0;
     std::chrono::steady_clock::time_point launched;
