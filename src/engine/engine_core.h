@@ -42,9 +42,10 @@ struct EngineCounters {
   int64_t forwards = 0;
   int64_t forwards_ahead = 0;  // of which launched before the previous step's tokens were committed
   // Iterations whose rows all decoded (no prefill chunk, no one-off costs): their count, their
-  // wall seconds, and of those the seconds the target's forward kept the device working
-  // (ForwardResult::device_seconds). The rest is the host's share of a decode iteration, during
-  // which the device waits. Decode iterations whose forward paid one-off costs: their count and
+  // wall seconds, and of those the seconds during which a target forward was in flight (from
+  // its launch until its results were on the host, and through the commit when the next forward
+  // was launched before it). The rest is the host's share of a decode iteration, during which
+  // the device waits. Decode iterations whose forward paid one-off costs: their count and
   // wall seconds.
   int64_t decode_iterations = 0;
   double decode_iteration_seconds = 0, decode_device_seconds = 0;
