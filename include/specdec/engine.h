@@ -54,6 +54,8 @@ struct EngineStats {
   int64_t prefix_cache_hits = 0;                        // of which found
   int64_t preemptions = 0;                              // rows preempted for KV (they recompute later)
   int64_t iterations = 0;                               // target forwards
+  // Of those, launched before the previous iteration's tokens were committed (EngineConfig::overlap).
+  int64_t iterations_ahead = 0;
   // Iterations whose rows all decoded: how many, their wall seconds, and the seconds of those
   // in which the target's forward kept the device (or the CPU backend) working; the difference
   // is work between forwards (scheduling, drafting, verifying, streaming). Iterations whose

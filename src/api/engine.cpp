@@ -123,6 +123,7 @@ EngineStats Engine::stats() const {
   s.prefix_cache_hits = c.prefix_hit_tokens;
   s.preemptions = c.preemptions;
   s.iterations = c.forwards;
+  s.iterations_ahead = c.forwards_ahead;
   s.decode_iterations = c.decode_iterations;
   s.decode_iteration_seconds = c.decode_iteration_seconds;
   s.decode_device_seconds = c.decode_device_seconds;

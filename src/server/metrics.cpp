@@ -135,6 +135,10 @@ std::string Metrics::engine_state(const EngineStats& e, const std::string& label
   out += sample("specdec:num_preemptions_total", labels, e.preemptions);
   out += header("specdec:iterations_total", "Engine iterations (target forwards).", "counter");
   out += sample("specdec:iterations_total", labels, e.iterations);
+  out += header("specdec:iterations_ahead_total",
+                "Of those, launched before the previous iteration's tokens were committed (host work overlapped).",
+                "counter");
+  out += sample("specdec:iterations_ahead_total", labels, e.iterations_ahead);
   out += header("specdec:one_off_iterations_total",
                 "Decode iterations whose forward paid one-off costs (a buffer grown, a shape recorded).", "counter");
   out += sample("specdec:one_off_iterations_total", labels, e.one_off_iterations);
