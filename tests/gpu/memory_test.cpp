@@ -47,6 +47,37 @@ TEST(GpuMemory, BuffersMayOutliveTheBackend) {
   kept = Buffer();  // released after the backend is gone: must not crash (the process would end here)
 }
 
+// A copy into staging memory is queued behind the calls before it and is there once its fence
+// is waited for: here behind a kernel that writes what is copied. A fence taken before the kernel
+// does not cover it (its wait returns once the calls before it are done).
+TEST(GpuMemory, StagingCopiesArriveAtTheirFence) {
+  SPECDEC_REQUIRE_GPU();
+  BackendOptions o;
+  o.device = Device::cuda;
+  auto be = make_backend(o);
+  EXPECT_TRUE(be->queues_calls());
+  const int64_t n = 1 << 20;
+  const auto a = random_floats(static_cast<size_t>(n), 2), b = random_floats(static_cast<size_t>(n), 3);
+  Buffer da = be->allocate(static_cast<size_t>(n) * 4), db = be->allocate(static_cast<size_t>(n) * 4),
+         dc = be->allocate(static_cast<size_t>(n) * 4);
+  const Tensor ta(da.data(), DType::f32, {n}, Device::cuda), tb(db.data(), DType::f32, {n}, Device::cuda),
+      tc(dc.data(), DType::f32, {n}, Device::cuda);
+  be->copy(Tensor(const_cast<float*>(a.data()), DType::f32, {n}), ta);
+  be->copy(Tensor(const_cast<float*>(b.data()), DType::f32, {n}), tb);
+  const uint64_t before = be->fence();
+  be->wait_for(before);
+  Buffer staging = be->allocate_staging(static_cast<size_t>(n) * 4);
+  EXPECT_EQ(staging.device(), Device::cpu);
+  const Tensor host(staging.data(), DType::f32, {n});
+  be->add(ta, tb, tc);
+  be->copy_to_staging(tc, host);
+  be->wait_for(be->fence());
+  std::vector<float> want(static_cast<size_t>(n));
+  for (size_t i = 0; i < want.size(); ++i) want[i] = a[i] + b[i];
+  EXPECT_EQ(std::vector<float>(host.ptr<float>(), host.ptr<float>() + n), want);
+  EXPECT_THROW(be->copy_to_staging(tc, ta), Error);  // the destination must be host memory
+}
+
 TEST(GpuMemory, NameSaysCuda) {
   SPECDEC_REQUIRE_GPU();
   BackendOptions o;
