@@ -276,9 +276,11 @@ std::optional<EngineCore::Launch> EngineCore::launch_ahead(const Launch& now) {
   }
   // Every running row is in now (none left out by the token budget or admitted since).
   if (live != scheduler_.running().size()) return std::nullopt;
-  // Plain requests waiting for a free row start their prefill in the next step.
+  // Plain requests waiting for a free row start their prefill in the next step. A speculating
+  // one first in line is admitted by the next planned iteration instead (its drafter joins
+  // there), which must not wait behind the plain rows.
   const size_t before = scheduler_.running().size();
-  scheduler_.admit(/*plain_only=*/true);
+  if (scheduler_.admit(/*plain_only=*/true)) return std::nullopt;
   for (size_t i = before; i < scheduler_.running().size(); ++i) {
     Row* row = scheduler_.running()[i].get();
     if (row->decoding) {

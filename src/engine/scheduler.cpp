@@ -32,13 +32,13 @@ int Scheduler::decoding() const {
       std::count_if(running_.begin(), running_.end(), [](const auto& r) { return r->decoding && r->running(); }));
 }
 
-void Scheduler::admit(bool plain_only) {
+bool Scheduler::admit(bool plain_only) {
   while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_rows) {
     Row& row = *waiting_.front();
-    if (plain_only && row.speculates()) break;
     const int context = static_cast<int>(row.tokens.size());
     const int need = (context + kv_.block_size()) / kv_.block_size();
     if (need > kv_.free_blocks() && !running_.empty()) break;  // wait for rows to finish
+    if (plain_only && row.speculates()) return true;
     row.start(kv_.create());
     // A row whose method has no room for it decodes plainly rather than wait.
     if (row.speculates() && coordinator_.has_room(row.spec, context)) coordinator_.join(row.spec);
@@ -49,6 +49,7 @@ void Scheduler::admit(bool plain_only) {
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
+  return false;
 }
 
 void Scheduler::share_cached_prefix(Row& row) {

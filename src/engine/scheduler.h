@@ -40,8 +40,9 @@ class Scheduler {
   // method's) allow; a row larger than what is free waits for running rows to finish. A row
   // starts past the prefix of its prompt that the KV cache already holds (its method learns
   // those tokens as a prefill block), unless its method needs the target's taps of them.
-  // plain_only: admission stops at the first waiting row that speculates.
-  void admit(bool plain_only = false);
+  // plain_only: admission stops at the first waiting row that speculates; returns whether it
+  // stopped there (that row would have been admitted otherwise).
+  bool admit(bool plain_only = false);
   // Plans the forward and reserves its KV. Rows preempted on the way go back to the waiting
   // queue; a row that can never fit ends with an error.
   std::vector<ScheduledRow> schedule();

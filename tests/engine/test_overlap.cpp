@@ -138,6 +138,26 @@ TEST(EngineOverlap, ARowThatStopsLeavesTheOthersRunningAhead) {
   EXPECT_EQ(ahead, 30);
 }
 
+// A speculating request that arrives while a plain row runs ahead is admitted by the next
+// planned iteration, not after the plain row finishes.
+TEST(EngineOverlap, ASpeculatingRequestDoesNotWaitBehindPlainRows) {
+  EngineOptions always;
+  always.overlap = Overlap::always;
+  auto engine = make_engine(4, always);
+  const int64_t plain_id = engine->submit(make_request(encode("def quicksort(xs):"), 40));
+  for (int i = 0; i < 4; ++i) engine->step();
+  ASSERT_GT(engine->stats().forwards_ahead, 0);
+  Request speculating = make_request(encode("The quick brown fox"), 12);
+  speculating.spec.method = "ngram";
+  const int64_t spec_id = engine->submit(speculating);
+  for (int i = 0; i < 3; ++i) engine->step();
+  EXPECT_EQ(engine->stats().running, 2);
+  engine->run();
+  EXPECT_EQ(engine->take_result(spec_id)->tokens,
+            run_one(*make_engine(), make_request(encode("The quick brown fox"), 12)).tokens);
+  EXPECT_EQ(engine->take_result(plain_id)->tokens.size(), 40u);
+}
+
 // An engine dropped while a step runs ahead leaves the target free for the next engine.
 TEST(EngineOverlap, AnEngineDroppedMidRunLeavesNoForwardLaunched) {
   EngineOptions always;
