@@ -70,8 +70,13 @@ inline std::shared_ptr<DflashMethod> bundled_dflash(const DflashOptions& options
 
 // An engine over the bundled target (of `b`, the test backend's by default) with both methods registered
 // ("ngram" and "draft").
+// With SPECDEC_TEST_OVERLAP=1 an engine left at Overlap::automatic launches its steps ahead as on
+// a GPU, whatever the test backend.
 inline std::unique_ptr<EngineCore> make_engine(int depth = 0, EngineOptions options = {}, Bundled& b = Bundled::get()) {
   if (options.kv_blocks == 0) options.kv_blocks = 1024;
+  if (const char* o = std::getenv("SPECDEC_TEST_OVERLAP");
+      o != nullptr && std::string(o) == "1" && options.overlap == Overlap::automatic)
+    options.overlap = Overlap::always;
   auto engine = std::make_unique<EngineCore>(*b.target, *b.tokenizer, options);
   NgramOptions n;
   if (depth > 0) n.num_draft = depth;
