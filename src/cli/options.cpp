@@ -36,8 +36,8 @@ void add_common(CLI::App& cmd, CommonFlags& f) {
   cmd.add_option("--max-batch-tokens", f.max_batch_tokens, "tokens in one forward")->capture_default_str();
   cmd.add_flag("--no-prefix-cache", f.no_prefix_cache, "compute every prompt in full (no KV shared between requests)");
   cmd.add_flag("--no-overlap", f.no_overlap,
-               "launch each decode step only after the previous step's tokens are committed (by default a batch of "
-               "plain decode steps launches its next step first, so the host's work overlaps the device's)");
+               "GPU: launch each forward only after the previous one's tokens are committed (by default, while no row "
+               "speculates, the next forward is launched first, so that the host's work overlaps the device's)");
 }
 
 EngineConfig engine_config(const CommonFlags& f) {
