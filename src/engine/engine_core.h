@@ -78,8 +78,8 @@ struct EngineOptions {
   // (draws_on_backend). false: the host draws every token from copied logits (the reference
   // path, for comparisons).
   bool sample_on_backend = true;
-  // Whether a batch's next decode step is launched before this step's tokens are committed,
-  // where the next step needs nothing the host learns from them (EngineCore::launch_ahead).
+  // Whether the next iteration's forward is launched before this one's tokens are committed,
+  // where it needs nothing the host learns from them (EngineCore::launch_ahead).
   Overlap overlap = Overlap::automatic;
 };
 

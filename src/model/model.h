@@ -38,8 +38,8 @@ struct ForwardRequest {
   std::vector<SampleRow> sampling = {};  // (the initializer lets brace-initialised requests omit it)
   // Input tokens the host does not know yet: the first from_previous.size() rows have one token
   // each, and row r's is the one the forward launched just before this one drew at its returned
-  // row from_previous[r] (Model::launch); rows[r].tokens then holds a placeholder id. The rows
-  // after them give their tokens.
+  // row from_previous[r] (Model::launch); the id in rows[r].tokens is not read. The rows after
+  // them give their tokens.
   std::vector<int32_t> from_previous = {};
 };
 
@@ -60,9 +60,6 @@ struct ForwardResult {
   // its shape ran call by call for the first time or recorded its replay. Its time is no price
   // of the next forward of that shape.
   bool one_off = false;
-  // Wall seconds from the forward's first launch until its results were on the host: the part
-  // of the forward the device works on (with the launches' own host time, which overlaps it).
-  double device_seconds = 0;
 
   // Logits row i (of the total), vocab floats.
   const float* logits_row(int i) const { return logits.data() + static_cast<size_t>(i) * static_cast<size_t>(vocab); }

@@ -32,7 +32,7 @@ struct ForwardPlan {
   std::vector<int32_t> tap_index;    // [taps]: token index (into T) of each tapped row
   std::vector<int> tap_offsets;      // [R + 1] into tap_index
   // The first rows' inputs, one token each: the previous forward's returned row whose drawn token
-  // is row r's (ForwardRequest::from_previous); ids hold placeholders there.
+  // is row r's (ForwardRequest::from_previous); the gather overwrites their ids.
   std::vector<int32_t> from_previous;
 };
 

@@ -5,7 +5,6 @@
 #include "model/runner.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <functional>
 
@@ -255,9 +254,8 @@ uint64_t ModelRunner::launch(const ForwardPlan& given, const std::vector<int>& t
       backend_.sample(out.logits.rows(0, N), meta.sample_rows.rows(0, N), out.tokens.rows(0, N));
   };
 
-  l.launched = std::chrono::steady_clock::now();
-  // The input tokens the previous forward drew (still on the backend), in place of the plan's
-  // placeholders, before the calls read them.
+  // The input tokens the previous forward drew (still on the backend) over the plan's ids of
+  // those rows, before the calls read them.
   if (!plan.from_previous.empty()) {
     const int64_t R = static_cast<int64_t>(plan.from_previous.size());
     backend_.gather_rows(Tensor(drawn_.data(), DType::i32, {drawn_count_}, drawn_.device()),
@@ -326,7 +324,6 @@ ForwardResult ModelRunner::wait(uint64_t ticket) {
     SPECDEC_CHECK(result.tokens[i] >= 0, "sampling: returned row ", i, " has no token to draw (its logits hold a ",
                   "NaN, or no finite value at temperature ", l.temperatures[i], ")");
   }
-  result.device_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - l.launched).count();
   return std::move(result);
 }
 

@@ -4,7 +4,6 @@
 // logits or the tokens drawn from them on the backend, with views of the hidden taps.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -74,7 +73,6 @@ class ModelRunner {
     std::vector<float> temperatures;  // the returned rows' (for the error of a row without a token)
     int slot = -1;                    // staging_ holding its drawn tokens; -1: none to fetch
     uint64_t fence = 0;
-    std::chrono::steady_clock::time_point launched;
   };
   // Queues the copies of the drawn tokens (to drawn_, and to a staging slot for wait) or copies
   // the logits back at once.
