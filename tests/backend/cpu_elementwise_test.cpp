@@ -22,12 +22,16 @@ TEST_P(CpuElementwise, NameDeviceAndKvType) {
   EXPECT_EQ(make_cpu(GetParam(), 1)->name(), "cpu-" + GetParam() + " (1 thread)");
 }
 
-TEST(CpuBackend, DefaultIsTheBestIsaAndUnknownOnesAreRefused) {
+TEST(CpuBackend, DefaultIsTheFastestIsaAndUnknownOnesAreRefused) {
   // "best": the fastest exact kernels; the default: AMX where the CPU has it (and Linux grants its
-  // tile state, as it does wherever AMX runs at all), else best.
+  // tile state, as it does wherever AMX runs at all), else the AVX-512 BF16 dot products where it
+  // has them, else best.
   const std::string best = cpu_isas().back();
   EXPECT_EQ(make_cpu("best", 3)->name(), "cpu-" + best + " (3 threads)");
-  EXPECT_EQ(make_cpu("", 3)->name(), "cpu-" + (cpu_has_amx() ? std::string("amx") : best) + " (3 threads)");
+  const std::string fastest = cpu_has_amx()                                              ? "amx"
+                              : best == "avx512" && __builtin_cpu_supports("avx512bf16") ? "avx512-bf16"
+                                                                                         : best;
+  EXPECT_EQ(make_cpu("", 3)->name(), "cpu-" + fastest + " (3 threads)");
   EXPECT_THROW(make_cpu("sse9", 1), Error);
   for (const char* isa : {"avx2", "avx512"}) {
     const auto have = cpu_isas();

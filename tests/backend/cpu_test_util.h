@@ -37,8 +37,8 @@ inline std::string isa_name(const ::testing::TestParamInfo<std::string>& info) {
   return name;
 }
 
-// cpu_isas() plus the opt-in "avx512-bf16" linear when this CPU has AVX-512 BF16, and the opt-in
-// "amx" linear when it has AMX.
+// cpu_isas() plus the "avx512-bf16" linear when this CPU has AVX-512 BF16, and the "amx" linear
+// when it has AMX.
 inline std::vector<std::string> cpu_linear_isas() {
   std::vector<std::string> isas = cpu_isas();
   if (isas.back() == "avx512" && __builtin_cpu_supports("avx512bf16")) isas.push_back("avx512-bf16");

@@ -1,8 +1,9 @@
-// The opt-in "avx512-bf16" kernels: linear over bf16 weights with _mm512_dpbf16_ps, activations
-// rounded to bf16 first (by cpu::linear, into LinearArgs::x_bf16). Twice the multiply rate of
-// the f32 path for prefill, but the rounding departs from the f32 reference, so it is never the
-// default. Each output keeps one 16-lane accumulator (lane l takes the pairs k ≡ 2l, 2l+1 mod 32)
-// and folds it with the same fixed tree as the f32 path: still batch- and thread-invariant.
+// The "avx512-bf16" kernels (the default where the CPU has AVX-512 BF16 but no AMX): linear over
+// bf16 weights with _mm512_dpbf16_ps, activations rounded to bf16 first (by cpu::linear, into
+// LinearArgs::x_bf16). Twice the multiply rate of the f32 path, and half its instructions a
+// weight; the rounding departs from the f32 reference, which "best" keeps. Each output keeps one
+// 16-lane accumulator (lane l takes the pairs k ≡ 2l, 2l+1 mod 32) and folds it with the same
+// fixed tree as the f32 path: still batch- and thread-invariant.
 // GCC 12's AVX-512 headers warn about their own deliberately undefined lanes.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
