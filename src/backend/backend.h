@@ -227,8 +227,7 @@ struct BackendOptions {
   bool batch_invariant = true;   // GPU: use the batch-invariant kernels
   size_t memory_limit = 0;       // GPU: cap on the memory pool in bytes, 0 = from free memory
   // CPU: "" (AMX where the CPU has it, else "avx512-bf16" where it has AVX-512 BF16, else "best"),
-  // "best" (the fastest exact f32 kernels),
-  // "avx512", "avx2", "scalar", "avx512-bf16" or "amx".
+  // "best" (the fastest exact f32 kernels), "avx512", "avx2", "scalar", "avx512-bf16" or "amx".
   std::string cpu_isa;
   // Element type of the KV cache: on the GPU bf16, f16 or f32; on the CPU bf16 where the AMX
   // kernels run (their attention takes bf16 operands), else f32.

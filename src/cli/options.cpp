@@ -24,8 +24,7 @@ void add_common(CLI::App& cmd, CommonFlags& f) {
   cmd.add_option("--threads", f.threads, "CPU threads (default: all)");
   cmd.add_option("--cpu-isa", f.cpu_isa,
                  "CPU kernels: auto (amx where the CPU has it, else avx512-bf16 where it has AVX-512 BF16, else best), "
-                 "best (the fastest exact f32 ones), avx512, "
-                 "avx2, scalar, avx512-bf16 or amx (default: auto)");
+                 "best (the fastest exact f32 ones), avx512, avx2, scalar, avx512-bf16 or amx (default: auto)");
   cmd.add_flag("--fast-gpu", f.fast_gpu, "GPU: fast kernels instead of batch-invariant ones");
   cmd.add_option("--kv-memory", f.kv_memory, "KV cache size in GiB (default: 1 on the CPU; on a GPU, the memory free after the weights, activations and drafts)");
   cmd.add_option("--gpu-memory", f.gpu_memory,

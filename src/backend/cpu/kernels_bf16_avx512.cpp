@@ -93,8 +93,9 @@ void linear_bf16(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   // Up to four x rows: one weight row at a time, the rows' K read front to back, prefetched
   // prefetch_rows() rows ahead. Weight rows walked side by side (a full cache line of each per
   // step) stall on their loads, where the f32 kernels' half-line steps do not; one row at a time
-  // streams them as fast as those. More rows: 4 × 4 tiles, where the products, not the loads, bound it.
-  // Each output keeps its one accumulator either way, so the bits do not change with the tile.
+  // streams them as fast as those. More rows: 4 × 4 tiles, where the products, not the loads,
+  // bound it. Each output keeps its one accumulator either way, so the bits do not change with
+  // the tile.
   const int64_t nr_main = a.M <= kMaxMr ? 1 : kMaxNr;
   const int64_t rows_ahead = a.M <= kMaxMr ? prefetch_rows() : nr_main;
   for (int64_t n0 = n_begin; n0 < n_end; n0 += nr_main) {
