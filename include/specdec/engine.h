@@ -57,7 +57,8 @@ struct EngineStats {
   // Of those, launched before the previous iteration's tokens were committed (EngineConfig::overlap).
   int64_t iterations_ahead = 0;
   // Iterations whose rows all decoded: how many, their wall seconds, and the seconds of those
-  // in which the target's forward kept the device (or the CPU backend) working; the difference
+  // during which a target forward was in flight (from its launch until its results were on the
+  // host, and through the commit when the next forward was launched before it); the difference
   // is work between forwards (scheduling, drafting, verifying, streaming). Iterations whose
   // forward paid one-off costs (a buffer grown; on a GPU, a shape run call by call before it is
   // recorded, or recorded) are counted apart, in one_off_iterations and their wall seconds.

@@ -48,8 +48,8 @@ TEST(GpuMemory, BuffersMayOutliveTheBackend) {
 }
 
 // A copy into staging memory is queued behind the calls before it and is there once its fence
-// is waited for: here behind a kernel that writes what is copied. A fence taken before the kernel
-// does not cover it (its wait returns once the calls before it are done).
+// is waited for: here behind a kernel that writes what is copied (the uploads before it waited
+// for at a fence of their own).
 TEST(GpuMemory, StagingCopiesArriveAtTheirFence) {
   SPECDEC_REQUIRE_GPU();
   BackendOptions o;
