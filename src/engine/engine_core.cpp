@@ -256,13 +256,16 @@ std::optional<EngineCore::Launch> EngineCore::launch_ahead(const Launch& now) {
   std::vector<Next> takes, decodes, chunks;
   size_t live = 0;
   int returned = 0;  // now's returned rows so far (a decode row returns one, a chunk none)
+  // A row that drafts or is tapped, in now or in the next step, needs now's results on the host
+  // first; a speculating row whose policy pauses it through both does not.
+  if (coordinator_.asked()) return std::nullopt;
   for (const ScheduledRow& s : now.batch) {
     Row* row = s.row;
     const int index = s.decode ? returned++ : -1;
     if (row == nullptr) continue;  // ended since now was launched
     ++live;
-    // A row that speculates or is tapped needs now's results on the host first.
-    if (!row->running() || row->speculates() || !coordinator_.forward_taps(row->spec).empty()) return std::nullopt;
+    if (!row->running() || !coordinator_.forward_taps(row->spec).empty()) return std::nullopt;
+    if (row->speculates() && (!s.decode || !coordinator_.quiet_next(row->spec))) return std::nullopt;
     if (s.decode) {
       if (!row->spec.proposal.tokens.empty()) return std::nullopt;
       // now's token ends the row by its budget or the context: no next step.
@@ -325,6 +328,23 @@ std::optional<EngineCore::Launch> EngineCore::launch_ahead(const Launch& now) {
   }
   // Where the next step's tokens are drawn must be where now's were: on the backend.
   if (!draws_on_backend(ahead.batch)) return std::nullopt;
+  // The next iteration's proposals, made now: its speculating rows are all paused (quiet_next),
+  // so none drafts, none is tapped, and what the call changes is the policies' and groups' count
+  // of rounds, which the next iteration (launched here) does not make again.
+  std::vector<DraftAsk> asks;
+  for (const Next& n : takes) {
+    Row& row = *n.row;
+    if (!row.spec.joined) continue;
+    const int64_t position = row.pending_pos + 1;
+    const int limit = std::min(row.max_tokens - row.generated() - 2, max_position - static_cast<int>(position) - 1);
+    asks.push_back(DraftAsk{&row.spec, row.pending, position, limit, &row.req.sampling});
+  }
+  if (!asks.empty()) {
+    coordinator_.propose(asks, costs_, static_cast<int>(takes.size() + decodes.size()));
+    for (const DraftAsk& a : asks)
+      SPECDEC_CHECK(a.row->proposal.tokens.empty() && coordinator_.forward_taps(*a.row).empty(),
+                    "a row paused for the next round drafted or was tapped in it");
+  }
   ahead.on_backend = ahead.ahead = true;
   ahead.decode_only = chunks.empty();
   for (const SequenceInput& in : request.rows) ahead.tokens += static_cast<int>(in.tokens.size());

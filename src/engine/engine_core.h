@@ -144,7 +144,9 @@ class EngineCore {
   // prefill now completes; the next prefill chunk), rows that now's token ends by budget or
   // context left out, and plain requests admitted into free rows with their first chunk. Only
   // when now's tokens are drawn on the backend and so will the next step's, every running row is
-  // in now, none speculates or is tapped, and the KV is free for all of it. nullopt otherwise.
+  // in now, none drafts or is tapped in now or in the next step (a speculating row must be
+  // paused through both; the next step's proposals are made here), and the KV is free for all of
+  // it. nullopt otherwise.
   std::optional<Launch> launch_ahead(const Launch& now);
   void verify_and_commit(const std::vector<ScheduledRow>& batch, const ForwardResult& out, bool on_backend,
                          double forward_secs);

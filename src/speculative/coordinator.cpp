@@ -167,6 +167,14 @@ std::span<const int> Coordinator::forward_taps(const SpecRow& row) const {
   return tap_layers(row);
 }
 
+bool Coordinator::quiet_next(const SpecRow& row) const {
+  if (!row.joined || !row.policy) return false;
+  // propose() taps a paused row again in at most the method's resume_taps rounds before the one
+  // that ends its pause.
+  const Group& g = group_of(row);
+  return row.policy->plain_rounds() > (g.tap_layers.empty() ? 0 : g.resume_taps);
+}
+
 void Coordinator::prefill(SpecRow& row, std::span<const int32_t> tokens, const TargetContext& context) {
   if (!row.joined) return;
   Group& g = group_of(row);

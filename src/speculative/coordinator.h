@@ -90,6 +90,13 @@ class Coordinator {
   // Its prefill blocks and rounds then carry no taps: a hidden-state drafter's context misses
   // those positions.
   std::span<const int> forward_taps(const SpecRow& row) const;
+  // Whether the row's next round certainly drafts nothing and goes untapped, whatever the costs
+  // and the tokens before it: the next propose() will find it in a pause that does not end with
+  // that round, nor in the rounds tapped before its end. Such a round's forward may be launched
+  // before the round in flight is committed (propose() for it called then).
+  bool quiet_next(const SpecRow& row) const;
+  // Whether the last propose() asked any row for drafts.
+  bool asked() const { return last_asks_ > 0; }
   // A prompt block the target processed for the row (tail split: never the pending token), with
   // the taps of its positions when the method asked for them.
   void prefill(SpecRow& row, std::span<const int32_t> tokens, const TargetContext& context);

@@ -242,6 +242,12 @@ void DepthPolicy::defer_probe(int rounds) {
   paused_ = std::max(1, rounds);
 }
 
+int DepthPolicy::plain_rounds() const {
+  if (max_depth_ == 0) return kNever;
+  // next_depth() counts a pause down and returns 0 until its last round, which may probe.
+  return adaptive_ ? std::max(0, paused_ - 1) : 0;
+}
+
 int DepthPolicy::next_depth(const CostModel& costs, const DraftCost& draft, int rows, int* forced_probes_left) {
   probing_ = false;
   if (!adaptive_ || max_depth_ == 0) return max_depth_;

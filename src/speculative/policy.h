@@ -160,6 +160,11 @@ class DepthPolicy {
   // next round; a pause of p rounds starts at p). A hidden-state drafter's row needs the target's
   // taps only in the rounds just before one that drafts.
   int rounds_to_draft() const { return max_depth_ == 0 ? kNever : std::max(1, paused_); }
+  // How many of the coming rounds draft nothing whatever the costs and the text say: the rest of
+  // a pause before the round that ends it (kNever for a row that never drafts). A step for such a
+  // round needs nothing from the round before it, and may be launched before that one's tokens
+  // are known.
+  int plain_rounds() const;
   // Whether the row is paused because the measured costs leave no depth that would pay even if
   // every draft were accepted: the probe that ends the pause then re-measures the costs, and
   // what it accepts cannot resume drafting.

@@ -1,7 +1,8 @@
 // Decode steps launched before the previous step's tokens are committed (EngineOptions::overlap,
 // Model::launch with from_previous) give every request what steps taken one after the other
 // give: the same tokens, text and finish reason, on rows that join, stop, run out of budget and
-// are cancelled while a step runs ahead of them, beside a speculating row that turns it off.
+// are cancelled while a step runs ahead of them, beside a speculating row that turns it off
+// while it drafts (test_paused_taps.cpp has steps run ahead of a row its policy pauses).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -68,7 +69,7 @@ TEST(EngineOverlap, StepsLaunchedAheadGiveTheSequentialOutput) {
   requests.push_back(make_request(encode(texts[3]), 30));          // joins when a row frees
   requests.push_back(make_request(encode(texts[4]), 24, 0.7f, 5));
   requests.back().stop.ignore_eos = false;
-  requests.push_back(make_request(encode(texts[2]), 20));  // speculates: no step runs ahead beside it
+  requests.push_back(make_request(encode(texts[2]), 20));  // speculates: steps run ahead only while it pauses
   requests.back().spec.method = "ngram";
 
   // 512 tokens a forward: each prompt is one chunk. 8: prompts take several chunks beside the

@@ -398,6 +398,36 @@ TEST_P(PausedTaps, AnUntappedRowLeavesItsNeighboursTapsAlone) {
   EXPECT_GE(untapped_beside, (4 - resume_taps) + (8 - resume_taps)) << "of " << beside_rounds << " rounds";
 }
 
+TEST_P(PausedTaps, StepsRunAheadOfAPausedRow) {
+  // With steps launched ahead of the previous commit (a GPU's default), the rounds in which a
+  // paused row drafts nothing and goes untapped, before and after, are launched ahead as a plain
+  // row's steps are; the tapped rounds before a probe and the probe are not. The output, and the
+  // taps the drafter gets, are those of steps taken one after the other.
+  EngineOptions options;
+  options.kv_blocks = 256;
+  options.prefix_cache = false;
+  options.overlap = Overlap::always;
+  EngineCore engine(*target_, *Bundled::get().tokenizer, options);
+  engine.add_method("hidden", blinded_);
+  Request spec = make_request(prompt_, 160);
+  spec.spec.method = "hidden";
+  const RequestResult got = run_one(engine, std::move(spec));
+  EXPECT_EQ(got.tokens, run_one(*engine_, make_request(prompt_, 160)).tokens);
+
+  const std::vector<RoundLog>& log = blinded_->log;
+  expect_taps_follow_pauses(log, blinded_->needs().resume_taps);
+  // A step launched ahead is a round that drafts nothing and is untapped, after a round that
+  // was untapped too; or the request's last round, which ends it and reaches no drafter's log.
+  int64_t quiet_pairs = 0;
+  for (size_t r = 1; r < log.size(); ++r) quiet_pairs += !log[r - 1].tapped && !log[r].tapped && !log[r].asked;
+  const int64_t ahead = engine.stats().forwards_ahead;
+  EXPECT_GT(ahead, 0);
+  EXPECT_LE(ahead, quiet_pairs + 1);
+  // The blind rounds pause the row for 4, 8, 16 and 32 rounds at least: most of their rounds run
+  // ahead.
+  EXPECT_GE(ahead, 24) << "of " << log.size() << " rounds, " << quiet_pairs << " untapped after untapped";
+}
+
 INSTANTIATE_TEST_SUITE_P(Eagle3AndDflash, PausedTaps, ::testing::Values("eagle3", "dflash"),
                          [](const auto& info) { return std::string(info.param); });
 
