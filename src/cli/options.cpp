@@ -37,7 +37,7 @@ void add_common(CLI::App& cmd, CommonFlags& f) {
   cmd.add_flag("--no-prefix-cache", f.no_prefix_cache, "compute every prompt in full (no KV shared between requests)");
   cmd.add_flag("--no-overlap", f.no_overlap,
                "GPU: launch each forward only after the previous one's tokens are committed (by default, while no row "
-               "speculates, the next forward is launched first, so that the host's work overlaps the device's)");
+               "drafts, the next forward is launched first, so that the host's work overlaps the device's)");
 }
 
 EngineConfig engine_config(const CommonFlags& f) {
