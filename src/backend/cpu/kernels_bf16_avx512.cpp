@@ -94,10 +94,13 @@ void linear_bf16(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   // prefetch_rows() rows ahead. Weight rows walked side by side (a full cache line of each per
   // step) stall on their loads, where the f32 kernels' half-line steps do not; one row at a time
   // streams them as fast as those. More rows: 4 × 4 tiles, where the products, not the loads,
-  // bound it. Each output keeps its one accumulator either way, so the bits do not change with
-  // the tile.
-  const int64_t nr_main = a.M <= kMaxMr ? 1 : kMaxNr;
-  const int64_t rows_ahead = a.M <= kMaxMr ? prefetch_rows() : nr_main;
+  // bound it; except on cores whose hardware prefetchers follow the one-row walk (no software
+  // prefetch), where side-by-side rows stall on their loads up to eight x rows as well, and each
+  // weight row is walked once per four x rows instead (the later passes read it from L1). Each
+  // output keeps its one accumulator either way, so the bits do not change with the tile.
+  const bool one_row = a.M <= (prefetch_rows() ? kMaxMr : 2 * kMaxMr);
+  const int64_t nr_main = one_row ? 1 : kMaxNr;
+  const int64_t rows_ahead = one_row ? prefetch_rows() : nr_main;
   for (int64_t n0 = n_begin; n0 < n_end; n0 += nr_main) {
     const int64_t nr = n_end - n0 < nr_main ? n_end - n0 : nr_main;
     for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMr) {
