@@ -20,6 +20,10 @@ namespace {
 
 constexpr int kMaxMr = 4;
 constexpr int kMaxNr = 4;  // the widest tile linear_bf16 takes
+// The most x rows that take the one-row walk where the CPU needs no software prefetch: a verify
+// window of eight drafts and its pending token. Beyond, the 4 × 4 tiles' single pass over each
+// weight row wins.
+constexpr int kOneRowMaxM = 9;
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
 
@@ -95,10 +99,10 @@ void linear_bf16(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   // step) stall on their loads, where the f32 kernels' half-line steps do not; one row at a time
   // streams them as fast as those. More rows: 4 × 4 tiles, where the products, not the loads,
   // bound it; except on cores whose hardware prefetchers follow the one-row walk (no software
-  // prefetch), where side-by-side rows stall on their loads up to eight x rows as well, and each
-  // weight row is walked once per four x rows instead (the later passes read it from L1). Each
-  // output keeps its one accumulator either way, so the bits do not change with the tile.
-  const bool one_row = a.M <= (prefetch_rows() ? kMaxMr : 2 * kMaxMr);
+  // prefetch), where side-by-side rows stall on their loads up to kOneRowMaxM x rows as well, and
+  // each weight row is walked once per four x rows instead (the later passes read it from L1).
+  // Each output keeps its one accumulator either way, so the bits do not change with the tile.
+  const bool one_row = a.M <= (prefetch_rows() ? kMaxMr : kOneRowMaxM);
   const int64_t nr_main = one_row ? 1 : kMaxNr;
   const int64_t rows_ahead = one_row ? prefetch_rows() : nr_main;
   for (int64_t n0 = n_begin; n0 < n_end; n0 += nr_main) {
