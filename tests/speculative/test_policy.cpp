@@ -283,7 +283,8 @@ TEST(DepthPolicy, SaysHowFarAheadTheNextRoundThatMayDraftIs) {
   // After each round's choice, rounds_to_draft() counts down a pause to the probe that ends it
   // (1: the next round may draft), so that the engine taps a paused row only in the rounds just
   // before it; cannot_pay() tells a pause whose costs leave no depth paying at any acceptance
-  // (same costs as DoesNotProbeWhereNoDepthCouldPay) from one that waits for acceptance.
+  // (same costs as DoesNotProbeWhereNoDepthCouldPay) from one that waits for acceptance; and
+  // plain_rounds() counts the rounds that certainly draft nothing.
   const DearAndCheapCosts c;
   const CostModel &dear = c.dear, &cheap = c.cheap;
   const DraftCost &dear_draft = c.dear_draft, &cheap_draft = c.cheap_draft;
@@ -297,6 +298,9 @@ TEST(DepthPolicy, SaysHowFarAheadTheNextRoundThatMayDraftIs) {
     EXPECT_EQ(policy.cannot_pay(), is_dear);
     for (int left = 4; left >= 1; --left) {
       EXPECT_EQ(policy.rounds_to_draft(), left) << (is_dear ? "dear" : "cheap");
+      // The rounds before the last draft nothing whatever the costs: a step for them may be
+      // launched before the round before them is known.
+      EXPECT_EQ(policy.plain_rounds(), left - 1) << (is_dear ? "dear" : "cheap");
       const int depth = policy.next_depth(costs, draft, 1);
       // The pause's last round: a probe where drafts could pay, a renewed pause where not.
       EXPECT_EQ(depth, left == 1 && !is_dear ? 1 : 0) << left;
@@ -307,9 +311,11 @@ TEST(DepthPolicy, SaysHowFarAheadTheNextRoundThatMayDraftIs) {
   DepthPolicy fixed(10, false);
   fixed.next_depth(dear, dear_draft, 1);
   EXPECT_EQ(fixed.rounds_to_draft(), 1);
+  EXPECT_EQ(fixed.plain_rounds(), 0);
   EXPECT_FALSE(fixed.cannot_pay());
   DepthPolicy never(0, true);
   EXPECT_GT(never.rounds_to_draft(), 1000);
+  EXPECT_GT(never.plain_rounds(), 1000);
 }
 
 TEST(DepthPolicy, RationsProbesThatTheCostsSayCannotPay) {
