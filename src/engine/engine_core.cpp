@@ -332,13 +332,8 @@ std::optional<EngineCore::Launch> EngineCore::launch_ahead(const Launch& now) {
   // so none drafts, none is tapped, and what the call changes is the policies' and groups' count
   // of rounds, which the next iteration (launched here) does not make again.
   std::vector<DraftAsk> asks;
-  for (const Next& n : takes) {
-    Row& row = *n.row;
-    if (!row.spec.joined) continue;
-    const int64_t position = row.pending_pos + 1;
-    const int limit = std::min(row.max_tokens - row.generated() - 2, max_position - static_cast<int>(position) - 1);
-    asks.push_back(DraftAsk{&row.spec, row.pending, position, limit, &row.req.sampling});
-  }
+  for (const Next& n : takes)
+    if (n.row->spec.joined) asks.push_back(draft_ask(*n.row, 1));
   if (!asks.empty()) {
     coordinator_.propose(asks, costs_, static_cast<int>(takes.size() + decodes.size()));
     for (const DraftAsk& a : asks)
@@ -354,16 +349,22 @@ std::optional<EngineCore::Launch> EngineCore::launch_ahead(const Launch& now) {
 }
 
 void EngineCore::propose() {
-  const int max_position = target_.config().max_position;
   std::vector<DraftAsk> asks;
   for (const auto& r : scheduler_.running()) {
     Row& row = *r;
     if (!row.decoding || !row.running() || !row.spec.joined) continue;
-    const int limit = std::min(row.max_tokens - row.generated() - 1,
-                               max_position - static_cast<int>(row.pending_pos) - 1);
-    asks.push_back(DraftAsk{&row.spec, row.pending, row.pending_pos, limit, &row.req.sampling});
+    asks.push_back(draft_ask(row, 0));
   }
   if (!asks.empty()) coordinator_.propose(asks, costs_, scheduler_.decoding());
+}
+
+DraftAsk EngineCore::draft_ask(Row& row, int later) const {
+  // The round `later` steps on has its pending token that many positions further, and that many
+  // tokens fewer left to generate (a step emits one).
+  const int64_t position = row.pending_pos + later;
+  const int limit = std::min(row.max_tokens - row.generated() - 1 - later,
+                             target_.config().max_position - static_cast<int>(position) - 1);
+  return DraftAsk{&row.spec, row.pending, position, limit, &row.req.sampling};
 }
 
 ForwardRequest EngineCore::build_forward(const std::vector<ScheduledRow>& batch, bool on_backend) const {

@@ -135,6 +135,10 @@ class EngineCore {
 
   // The steps of one iteration.
   void propose();
+  // The row's ask for drafts in the round `later` steps past the one its state describes (1: the
+  // round after the one in flight, whose pending token is not known yet, only for a round that
+  // will draft nothing).
+  DraftAsk draft_ask(Row& row, int later) const;
   ForwardRequest build_forward(const std::vector<ScheduledRow>& batch, bool on_backend) const;
   // Schedules and launches this iteration's forward; nullopt when no row runs.
   std::optional<Launch> launch_scheduled();
