@@ -22,26 +22,36 @@ std::pair<std::string, int> run(const std::string& args) {
 }
 
 // A file of its own per test process: the tests run as separate processes at once, and one that
-// rewrote a shared file while another's command read it gave that command an empty file.
-std::string messages_file() {
-  const std::string path = testing::TempDir() + "specdec_chat_messages_" + std::to_string(::getpid()) + ".json";
-  std::ofstream(path) << R"([{"role": "user", "content": "Hi"}])";
-  return path;
-}
+// rewrote a shared file while another's command read it gave that command an empty file. Removed
+// when the test ends, so that runs leave nothing behind.
+class MessagesFile {
+ public:
+  MessagesFile() { std::ofstream(path_) << R"([{"role": "user", "content": "Hi"}])"; }
+  ~MessagesFile() { std::remove(path_.c_str()); }
+  MessagesFile(const MessagesFile&) = delete;
+  MessagesFile& operator=(const MessagesFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_ = testing::TempDir() + "specdec_chat_messages_" + std::to_string(::getpid()) + ".json";
+};
 
 TEST(ChatTemplateCommand, RendersTheBundledTargetsTemplate) {
-  const auto [out, status] = run("--template '" SPECDEC_SOURCE_DIR "/models/target' --messages " + messages_file());
+  const MessagesFile messages;
+  const auto [out, status] = run("--template '" SPECDEC_SOURCE_DIR "/models/target' --messages " + messages.path());
   EXPECT_EQ(status, 0) << out;
   EXPECT_EQ(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   const auto [bare, bare_status] =
-      run("--no-generation-prompt --template '" SPECDEC_SOURCE_DIR "/models/target' --messages " + messages_file());
+      run("--no-generation-prompt --template '" SPECDEC_SOURCE_DIR "/models/target' --messages " + messages.path());
   EXPECT_EQ(bare, "<|im_start|>user\nHi<|im_end|>\n");
 }
 
 TEST(ChatTemplateCommand, ATemplatesRefusalIsOneErrorLine) {
+  const MessagesFile messages;
   const auto [out, status] = run("--template '" SPECDEC_SOURCE_DIR
                                  "/tests/fixtures/chat_templates/templates/fireworks-ai-llama-3-firefunction-v2.jinja'"
-                                 " --messages " + messages_file());
+                                 " --messages " +
+                                 messages.path());
   EXPECT_EQ(status, 1);
   EXPECT_EQ(out, "specdec: error: template fireworks-ai-llama-3-firefunction-v2.jinja line 21: UndefinedError: "
                  "'functions' is undefined\n");
