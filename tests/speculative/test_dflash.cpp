@@ -329,7 +329,8 @@ TEST(Dspark, CalibrationFollowsTheOutcomesItIsShown) {
   EXPECT_LT(bounded.probability(1, -10.0), 0.01);
 }
 
-// A copy of the fixture with config.json edited by `edit`.
+// A copy of the fixture with config.json edited by `edit`, under the temporary folder; the checks
+// below remove it when they are done with it.
 fs::path edited(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
   const fs::path dir = fs::temp_directory_path() / ("specdec-dflash-" + name);
   fs::create_directories(dir);
@@ -350,6 +351,7 @@ void expect_refused(const fs::path& dir, const std::string& needle) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
+  fs::remove_all(dir);
 }
 
 TEST(BlockRepeats, AlternativeWhileItIsRightAtLeastAsOften) {
@@ -475,13 +477,16 @@ TEST(DflashFormat, ClearErrors) {
   // A drafter for another target is refused when the engine opens it.
   Fixture fx;
   const auto refused_at_open = [&](const fs::path& dir, const std::string& needle) {
-    DflashMethod m(dir, *fx.backend, "other");
-    try {
-      m.open(fx.view());
-      ADD_FAILURE() << "opened " << dir;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    {
+      DflashMethod m(dir, *fx.backend, "other");
+      try {
+        m.open(fx.view());
+        ADD_FAILURE() << "opened " << dir;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      }
     }
+    fs::remove_all(dir);
   };
   refused_at_open(edited("vocab", [](auto& j) { j["vocab_size"] = 999; }), "vocabulary");
   refused_at_open(edited("layers", [](auto& j) { j["num_target_layers"] = 6; }), "6-layer target");
