@@ -78,6 +78,14 @@ class Backend {
   // read at full speed; 0 when any start does. The model copies a checkpoint tensor that starts
   // elsewhere (safetensors aligns its tensors to 8 bytes only) into memory of its own.
   virtual size_t weight_alignment() const { return 0; }
+  // A dense linear weight laid out the way this backend's linear reads it fastest, in `storage`
+  // (allocated here), for Weight::packed; an empty tensor where the backend reads `weight.data`
+  // as it is. The same products in the same order either way: a packed weight changes no bits.
+  virtual Tensor pack_weight(const Weight& weight, Buffer& storage) {
+    (void)weight;
+    (void)storage;
+    return {};
+  }
   // Copies src to dst (same dtype and element count); either may be host memory (Device::cpu).
   // Returns once a host source has been read (the caller may reuse it at once) and once a host
   // destination holds the data; a device-to-device copy may still be queued on return.

@@ -20,6 +20,11 @@ struct Weight {
   // Quantized only: [N, K / group_size] scales, one per group of group_size consecutive columns.
   Tensor scales;
   int group_size = 0;  // 0: dense
+  // Dense only, optional: the same matrix in a layout of the backend's own that its linear reads
+  // faster (Backend::pack_weight; the CPU's is described at cpu::kPackRows), in memory the
+  // backend's owner keeps. `data` stays the row-major matrix for everything else that reads it
+  // (row gathers, a tied embedding), and a Weight without it is read from `data`.
+  Tensor packed;
 
   Weight() = default;
   // A dense weight: the [N, K] tensor as it is.

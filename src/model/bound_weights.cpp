@@ -18,6 +18,31 @@ Tensor BoundWeights::tensor(const std::string& name) {
   return place(host, uploads_.back().data());
 }
 
+Weight BoundWeights::weight(const std::string& name) {
+  const Tensor& host = store_.get(name);
+  if (host.device == backend_.device()) {
+    // A packed weight is read from its own copy, so the checkpoint's view serves the rest (row
+    // gathers) unaligned as it is, without the aligned copy tensor() would make.
+    if (Weight w = packed(Weight(host)); !w.packed.empty()) {
+      count(host);
+      return w;
+    }
+  }
+  return packed(Weight(tensor(name)));
+}
+
+Weight BoundWeights::weight_of(const Tensor& bound) { return packed(Weight(bound)); }
+
+Weight BoundWeights::packed(Weight w) {
+  Buffer storage;
+  Tensor packed = backend_.pack_weight(w, storage);
+  if (!packed.empty()) {
+    w.packed = packed;
+    uploads_.push_back(std::move(storage));
+  }
+  return w;
+}
+
 std::vector<Weight> BoundWeights::adjacent(const std::vector<std::string>& names) {
   std::vector<const Tensor*> hosts;
   size_t total = 0;

@@ -22,8 +22,11 @@ class BoundWeights {
 
   // The backend-side view of one checkpoint tensor (norm weights, biases, embedding tables).
   Tensor tensor(const std::string& name);
-  // A linear layer's weight.
-  Weight weight(const std::string& name) { return Weight(tensor(name)); }
+  // A linear layer's weight, packed where the backend reads its own layout faster
+  // (Backend::pack_weight).
+  Weight weight(const std::string& name);
+  // A tensor bound by tensor() read as a linear weight too (a tied LM head), packed likewise.
+  Weight weight_of(const Tensor& bound);
   // Linear weights that read the same input (q/k/v, gate/up), in order. Uploaded into one
   // buffer, each right after the one before, when they share a dtype and K: a backend may then
   // run them as one product over the stacked rows. Otherwise (and where the backend reads host
@@ -43,7 +46,10 @@ class BoundWeights {
 
   WeightStore store_;  // keeps the mappings the CPU views point into alive
   Backend& backend_;
-  std::vector<Buffer> uploads_;
+  // A dense weight with its packed layout, where the backend has one.
+  Weight packed(Weight w);
+
+  std::vector<Buffer> uploads_;  // copies, and packed layouts
   size_t parameter_count_ = 0;
   size_t bytes_ = 0;
 };

@@ -4,6 +4,9 @@
 // cpu_amx_test.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "cpu_test_util.h"
 
 namespace specdec::test {
@@ -100,6 +103,90 @@ TEST_P(CpuLinear, RowsAreBitIdenticalWhateverTheBatchAndThreads) {
         ASSERT_TRUE(same_bits(first.data(), full.f(), static_cast<size_t>(M * N))) << dtype_name(dtype);
       }
     }
+  }
+}
+
+// A weight the backend packs (Backend::pack_weight: the avx512-bf16 linear's row groups, bf16 with
+// K a multiple of 32) gives the bits the row-major weight gives, through every call that reads
+// weights, at every M, on ragged N (a group cut by the end and by the threads' ranges); the other
+// kernels pack nothing.
+TEST_P(CpuLinear, PackedWeightsGiveTheBitsOfTheRowMajorOnes) {
+  std::mt19937 rng(23);
+  const bool packs = GetParam() == "avx512-bf16";
+  for (const int64_t K : {int64_t{320}, int64_t{1024}}) {
+    const int64_t N = 203;
+    std::vector<float> exact;
+    HostTensor w = random_weights(rng, DType::bf16, {N, K}, exact);
+    HostTensor w2 = random_weights(rng, DType::bf16, {N, K}, exact);
+    HostTensor bias = random_f32(rng, {N});
+    for (size_t threads : {1, 2}) {
+      auto backend = make_cpu(GetParam(), threads);
+      const Weight plain(w.t), plain2(w2.t);
+      Weight packed(w.t), packed2(w2.t);
+      Buffer storage, storage2;
+      packed.packed = backend->pack_weight(packed, storage);
+      packed2.packed = backend->pack_weight(packed2, storage2);
+      ASSERT_EQ(!packed.packed.empty(), packs) << K;
+      if (!packs) continue;
+      EXPECT_EQ(packed.packed.dim(0), 204);
+      for (int64_t M : {1, 2, 3, 4, 5, 8, 9, 12, 33}) {
+        HostTensor x = random_f32(rng, {M, K});
+        const auto check = [&](const char* call, const std::function<void(const Weight&, const Weight&, Tensor)>& run,
+                               bool accumulates) {
+          HostTensor a(DType::f32, {M, N}), b(DType::f32, {M, N});
+          if (accumulates) {
+            for (int64_t i = 0; i < M * N; ++i) a.f()[i] = b.f()[i] = 0.5f;
+          }
+          run(plain, plain2, a.t);
+          run(packed, packed2, b.t);
+          EXPECT_TRUE(same_bits(a.f(), b.f(), static_cast<size_t>(M * N)))
+              << call << " K " << K << " M " << M << " threads " << threads;
+        };
+        check(
+            "linear", [&](const Weight& u, const Weight&, Tensor out) { backend->linear(x.t, u, &bias.t, out); },
+            false);
+        check(
+            "linear_add",
+            [&](const Weight& u, const Weight&, Tensor out) { backend->linear_add(x.t, u, &bias.t, out); }, true);
+        check(
+            "gated_linear",
+            [&](const Weight& u, const Weight& v, Tensor out) { backend->gated_linear(x.t, u, v, out); }, false);
+        // Two projections of one x: the second's columns start mid-way through a thread's range.
+        HostTensor second_a(DType::f32, {M, N}), second_b(DType::f32, {M, N});
+        check(
+            "linear_many",
+            [&](const Weight& u, const Weight& v, Tensor out) {
+              const Tensor other = u.packed.empty() ? second_a.t : second_b.t;
+              const Projection p[2] = {{u, bias.t, out}, {v, Tensor(), other}};
+              backend->linear_many(x.t, p);
+            },
+            false);
+        EXPECT_TRUE(same_bits(second_a.f(), second_b.f(), static_cast<size_t>(M * N)))
+            << "linear_many's second K " << K << " M " << M << " threads " << threads;
+      }
+    }
+  }
+}
+
+TEST(CpuLinearPacked, RefusesAPackedWeightOfAnotherShape) {
+  const std::vector<std::string> isas = cpu_linear_isas();
+  if (std::find(isas.begin(), isas.end(), "avx512-bf16") == isas.end()) GTEST_SKIP() << "no AVX-512 BF16";
+  std::mt19937 rng(5);
+  std::vector<float> exact;
+  HostTensor w = random_weights(rng, DType::bf16, {8, 64}, exact);
+  HostTensor other = random_weights(rng, DType::bf16, {12, 64}, exact);
+  auto backend = make_cpu("avx512-bf16", 1);
+  Weight other_packed(other.t);
+  Buffer storage;
+  Weight wrong(w.t);
+  wrong.packed = backend->pack_weight(other_packed, storage);
+  HostTensor x = random_f32(rng, {2, 64});
+  HostTensor out(DType::f32, {2, 8});
+  try {
+    backend->linear(x.t, wrong, nullptr, out.t);
+    ADD_FAILURE() << "a packed weight of 12 rows read for 8";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not pack"), std::string::npos) << e.what();
   }
 }
 

@@ -104,6 +104,17 @@ class CpuBackend final : public Backend {
 
   Buffer allocate(size_t bytes) override { return Buffer::host(bytes); }
   size_t weight_alignment() const override { return kernels_.weight_alignment; }
+  Tensor pack_weight(const Weight& weight, Buffer& storage) override {
+    const Tensor& w = weight.data;
+    if (!kernels_.packed_weights || weight.quantized() || w.dtype != DType::bf16 || w.rank != 2 ||
+        w.device != Device::cpu || w.dim(1) % cpu::kPackK != 0 || w.numel() == 0) {
+      return {};
+    }
+    const int64_t N = w.dim(0), K = w.dim(1), rows = cpu::packed_rows(N);
+    storage = Buffer::host(static_cast<size_t>(rows * K) * sizeof(uint16_t));
+    cpu::pack_bf16_rows(w.ptr<uint16_t>(), N, K, static_cast<uint16_t*>(storage.data()));
+    return storage.view(DType::bf16, {rows, K});
+  }
   void copy(const Tensor& src, const Tensor& dst) override {
     cpu::check_host(src, "copy", "src");
     cpu::check_host(dst, "copy", "dst");

@@ -20,10 +20,23 @@ struct LinearArgs {
   float* out = nullptr;               // [M, N]
   const uint16_t* x_bf16 = nullptr;   // x rounded to bf16 [M, K], for kernels that ask for it
   const uint16_t* x_tiles = nullptr;  // x_bf16 in the AMX tile layout (below), for kernels that ask for it
+  const uint16_t* w_packed = nullptr;  // bf16 w in the packed layout (kPackRows), for kernels that ask for it
   int64_t M = 0;
   int64_t N = 0;
   int64_t K = 0;
 };
+
+// The packed layout of a bf16 weight [N, K] (LinearArgs::w_packed, Weight::packed), defined for K a
+// multiple of kPackK: rows in groups of kPackRows (N padded with zero rows to a whole group), each
+// group stored chunk by chunk over K, chunk c holding columns [c kPackK, (c + 1) kPackK) of the
+// group's rows one after another. A tile over a group's rows then reads one sequential stream, as
+// a walk over one row-major row does; rows read side by side in the row-major layout are as many
+// streams, each a row long, which the hardware prefetchers of some cores (AMD Zen 4) do not follow.
+constexpr int64_t kPackRows = 4;
+constexpr int64_t kPackK = 32;
+constexpr int64_t packed_rows(int64_t N) { return (N + kPackRows - 1) / kPackRows * kPackRows; }
+// w [N, K] bf16 into packed [packed_rows(N), K] (K a multiple of kPackK).
+void pack_bf16_rows(const uint16_t* w, int64_t N, int64_t K, uint16_t* packed);
 
 // Invariant every implementation keeps: out[m, n] is a pure function of (x[m, :], w[n, :],
 // bias[n], K). The sequence of floating-point operations for one output (lane assignment over K,
@@ -122,6 +135,9 @@ struct Kernels {
   // bf16 too, products in f32. Null: the ISA keeps its KV cache in f32 (attend).
   AttendRowsFn attend_rows = nullptr;
   AttendRowsScratchFn attend_rows_scratch = nullptr;
+  // linear reads bf16 weights in the packed layout (kPackRows) where LinearArgs::w_packed is set,
+  // and so wants them packed (Backend::pack_weight) where K is a multiple of kPackK.
+  bool packed_weights = false;
 };
 
 // Instruction-set kernel files must not instantiate std templates or other inline functions

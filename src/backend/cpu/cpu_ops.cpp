@@ -129,6 +129,12 @@ LinearArgs linear_args(const Kernels& k, const Tensor& x, const Weight& w, const
   a.wdtype = weight.dtype;
   a.bias = bias ? bias->ptr<float>() : nullptr;
   a.out = out.ptr<float>();
+  if (k.packed_weights && !w.packed.empty() && a.wdtype == DType::bf16) {
+    SPECDEC_CHECK(w.packed.dtype == DType::bf16 && w.packed.rank == 2 && w.packed.dim(0) == packed_rows(a.N) &&
+                      w.packed.dim(1) == a.K && a.K % kPackK == 0,
+                  op, ": packed weight ", w.packed.shape_string(), " does not pack ", weight.shape_string());
+    a.w_packed = w.packed.ptr<uint16_t>();
+  }
   if (k.bf16_activations && a.wdtype == DType::bf16 && a.M * a.K > 0) {
     // The tile layout follows the row-major copy in the same buffer; it depends on K only, never
     // on M, whether a kernel gets it.
@@ -150,6 +156,22 @@ LinearArgs linear_args(const Kernels& k, const Tensor& x, const Weight& w, const
     if (tiles) a.x_tiles = a.x_bf16 + tiles_at;
   }
   return a;
+}
+
+void pack_bf16_rows(const uint16_t* w, int64_t N, int64_t K, uint16_t* packed) {
+  const int64_t rows = packed_rows(N);
+  for (int64_t g = 0; g < rows; g += kPackRows) {
+    for (int64_t c = 0; c < K; c += kPackK) {
+      uint16_t* dst = packed + g * K + c * kPackRows;
+      for (int64_t j = 0; j < kPackRows; ++j, dst += kPackK) {
+        if (g + j < N) {
+          std::memcpy(dst, w + (g + j) * K + c, kPackK * sizeof(uint16_t));
+        } else {
+          std::memset(dst, 0, kPackK * sizeof(uint16_t));
+        }
+      }
+    }
+  }
 }
 
 void linear(ThreadPool& pool, const Kernels& k, const Tensor& x, const Weight& weight, const Tensor* bias,

@@ -62,6 +62,29 @@ void tile(const LinearArgs& a, int64_t m0, int64_t n0, int64_t ahead) {
   store_tile_sums(acc, a.out + m0 * a.N + n0, a.N, a.bias, n0);
 }
 
+// The same products over the packed layout (kPackRows): the first NR rows of the group that
+// starts at row n0, whose chunk k of each row lies kPackK elements after the row before it.
+template <int MR, int NR>
+void tile_packed(const LinearArgs& a, int64_t m0, int64_t n0) {
+  const int64_t K = a.K;
+  const uint16_t* group = a.w_packed + n0 * K;
+  const uint16_t* xrow[MR];
+  for (int i = 0; i < MR; ++i) xrow[i] = a.x_bf16 + (m0 + i) * K;
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += kPackK) {
+    __m512bh xv[MR];
+    for (int i = 0; i < MR; ++i) xv[i] = as_bh(_mm512_loadu_si512(xrow[i] + k));
+    const uint16_t* chunk = group + k * kPackRows;
+    for (int j = 0; j < NR; ++j) {
+      const __m512bh wv = as_bh(_mm512_load_si512(chunk + j * kPackK));
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv[i], wv);
+    }
+  }
+  store_tile_sums(acc, a.out + m0 * a.N + n0, a.N, a.bias, n0);
+}
+
 using TileFn = void (*)(const LinearArgs&, int64_t, int64_t, int64_t);
 using TileTable = std::array<std::array<TileFn, kMaxNr>, kMaxMr>;
 
@@ -74,6 +97,31 @@ constexpr TileTable tile_table(std::integer_sequence<int, MR...>) {
   return {tile_row<MR + 1>(std::make_integer_sequence<int, kMaxNr>())...};
 }
 constexpr TileTable kTiles = tile_table(std::make_integer_sequence<int, kMaxMr>());
+
+using PackedTileFn = void (*)(const LinearArgs&, int64_t, int64_t);
+using PackedTileTable = std::array<std::array<PackedTileFn, kPackRows>, kMaxMr>;
+template <int MR, int... NR>
+constexpr std::array<PackedTileFn, kPackRows> packed_tile_row(std::integer_sequence<int, NR...>) {
+  return {&tile_packed<MR, NR + 1>...};
+}
+template <int... MR>
+constexpr PackedTileTable packed_tile_table(std::integer_sequence<int, MR...>) {
+  return {packed_tile_row<MR + 1>(std::make_integer_sequence<int, kPackRows>())...};
+}
+constexpr PackedTileTable kPackedTiles = packed_tile_table(std::make_integer_sequence<int, kMaxMr>());
+
+// Packed weights: a group's rows at once against up to four x rows, one sequential stream of
+// weights whatever M (a group of 4 × K, 8 KB at K = 1,024, stays in L1 for the later passes over
+// x rows). n_begin is a multiple of kPackRows: the callers split N in multiples of 16.
+void linear_packed(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += kPackRows) {
+    const int64_t nr = n_end - n0 < kPackRows ? n_end - n0 : kPackRows;
+    for (int64_t m0 = 0; m0 < a.M; m0 += kMaxMr) {
+      const int64_t mr = a.M - m0 < kMaxMr ? a.M - m0 : kMaxMr;
+      kPackedTiles[static_cast<size_t>(mr - 1)][static_cast<size_t>(nr - 1)](a, m0, n0);
+    }
+  }
+}
 
 // How many weight rows ahead a one-row-at-a-time walk prefetches. Intel's cores, for which the walk
 // was first written, stall on each next row's first lines without it; AMD's hardware prefetchers
@@ -92,6 +140,10 @@ int64_t prefetch_rows() {
 void linear_bf16(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
   if (a.wdtype != DType::bf16 || a.x_bf16 == nullptr) {
     avx512_kernels().linear(a, n_begin, n_end);
+    return;
+  }
+  if (a.w_packed && n_begin % kPackRows == 0) {
+    linear_packed(a, n_begin, n_end);
     return;
   }
   // Up to four x rows: one weight row at a time, the rows' K read front to back, prefetched
@@ -118,7 +170,11 @@ void linear_bf16(const LinearArgs& a, int64_t n_begin, int64_t n_end) {
 }  // namespace
 
 const Kernels& avx512_bf16_kernels() {
-  static const Kernels k{"avx512-bf16", linear_bf16, attend_avx512, silu_mul_avx512, sum_exp_avx512, true};
+  static const Kernels k = [] {
+    Kernels t{"avx512-bf16", linear_bf16, attend_avx512, silu_mul_avx512, sum_exp_avx512, true};
+    t.packed_weights = true;
+    return t;
+  }();
   return k;
 }
 

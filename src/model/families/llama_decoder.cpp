@@ -67,7 +67,7 @@ LlamaDecoder::LlamaDecoder(const ModelConfig& config, BoundWeights& weights, Bac
   const ModelConfig& c = config_;
   embed_ = weights.tensor("model.embed_tokens.weight");
   final_norm_ = weights.tensor("model.norm.weight");
-  lm_head_ = c.tie_word_embeddings ? Weight(embed_) : weights.weight("lm_head.weight");
+  lm_head_ = c.tie_word_embeddings ? weights.weight_of(embed_) : weights.weight("lm_head.weight");
   for (int i = 0; i < c.num_layers; ++i) layers_.push_back(bind_layer(weights, i));
 
   const std::vector<float> inv_freq = rope_inv_freq(c);

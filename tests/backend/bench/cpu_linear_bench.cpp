@@ -3,7 +3,9 @@
 // bf16), run with M rows of activations, reporting time per forward and weight bandwidth.
 // Not a test (timings assert nothing); build it by hand against the library:
 //   g++ -O3 -std=c++20 -Isrc tests/backend/bench/cpu_linear_bench.cpp <build>/libspecdec.a -lpthread
-// Usage: cpu_linear_bench [isa] [threads] [M] [seconds]
+// Usage: cpu_linear_bench [isa] [threads] [M] [seconds] [packed]
+// packed: 1 (default) packs the weights as the engine binds them (Backend::pack_weight), 0 reads
+// them row-major.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
   o.threads = argc > 2 ? std::stoul(argv[2]) : 0;
   const int64_t M = argc > 3 ? std::stol(argv[3]) : 1;
   const double seconds = argc > 4 ? std::stod(argv[4]) : 2.0;
+  const bool pack = argc > 5 ? std::stoi(argv[5]) != 0 : true;
   auto backend = make_backend(o);
 
   struct Shape {
@@ -46,13 +49,23 @@ int main(int argc, char** argv) {
 
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<Buffer> weights;
+  std::vector<Buffer> weights, packs;
+  std::vector<Weight> bound;
   size_t weight_bytes = 0;
+  bool packed = false;
   for (const Shape& s : shapes) {
     Buffer b = Buffer::host(static_cast<size_t>(s.n * s.k) * 2);
     auto* p = static_cast<uint16_t*>(b.data());
     for (int64_t i = 0; i < s.n * s.k; ++i) p[i] = f32_to_bf16(dist(rng));
     weight_bytes += b.bytes();
+    Weight w(Tensor(b.data(), DType::bf16, {s.n, s.k}));
+    if (pack) {
+      Buffer storage;
+      w.packed = backend->pack_weight(w, storage);
+      packed = packed || !w.packed.empty();
+      packs.push_back(std::move(storage));
+    }
+    bound.push_back(w);
     weights.push_back(std::move(b));
   }
   Buffer x = Buffer::host(static_cast<size_t>(M * 1024) * 4), out = Buffer::host(static_cast<size_t>(M * 8192) * 4);
@@ -61,8 +74,7 @@ int main(int argc, char** argv) {
   const auto forward = [&] {
     for (size_t i = 0; i < shapes.size(); ++i) {
       const Shape& s = shapes[i];
-      backend->linear(Tensor(x.data(), DType::f32, {M, s.k}),
-                      Weight(Tensor(weights[i].data(), DType::bf16, {s.n, s.k})), nullptr,
+      backend->linear(Tensor(x.data(), DType::f32, {M, s.k}), bound[i], nullptr,
                       Tensor(out.data(), DType::f32, {M, s.n}));
     }
   };
@@ -84,9 +96,10 @@ int main(int argc, char** argv) {
   // The best run is the least disturbed by other work on the machine.
   const double mean = elapsed / runs;
   std::printf(
-      "%s M=%lld: best %.3f ms, mean %.3f ms per forward (%d runs), %.1f MB bf16 weights, best %.2f GB/s, "
+      "%s%s M=%lld: best %.3f ms, mean %.3f ms per forward (%d runs), %.1f MB bf16 weights, best %.2f GB/s, "
       "%.1f GFLOP/s; best process cpu time %.3f ms\n",
-      backend->name().c_str(), static_cast<long long>(M), best * 1e3, mean * 1e3, runs, weight_bytes / 1e6,
-      weight_bytes / best / 1e9, 2.0 * static_cast<double>(M) * (weight_bytes / 2) / best / 1e9, best_cpu * 1e3);
+      backend->name().c_str(), packed ? " packed" : "", static_cast<long long>(M), best * 1e3, mean * 1e3, runs,
+      weight_bytes / 1e6, weight_bytes / best / 1e9, 2.0 * static_cast<double>(M) * (weight_bytes / 2) / best / 1e9,
+      best_cpu * 1e3);
   return 0;
 }
