@@ -194,6 +194,14 @@ Tensor Eagle3Head::upload(DType dtype, std::initializer_list<int64_t> shape, con
   return dev;
 }
 
+Weight Eagle3Head::linear_weight(const Tensor& uploaded) {
+  Weight w(uploaded);
+  Buffer storage;
+  w.packed = backend_.pack_weight(w, storage);
+  if (!w.packed.empty()) weights_.push_back(std::move(storage));
+  return w;
+}
+
 std::unique_ptr<Eagle3Head> Eagle3Head::load(const std::filesystem::path& dir, Backend& backend) {
   const std::string where = dir.string();
   std::unique_ptr<Eagle3Head> head(new Eagle3Head(load_eagle3_config(dir), backend));
@@ -211,19 +219,19 @@ std::unique_ptr<Eagle3Head> Eagle3Head::load(const std::filesystem::path& dir, B
   const auto layer = [&](const std::string& suffix, std::initializer_list<int64_t> shape) {
     return weight(layer_tensor(all, suffix), shape);
   };
-  head->fc_ = Weight(weight(top_tensor(all, "fc.weight"), {H, 3 * int64_t{c.target_hidden}}));
+  head->fc_ = head->linear_weight(weight(top_tensor(all, "fc.weight"), {H, 3 * int64_t{c.target_hidden}}));
   head->hidden_norm_ = layer("hidden_norm.weight", {H});
   head->input_norm_ = layer("input_layernorm.weight", {H});
-  head->q_proj_ = Weight(layer("self_attn.q_proj.weight", {q_out, 2 * H}));
-  head->k_proj_ = Weight(layer("self_attn.k_proj.weight", {kv_out, 2 * H}));
-  head->v_proj_ = Weight(layer("self_attn.v_proj.weight", {kv_out, 2 * H}));
-  head->o_proj_ = Weight(layer("self_attn.o_proj.weight", {H, q_out}));
+  head->q_proj_ = head->linear_weight(layer("self_attn.q_proj.weight", {q_out, 2 * H}));
+  head->k_proj_ = head->linear_weight(layer("self_attn.k_proj.weight", {kv_out, 2 * H}));
+  head->v_proj_ = head->linear_weight(layer("self_attn.v_proj.weight", {kv_out, 2 * H}));
+  head->o_proj_ = head->linear_weight(layer("self_attn.o_proj.weight", {H, q_out}));
   head->post_norm_ = layer("post_attention_layernorm.weight", {H});
-  head->gate_proj_ = Weight(layer("mlp.gate_proj.weight", {I, H}));
-  head->up_proj_ = Weight(layer("mlp.up_proj.weight", {I, H}));
-  head->down_proj_ = Weight(layer("mlp.down_proj.weight", {H, I}));
+  head->gate_proj_ = head->linear_weight(layer("mlp.gate_proj.weight", {I, H}));
+  head->up_proj_ = head->linear_weight(layer("mlp.up_proj.weight", {I, H}));
+  head->down_proj_ = head->linear_weight(layer("mlp.down_proj.weight", {H, I}));
   head->final_norm_ = weight(top_tensor(all, "norm.weight"), {H});
-  head->lm_head_ = Weight(weight("lm_head.weight", {Vd, H}));
+  head->lm_head_ = head->linear_weight(weight("lm_head.weight", {Vd, H}));
   if (const std::string e = top_tensor(all, "embed_tokens.weight"); all.count(e)) head->own_embed_ = weight(e, {V, H});
 
   // d2t[i]: target id of draft id i minus i.

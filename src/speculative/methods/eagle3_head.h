@@ -143,6 +143,9 @@ class Eagle3Head {
   Eagle3Head(Eagle3Config config, Backend& backend);
   // A copy of host bytes in the backend's memory, kept for the head's lifetime.
   Tensor upload(DType dtype, std::initializer_list<int64_t> shape, const void* bytes);
+  // A linear weight from upload(), packed where the backend reads its own layout faster
+  // (Backend::pack_weight), the packed copy kept likewise.
+  Weight linear_weight(const Tensor& uploaded);
   void ensure(Buffer& buffer, size_t bytes);
   // The layer on T tokens: x (the hidden the residual starts from) becomes the layer's output.
   // ids, positions and cat_index are the tokens' i32 arrays (cat_index interleaves [embedding;
