@@ -25,6 +25,9 @@ Weight BoundWeights::weight(const std::string& name) {
     // gathers) unaligned as it is, without the aligned copy tensor() would make.
     if (Weight w = packed(Weight(host)); !w.packed.empty()) {
       count(host);
+      // The linear reads the copy: the checkpoint's pages are read again only by a row gather,
+      // which maps them back from the file, so the weights do not sit in memory twice.
+      store_.evict(name);
       return w;
     }
   }

@@ -6,6 +6,9 @@
 #include <charconv>
 #include <set>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "core/error.h"
 #include "model/config_json.h"
 
@@ -103,6 +106,16 @@ const Tensor& WeightStore::get(const std::string& name) const {
   auto it = index_.find(name);
   SPECDEC_CHECK(it != index_.end(), dir_.string(), ": tensor \"", name, "\" is not in the checkpoint");
   return it->second;
+}
+
+void WeightStore::evict(const std::string& name) const {
+  const Tensor& t = get(name);
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(t.data);
+  const uintptr_t first = (begin + page - 1) / page * page, last = (begin + t.bytes()) / page * page;
+  if (t.device == Device::cpu && first < last) {
+    ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  }
 }
 
 std::filesystem::path WeightStore::file_of(const std::string& name) const {

@@ -60,6 +60,10 @@ class WeightStore {
   bool has(const std::string& name) const;
   // Throws naming the tensor (and the folder) when absent.
   const Tensor& get(const std::string& name) const;
+  // Gives back the process's mapped pages of a tensor that is read from a copy of its own now (a
+  // packed linear weight): a later read of the view maps them again from the file, so the view
+  // stays valid. The pages a neighbouring tensor shares are kept. A hint: errors are ignored.
+  void evict(const std::string& name) const;
   // The file a tensor came from, for messages.
   std::filesystem::path file_of(const std::string& name) const;
   // Checks every spec: present when required, shape as expected. Errors name the file, the

@@ -393,5 +393,42 @@ TEST(BoundWeights, CopiesOnlyTensorsOffTheBackendsAlignment) {
   }
 }
 
+// Where the backend packs a linear weight (avx512-bf16), weight() keeps the checkpoint's view in
+// Weight::data and the packed layout beside it, and gives back the view's mapped pages: read
+// again, the view still holds the file's bytes. Elsewhere nothing is packed.
+TEST(BoundWeights, PackedWeightsKeepTheirViewOfTheFile) {
+  for (const std::string isa : {"best", "avx512-bf16"}) {
+    if (isa == "avx512-bf16" && !__builtin_cpu_supports("avx512bf16")) continue;
+    BackendOptions o;
+    o.cpu_isa = isa;
+    o.threads = 1;
+    const auto backend = make_backend(o);
+    WeightStore store = WeightStore::open(kRoot / "models/target");
+    const std::string name = "model.layers.0.mlp.down_proj.weight";
+    const Tensor& file = store.get(name);
+    const void* in_file = file.data;
+    const auto* p = static_cast<const uint8_t*>(file.data);
+    const std::vector<uint8_t> bytes(p, p + file.bytes());
+    BoundWeights bound(std::move(store), *backend);
+    const Weight w = bound.weight(name);
+    EXPECT_EQ(w.data.data, in_file) << isa;
+    EXPECT_EQ(std::memcmp(w.data.data, bytes.data(), bytes.size()), 0) << isa;
+    if (isa == "best") {
+      EXPECT_TRUE(w.packed.empty());
+      continue;
+    }
+    ASSERT_FALSE(w.packed.empty());
+    EXPECT_EQ(w.packed.dim(0), w.data.dim(0));  // 512 rows: whole groups of four
+    EXPECT_EQ(w.packed.dim(1), w.data.dim(1));
+    // Row 5's first chunk: the second row of the second group, 32 elements into the group's first chunk.
+    const auto* packed = w.packed.ptr<uint16_t>();
+    const auto* rows = static_cast<const uint16_t*>(static_cast<const void*>(bytes.data()));
+    const int64_t K = w.data.dim(1);
+    EXPECT_EQ(std::memcmp(packed + 4 * K + 32, rows + 5 * K, 64), 0);
+    // The tied LM head is the embedding table itself, packed beside it.
+    EXPECT_EQ(bound.weight_of(bound.tensor("model.embed_tokens.weight")).packed.empty(), false);
+  }
+}
+
 }  // namespace
 }  // namespace specdec
