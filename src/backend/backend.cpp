@@ -96,4 +96,11 @@ bool cuda_available() {
 #endif
 }
 
+Weight with_packed(Backend& backend, Weight weight, std::vector<Buffer>& owner) {
+  Buffer storage;
+  weight.packed = backend.pack_weight(weight, storage);
+  if (!weight.packed.empty()) owner.push_back(std::move(storage));
+  return weight;
+}
+
 }  // namespace specdec

@@ -18,6 +18,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "backend/cuda_tuning.h"
 #include "core/tensor.h"
@@ -242,6 +243,10 @@ struct BackendOptions {
   DType kv_dtype = DType::bf16;
   CudaTuning cuda;               // GPU: kernel switches, the measured best by default (cuda_tuning.h)
 };
+
+// `weight` with its packed layout where the backend has one (Backend::pack_weight), the packed
+// copy's memory appended to `owner`, which must outlive the weight.
+Weight with_packed(Backend& backend, Weight weight, std::vector<Buffer>& owner);
 
 // Creates a backend; throws specdec::Error naming what is missing (e.g. no CUDA device).
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);

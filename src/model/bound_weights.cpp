@@ -23,7 +23,7 @@ Weight BoundWeights::weight(const std::string& name) {
   if (host.device == backend_.device()) {
     // A packed weight is read from its own copy, so the checkpoint's view serves the rest (row
     // gathers) unaligned as it is, without the aligned copy tensor() would make.
-    if (Weight w = packed(Weight(host)); !w.packed.empty()) {
+    if (Weight w = with_packed(backend_, Weight(host), uploads_); !w.packed.empty()) {
       count(host);
       // The linear reads the copy: the checkpoint's pages are read again only by a row gather,
       // which maps them back from the file, so the weights do not sit in memory twice.
@@ -31,20 +31,10 @@ Weight BoundWeights::weight(const std::string& name) {
       return w;
     }
   }
-  return packed(Weight(tensor(name)));
+  return with_packed(backend_, Weight(tensor(name)), uploads_);
 }
 
-Weight BoundWeights::weight_of(const Tensor& bound) { return packed(Weight(bound)); }
-
-Weight BoundWeights::packed(Weight w) {
-  Buffer storage;
-  Tensor packed = backend_.pack_weight(w, storage);
-  if (!packed.empty()) {
-    w.packed = packed;
-    uploads_.push_back(std::move(storage));
-  }
-  return w;
-}
+Weight BoundWeights::weight_of(const Tensor& bound) { return with_packed(backend_, Weight(bound), uploads_); }
 
 std::vector<Weight> BoundWeights::adjacent(const std::vector<std::string>& names) {
   std::vector<const Tensor*> hosts;

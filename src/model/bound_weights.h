@@ -46,9 +46,6 @@ class BoundWeights {
 
   WeightStore store_;  // keeps the mappings the CPU views point into alive
   Backend& backend_;
-  // A dense weight with its packed layout, where the backend has one.
-  Weight packed(Weight w);
-
   std::vector<Buffer> uploads_;  // copies, and packed layouts
   size_t parameter_count_ = 0;
   size_t bytes_ = 0;

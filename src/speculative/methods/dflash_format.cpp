@@ -221,12 +221,8 @@ DflashWeights load_dflash_weights(const std::filesystem::path& dir, const Dflash
     const Tensor t = dst.view(fc_host.dtype, {H, Ht});
     backend.copy(staging.view(fc_host.dtype, {H, Ht}), t);
     backend.synchronize();  // the staging buffer dies at the end of this iteration
-    Weight fc(t);
-    Buffer packed;
-    fc.packed = backend.pack_weight(fc, packed);
-    w.fc.push_back(fc);
     w.owned.push_back(std::move(dst));
-    if (!fc.packed.empty()) w.owned.push_back(std::move(packed));
+    w.fc.push_back(with_packed(backend, Weight(t), w.owned));
   }
   auto bound = std::make_shared<BoundWeights>(std::move(store), backend);
   w.hidden_norm = bound->tensor("hidden_norm.weight");

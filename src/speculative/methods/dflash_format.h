@@ -67,7 +67,7 @@ struct DflashWeights {
   std::vector<Weight> fc;  // one per target layer id, in declared order
   Tensor hidden_norm, norm;
   std::vector<Layer> layers;
-  std::vector<Buffer> owned;  // fc's split copies (and uploads on a device backend)
+  std::vector<Buffer> owned;  // fc's split copies and their packed layouts (and uploads on a device backend)
   size_t parameters = 0;
   std::shared_ptr<void> keep_alive;  // the checkpoint's bound tensors
 };

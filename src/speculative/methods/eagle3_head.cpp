@@ -194,13 +194,7 @@ Tensor Eagle3Head::upload(DType dtype, std::initializer_list<int64_t> shape, con
   return dev;
 }
 
-Weight Eagle3Head::linear_weight(const Tensor& uploaded) {
-  Weight w(uploaded);
-  Buffer storage;
-  w.packed = backend_.pack_weight(w, storage);
-  if (!w.packed.empty()) weights_.push_back(std::move(storage));
-  return w;
-}
+Weight Eagle3Head::linear_weight(const Tensor& uploaded) { return with_packed(backend_, Weight(uploaded), weights_); }
 
 std::unique_ptr<Eagle3Head> Eagle3Head::load(const std::filesystem::path& dir, Backend& backend) {
   const std::string where = dir.string();
